@@ -1,0 +1,16 @@
+//! A Diameter edge agent (RFC 6733 §2.8 relay/proxy) with Diameter Overload
+//! Indication Conveyance: RFC 7683 (DOIC), RFC 8581 (peer reports) and
+//! RFC 8582 (rate algorithm).
+//!
+//! # Map of the modules
+//!
+//! | module | what it implements |
+//! | --- | --- |
+//! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
+//!
+//! Protocol logic is sans-io: state machines take `now` and messages and
+//! return actions; tokio appears only at the network edge.
+
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod cli;

@@ -1,0 +1,44 @@
+//! Development tasks for the DOIC edge agent.
+//!
+//! `cargo xtask test` is the project's one test command: it installs what the
+//! tests need (idempotently), then runs every stage in order and stops at the
+//! first failure. `.ci/run` calls exactly that command.
+
+mod setup;
+mod stages;
+mod util;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "xtask", about = "Development tasks for the DOIC edge agent")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install what the tests need, then run every test stage.
+    Test {
+        /// Run only these stages (repeatable).
+        #[arg(long = "only", value_name = "STAGE")]
+        only: Vec<String>,
+        /// Skip these stages (repeatable).
+        #[arg(long = "skip", value_name = "STAGE")]
+        skip: Vec<String>,
+        /// List the stages and exit.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Install the tools and packages the tests need, and nothing else.
+    Setup,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Test { only, skip, list } => stages::run_all(&only, &skip, list),
+        Command::Setup => setup::all(),
+    }
+}
