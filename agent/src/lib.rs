@@ -7,6 +7,7 @@
 //! | module | what it implements |
 //! | --- | --- |
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
+//! | [`ebpf`] | kernel telemetry: loads and attaches the XDP/TC program, reads per-peer Diameter counters, renders them for Prometheus |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -14,3 +15,4 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli;
+pub mod ebpf;

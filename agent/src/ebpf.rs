@@ -1,0 +1,453 @@
+//! Kernel telemetry: loads the `agent-ebpf` program, attaches it to the
+//! configured interfaces and reads its per-peer counters of Diameter traffic
+//! (RFC 6733 §2.1 TCP transport, §3 header recognition). The only module that
+//! uses aya.
+//!
+//! The program is optional: when it cannot be loaded (no privileges, no BPF,
+//! object not built) [`Telemetry::start`] returns a [`LoadError`], the agent
+//! logs one line and exports `doic_ebpf_attached 0`, and everything else keeps
+//! working.
+//!
+//! ```no_run
+//! use doic_agent::ebpf::{self, Config, Telemetry};
+//!
+//! let telemetry = match Telemetry::start(&Config::default()) {
+//!     Ok(t) => Some(t),
+//!     Err(err) => {
+//!         tracing::warn!(cause = %err, "kernel telemetry unavailable");
+//!         None
+//!     }
+//! };
+//! let mut text = String::new();
+//! match &telemetry {
+//!     Some(t) => {
+//!         let peers = t.read().unwrap_or_default();
+//!         let global = t.global().ok();
+//!         ebpf::render_prometheus(&mut text, true, &peers, global.as_ref());
+//!     }
+//!     None => ebpf::render_prometheus(&mut text, false, &[], None),
+//! }
+//! // Detaches from every interface.
+//! drop(telemetry);
+//! ```
+
+mod config;
+mod counters;
+
+use std::fmt;
+use std::path::Path;
+
+use agent_ebpf_common::{
+    FLAG_SYN_GUARD, GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, MAP_CONFIG, MAP_GLOBAL, MAP_PEERS,
+    MAP_PORTS, MAP_SYN_ALLOW, PORT_WORDS, PROG_TC_EGRESS, PROG_TC_INGRESS, PROG_XDP, PROG_XDP_PASS,
+    PeerKey, PeerStats,
+};
+use aya::maps::{Array, LpmTrie, MapData, MapError, PerCpuArray, PerCpuHashMap, lpm_trie::Key};
+use aya::programs::{ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode};
+use aya::{Ebpf, EbpfError, EbpfLoader};
+use tracing::{debug, info, warn};
+
+pub use config::{Config, ConfigError, Mode, Prefix, PrefixError, addr_from_key};
+pub use counters::{
+    Direction, GlobalCounters, PeerCounters, PeerRate, RateMeter, render_prometheus,
+};
+
+/// The object built by `agent/build.rs`; empty when the eBPF toolchain was
+/// absent at build time.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/agent-ebpf.o"));
+
+/// True when this binary embeds the kernel program (the eBPF toolchain was
+/// present when it was built).
+#[must_use]
+pub fn program_built() -> bool {
+    !OBJECT.is_empty()
+}
+
+/// Why the program is not running.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// `mode = "off"`.
+    #[error("kernel telemetry is off in the configuration")]
+    Disabled,
+    /// The configuration cannot work.
+    #[error("invalid [ebpf] configuration")]
+    Config(#[from] ConfigError),
+    /// The binary was built without the eBPF toolchain.
+    #[error(
+        "program not built (the eBPF toolchain was absent at build time; run `cargo xtask setup`)"
+    )]
+    NotBuilt,
+    /// The kernel refused the object (no privileges, no BPF, verifier).
+    #[error("cannot load the kernel program")]
+    Load(#[source] EbpfError),
+    /// A program the loader expects is missing from the object.
+    #[error("program {name} missing from the object")]
+    MissingProgram {
+        /// The program's name.
+        name: &'static str,
+    },
+    /// The kernel refused one program (verifier, privileges).
+    #[error("cannot load program {name}")]
+    Program {
+        /// The program's name.
+        name: &'static str,
+        /// What aya reported.
+        #[source]
+        source: ProgramError,
+    },
+    /// Attaching to an interface failed in every allowed way.
+    #[error("cannot attach {hook} to interface {interface}")]
+    Attach {
+        /// The interface name.
+        interface: String,
+        /// The last hook tried.
+        hook: Hook,
+        /// What aya reported for it.
+        #[source]
+        source: ProgramError,
+    },
+    /// A map the loader expects is missing from the object.
+    #[error("map {name} missing from the object")]
+    MissingMap {
+        /// The map's name.
+        name: &'static str,
+    },
+    /// Reading or writing a map failed.
+    #[error("map {name}")]
+    Map {
+        /// The map's name.
+        name: &'static str,
+        /// What aya reported.
+        #[source]
+        source: MapError,
+    },
+    /// Pinning to bpffs failed.
+    #[error("cannot pin {what}")]
+    Pin {
+        /// What was pinned.
+        what: String,
+        /// What aya reported.
+        #[source]
+        source: aya::pin::PinError,
+    },
+}
+
+/// Where one program is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    /// XDP in the driver.
+    XdpNative,
+    /// XDP in the generic (SKB) path.
+    XdpGeneric,
+    /// TC ingress (TCX on kernels >= 6.6).
+    TcIngress,
+    /// TC egress (TCX on kernels >= 6.6).
+    TcEgress,
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Hook::XdpNative => "xdp-native",
+            Hook::XdpGeneric => "xdp-generic",
+            Hook::TcIngress => "tc-ingress",
+            Hook::TcEgress => "tc-egress",
+        })
+    }
+}
+
+/// One attachment: an interface and a hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attachment {
+    /// The interface name.
+    pub interface: String,
+    /// The hook used.
+    pub hook: Hook,
+}
+
+/// The loaded, attached program and its maps. Dropping it detaches every
+/// program and frees the maps.
+pub struct Telemetry {
+    ebpf: Ebpf,
+    attachments: Vec<Attachment>,
+}
+
+impl fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("attachments", &self.attachments)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    /// Loads the program, fills its configuration maps and attaches it to
+    /// every configured interface: ingress per [`Mode`] (in `auto`, native XDP,
+    /// else generic XDP, else TC ingress), plus TC egress when `egress` is on.
+    /// Attachments are made in the calling thread's network namespace.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Disabled`] for `mode = "off"`, [`LoadError::NotBuilt`]
+    /// without an embedded object, otherwise the first load, map or attach
+    /// failure. Nothing stays attached after an error.
+    pub fn start(cfg: &Config) -> Result<Self, LoadError> {
+        if cfg.mode == Mode::Off {
+            return Err(LoadError::Disabled);
+        }
+        cfg.validate()?;
+        let mut ebpf = load_object()?;
+        write_config(&mut ebpf, cfg)?;
+        let mut attachments = Vec::new();
+        for interface in &cfg.interfaces {
+            let hook = attach_ingress(&mut ebpf, interface, cfg.mode)?;
+            attachments.push(Attachment {
+                interface: interface.clone(),
+                hook,
+            });
+            if cfg.egress {
+                attach_tc(&mut ebpf, PROG_TC_EGRESS, interface, TcAttachType::Egress)?;
+                attachments.push(Attachment {
+                    interface: interface.clone(),
+                    hook: Hook::TcEgress,
+                });
+            }
+        }
+        info!(attachments = ?attachments, ports = ?cfg.ports, syn_guard = cfg.syn_guard, "kernel telemetry attached");
+        Ok(Self { ebpf, attachments })
+    }
+
+    /// Where the program is attached.
+    #[must_use]
+    pub fn attachments(&self) -> &[Attachment] {
+        &self.attachments
+    }
+
+    /// Reads every peer's counters, summed over CPUs, in no particular order.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the read.
+    pub fn read(&self) -> Result<Vec<PeerCounters>, LoadError> {
+        let map = self
+            .ebpf
+            .map(MAP_PEERS)
+            .ok_or(LoadError::MissingMap { name: MAP_PEERS })?;
+        let peers: PerCpuHashMap<&MapData, PeerKey, PeerStats> =
+            PerCpuHashMap::try_from(map).map_err(map_err(MAP_PEERS))?;
+        let mut out = Vec::new();
+        for entry in peers.iter() {
+            match entry {
+                Ok((key, values)) => out.push(PeerCounters::from_kernel(&key, values.iter())),
+                // The entry went away between the key walk and the lookup.
+                Err(MapError::KeyNotFound) => {}
+                Err(source) => {
+                    return Err(LoadError::Map {
+                        name: MAP_PEERS,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads the counters not tied to a peer.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the read.
+    pub fn global(&self) -> Result<GlobalCounters, LoadError> {
+        let map = self
+            .ebpf
+            .map(MAP_GLOBAL)
+            .ok_or(LoadError::MissingMap { name: MAP_GLOBAL })?;
+        let global: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(map).map_err(map_err(MAP_GLOBAL))?;
+        let sum = |index: u32| -> Result<u64, LoadError> {
+            let values = global.get(&index, 0).map_err(map_err(MAP_GLOBAL))?;
+            Ok(values.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
+        };
+        Ok(GlobalCounters {
+            unparsed: sum(GLOBAL_UNPARSED)?,
+            table_full: sum(GLOBAL_TABLE_FULL)?,
+        })
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        // aya detaches each link when its program is dropped with `ebpf`.
+        debug!(attachments = ?self.attachments, "detaching kernel telemetry");
+    }
+}
+
+/// Loads the object, fills the maps from `cfg` and pins the XDP program and
+/// the empty anchor program under `dir` (on a mounted bpffs), without
+/// attaching anything: for `bpftool prog run` benchmarks. The pins keep the
+/// programs and their maps alive after the process exits; remove `dir` to
+/// free them.
+///
+/// # Errors
+///
+/// As [`Telemetry::start`], plus [`LoadError::Pin`].
+pub fn pin_for_test_run(cfg: &Config, dir: &Path) -> Result<(), LoadError> {
+    let mut ebpf = load_object()?;
+    write_config(&mut ebpf, cfg)?;
+    for name in [PROG_XDP, PROG_XDP_PASS] {
+        let prog: &mut Xdp = program(&mut ebpf, name)?;
+        prog.load()
+            .map_err(|source| LoadError::Program { name, source })?;
+        let path = dir.join(name);
+        prog.pin(&path).map_err(|source| LoadError::Pin {
+            what: path.display().to_string(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+fn load_object() -> Result<Ebpf, LoadError> {
+    if OBJECT.is_empty() {
+        return Err(LoadError::NotBuilt);
+    }
+    EbpfLoader::new().load(OBJECT).map_err(LoadError::Load)
+}
+
+fn map_err(name: &'static str) -> impl Fn(MapError) -> LoadError {
+    move |source| LoadError::Map { name, source }
+}
+
+fn map_mut<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut aya::maps::Map, LoadError> {
+    ebpf.map_mut(name).ok_or(LoadError::MissingMap { name })
+}
+
+/// Port bitmap, flags and SYN allow trie.
+fn write_config(ebpf: &mut Ebpf, cfg: &Config) -> Result<(), LoadError> {
+    let mut words = vec![0u64; PORT_WORDS as usize];
+    for &port in &cfg.ports {
+        words[usize::from(port >> 6)] |= 1 << (port & 63);
+    }
+    let mut ports: Array<&mut MapData, u64> =
+        Array::try_from(map_mut(ebpf, MAP_PORTS)?).map_err(map_err(MAP_PORTS))?;
+    for (i, w) in (0u32..).zip(words) {
+        if w != 0 {
+            ports.set(i, w, 0).map_err(map_err(MAP_PORTS))?;
+        }
+    }
+    let flags = if cfg.syn_guard { FLAG_SYN_GUARD } else { 0 };
+    let mut config: Array<&mut MapData, u32> =
+        Array::try_from(map_mut(ebpf, MAP_CONFIG)?).map_err(map_err(MAP_CONFIG))?;
+    config.set(0, flags, 0).map_err(map_err(MAP_CONFIG))?;
+    let mut allow: LpmTrie<&mut MapData, [u8; 16], u8> =
+        LpmTrie::try_from(map_mut(ebpf, MAP_SYN_ALLOW)?).map_err(map_err(MAP_SYN_ALLOW))?;
+    for prefix in &cfg.syn_allow {
+        let (addr, len) = prefix.to_mapped();
+        allow
+            .insert(&Key::new(len, addr), 1, 0)
+            .map_err(map_err(MAP_SYN_ALLOW))?;
+    }
+    Ok(())
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, LoadError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let prog = ebpf
+        .program_mut(name)
+        .ok_or(LoadError::MissingProgram { name })?;
+    prog.try_into()
+        .map_err(|source| LoadError::Program { name, source })
+}
+
+fn attach_ingress(ebpf: &mut Ebpf, interface: &str, mode: Mode) -> Result<Hook, LoadError> {
+    let tries: &[Hook] = match mode {
+        Mode::Auto => &[Hook::XdpNative, Hook::XdpGeneric, Hook::TcIngress],
+        Mode::XdpNative => &[Hook::XdpNative],
+        Mode::XdpGeneric => &[Hook::XdpGeneric],
+        Mode::Tc => &[Hook::TcIngress],
+        Mode::Off => return Err(LoadError::Disabled),
+    };
+    let mut last = None;
+    for &hook in tries {
+        let result = match hook {
+            Hook::XdpNative => attach_xdp(ebpf, interface, XdpMode::Driver),
+            Hook::XdpGeneric => attach_xdp(ebpf, interface, XdpMode::Skb),
+            _ => attach_tc(ebpf, PROG_TC_INGRESS, interface, TcAttachType::Ingress),
+        };
+        match result {
+            Ok(()) => return Ok(hook),
+            Err(LoadError::Attach { source, .. }) => {
+                debug!(interface, %hook, cause = %source, "attach failed, trying the next hook");
+                last = Some((hook, source));
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    let (hook, source) = last.expect("at least one hook tried");
+    if mode == Mode::Auto {
+        warn!(interface, "no hook accepted the program");
+    }
+    Err(LoadError::Attach {
+        interface: interface.to_owned(),
+        hook,
+        source,
+    })
+}
+
+fn attach_xdp(ebpf: &mut Ebpf, interface: &str, mode: XdpMode) -> Result<(), LoadError> {
+    let prog: &mut Xdp = program(ebpf, PROG_XDP)?;
+    if prog.fd().is_err() {
+        prog.load().map_err(|source| LoadError::Program {
+            name: PROG_XDP,
+            source,
+        })?;
+    }
+    let hook = if mode == XdpMode::Driver {
+        Hook::XdpNative
+    } else {
+        Hook::XdpGeneric
+    };
+    prog.attach(interface, mode)
+        .map(|_| ())
+        .map_err(|source| LoadError::Attach {
+            interface: interface.to_owned(),
+            hook,
+            source,
+        })
+}
+
+fn attach_tc(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    interface: &str,
+    attach: TcAttachType,
+) -> Result<(), LoadError> {
+    let prog: &mut SchedClassifier = program(ebpf, name)?;
+    if prog.fd().is_err() {
+        prog.load()
+            .map_err(|source| LoadError::Program { name, source })?;
+    }
+    // Kernels before 6.6 attach through a clsact qdisc (it may exist already);
+    // later ones use TCX links, which leave nothing behind on detach.
+    use aya::util::KernelVersion;
+    if KernelVersion::current().is_ok_and(|v| v < KernelVersion::new(6, 6, 0)) {
+        let _ = aya::programs::tc::qdisc_add_clsact(interface);
+    }
+    let hook = if attach == TcAttachType::Egress {
+        Hook::TcEgress
+    } else {
+        Hook::TcIngress
+    };
+    prog.attach(interface, attach)
+        .map(|_| ())
+        .map_err(|source| LoadError::Attach {
+            interface: interface.to_owned(),
+            hook,
+            source,
+        })
+}
