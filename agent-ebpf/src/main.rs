@@ -169,7 +169,10 @@ fn count(key: &PeerKey, s: &Sample) {
     }
     let mut stats = PeerStats::default();
     add(&mut stats, s);
-    if DOIC_PEERS.insert(key, &stats, u64::from(BPF_NOEXIST)).is_ok() {
+    if DOIC_PEERS
+        .insert(key, &stats, u64::from(BPF_NOEXIST))
+        .is_ok()
+    {
         return;
     }
     // Another CPU may have inserted the key first; otherwise the map is full.

@@ -223,6 +223,17 @@ impl Telemetry {
         &self.attachments
     }
 
+    /// Kernel ids of the loaded programs (as `bpftool prog show id N` takes
+    /// them).
+    #[must_use]
+    pub fn program_ids(&self) -> Vec<u32> {
+        self.ebpf
+            .programs()
+            .filter_map(|(_, p)| p.info().ok())
+            .map(|info| info.id())
+            .collect()
+    }
+
     /// Reads every peer's counters, summed over CPUs, in no particular order.
     ///
     /// # Errors
