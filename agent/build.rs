@@ -41,6 +41,7 @@ fn main() -> anyhow::Result<()> {
         "Cargo.lock",
         "common/src",
         "common/Cargo.toml",
+        ".cargo/config.toml",
     ] {
         println!("cargo:rerun-if-changed={}", kernel.join(path).display());
     }

@@ -83,19 +83,18 @@ enum Dir {
 /// directly; TC goes through `bpf_skb_load_bytes`, because the payload of a
 /// locally generated segment may sit in page fragments.
 trait Payload {
-    fn head(&self, start: usize, end: usize, off: usize) -> Option<[u8; 8]>;
+    /// The first 8 bytes at `off`, as loaded (network byte order).
+    fn head(&self, start: usize, end: usize, off: usize) -> Option<u64>;
 }
 
 struct Direct;
 
 impl Payload for Direct {
     #[inline(always)]
-    fn head(&self, start: usize, end: usize, off: usize) -> Option<[u8; 8]> {
+    fn head(&self, start: usize, end: usize, off: usize) -> Option<u64> {
         // The full 20-byte header must be in the frame, not only what we read.
         let p = ptr_at::<[u8; DIAMETER_HLEN as usize]>(start, end, off)?;
-        let p = p.cast::<[u8; 8]>();
-        // SAFETY: bounds checked by `ptr_at` against `data_end`.
-        Some(unsafe { p.read_unaligned() })
+        Some(load::<u64>(p as usize))
     }
 }
 
@@ -103,8 +102,8 @@ struct Skb<'a>(&'a TcContext);
 
 impl Payload for Skb<'_> {
     #[inline(always)]
-    fn head(&self, _start: usize, _end: usize, off: usize) -> Option<[u8; 8]> {
-        self.0.load::<[u8; 8]>(off).ok()
+    fn head(&self, _start: usize, _end: usize, off: usize) -> Option<u64> {
+        self.0.load::<u64>(off).ok()
     }
 }
 
@@ -117,12 +116,6 @@ fn ptr_at<T>(start: usize, end: usize, off: usize) -> Option<*const T> {
         return None;
     }
     Some(p as *const T)
-}
-
-#[inline(always)]
-fn be16(p: *const u8) -> u16 {
-    // SAFETY: callers pass pointers inside a bounds-checked header.
-    unsafe { u16::from_be_bytes([*p, *p.add(1)]) }
 }
 
 #[inline(always)]
@@ -197,68 +190,74 @@ fn syn_refused(addr: &[u8; 16]) -> bool {
 /// length of at least 20 that is a multiple of 4, reserved flags clear.
 /// Returns `Some(true)` for a request, `Some(false)` for an answer.
 #[inline(always)]
-fn diameter_kind(h: [u8; 8]) -> Option<bool> {
-    let len = u32::from_be_bytes([0, h[1], h[2], h[3]]);
-    if h[0] != 1 || len < DIAMETER_HLEN || len & 3 != 0 || h[4] & DIAMETER_FLAGS_RESERVED != 0 {
+fn diameter_kind(h: u64) -> Option<bool> {
+    // Network order: version, length (3 bytes), flags, command code (3 bytes).
+    let w = u64::from_be(h);
+    let version = (w >> 56) as u8;
+    let len = ((w >> 32) & 0x00FF_FFFF) as u32;
+    let flags = (w >> 24) as u8;
+    if version != 1 || len < DIAMETER_HLEN || len & 3 != 0 || flags & DIAMETER_FLAGS_RESERVED != 0 {
         return None;
     }
-    Some(h[4] & DIAMETER_FLAG_R != 0)
+    Some(flags & DIAMETER_FLAG_R != 0)
+}
+
+/// Reads a `T` at `p`, which callers have bounds-checked. The build enables
+/// misaligned loads (`+allows-misaligned-mem-access`, see `.cargo/config.toml`),
+/// so this is one load instruction; the verifier accepts misaligned packet
+/// access on architectures with efficient unaligned access (x86-64, arm64).
+#[inline(always)]
+fn load<T: Copy>(p: usize) -> T {
+    // SAFETY: callers pass addresses inside a bounds-checked header.
+    unsafe { (p as *const T).read_unaligned() }
 }
 
 /// The shared parse path. `start..end` is the directly readable frame,
 /// `bytes` the packet length to count.
+///
+/// Ordered for the common case of traffic that is not Diameter: nothing is
+/// built or looked up per peer until the TCP ports have matched.
 #[inline(always)]
 fn observe<P: Payload>(start: usize, end: usize, bytes: u64, dir: Dir, payload: &P) -> Verdict {
-    let Some(eth) = ptr_at::<[u8; ETH_HLEN]>(start, end, 0) else {
+    if ptr_at::<[u8; ETH_HLEN]>(start, end, 0).is_none() {
         return Verdict::Pass;
-    };
-    let eth = eth.cast::<u8>();
-    // SAFETY: inside the checked Ethernet header.
-    let mut proto = be16(unsafe { eth.add(12) });
+    }
+    let mut proto = u16::from_be(load::<u16>(start + 12));
     let mut l3 = ETH_HLEN;
     if proto == ETH_P_8021Q || proto == ETH_P_8021AD {
-        let Some(tag) = ptr_at::<[u8; 4]>(start, end, ETH_HLEN) else {
+        if ptr_at::<[u8; 4]>(start, end, ETH_HLEN).is_none() {
             return Verdict::Pass;
-        };
-        proto = be16(unsafe { tag.cast::<u8>().add(2) });
+        }
+        proto = u16::from_be(load::<u16>(start + ETH_HLEN + 2));
         l3 = ETH_HLEN + 4;
     }
 
-    let mut key = PeerKey::default();
+    // Layer 3: where TCP starts, how long the segment is, where the peer's
+    // address is (source on ingress, destination on egress).
     let l4;
     let l4_len: u32;
+    let v4;
+    let ip_at = start + l3;
     if proto == ETH_P_IP {
-        let Some(ip) = ptr_at::<[u8; 20]>(start, end, l3) else {
-            return Verdict::Pass;
-        };
-        // SAFETY: 20 bytes checked above.
-        let ip = unsafe { &*ip };
-        if ip[9] != IPPROTO_TCP {
+        if ptr_at::<[u8; 20]>(start, end, l3).is_none() {
             return Verdict::Pass;
         }
-        let ihl = usize::from(ip[0] & 0x0F) * 4;
-        if ihl < 20 || u16::from_be_bytes([ip[6], ip[7]]) & 0x1FFF != 0 {
+        if load::<u8>(ip_at + 9) != IPPROTO_TCP {
+            return Verdict::Pass;
+        }
+        let ihl = usize::from(load::<u8>(ip_at) & 0x0F) * 4;
+        if ihl < 20 || u16::from_be(load::<u16>(ip_at + 6)) & 0x1FFF != 0 {
             global_add(GLOBAL_UNPARSED);
             return Verdict::Pass;
         }
-        let total = u32::from(u16::from_be_bytes([ip[2], ip[3]]));
         l4 = l3 + ihl;
-        l4_len = total.saturating_sub(ihl as u32);
-        key.family = 4;
-        key.addr[10] = 0xFF;
-        key.addr[11] = 0xFF;
-        let src_dst = match dir {
-            Dir::Ingress => [ip[12], ip[13], ip[14], ip[15]],
-            Dir::Egress => [ip[16], ip[17], ip[18], ip[19]],
-        };
-        key.addr[12..16].copy_from_slice(&src_dst);
+        l4_len = u32::from(u16::from_be(load::<u16>(ip_at + 2))).saturating_sub(ihl as u32);
+        v4 = true;
     } else if proto == ETH_P_IPV6 {
-        let Some(ip) = ptr_at::<[u8; 40]>(start, end, l3) else {
+        if ptr_at::<[u8; 40]>(start, end, l3).is_none() {
             return Verdict::Pass;
-        };
-        // SAFETY: 40 bytes checked above.
-        let ip = unsafe { &*ip };
-        let next = ip[6];
+        }
+        let next = load::<u8>(ip_at + 6);
         if next != IPPROTO_TCP {
             // Hop-by-hop, routing, fragment, ESP, AH, destination options,
             // mobility, HIP, shim6: the TCP header (if any) is further on.
@@ -268,45 +267,57 @@ fn observe<P: Payload>(start: usize, end: usize, bytes: u64, dir: Dir, payload: 
             return Verdict::Pass;
         }
         l4 = l3 + 40;
-        l4_len = u32::from(u16::from_be_bytes([ip[4], ip[5]]));
-        key.family = 6;
-        let off = match dir {
-            Dir::Ingress => 8,
-            Dir::Egress => 24,
-        };
-        let mut i = 0;
-        while i < 16 {
-            key.addr[i] = ip[off + i];
-            i += 1;
-        }
+        l4_len = u32::from(u16::from_be(load::<u16>(ip_at + 4)));
+        v4 = false;
     } else {
         return Verdict::Pass;
     }
 
+    // Layer 4: ports first.
     let Some(tcp) = ptr_at::<[u8; 14]>(start, end, l4) else {
         global_add(GLOBAL_UNPARSED);
         return Verdict::Pass;
     };
-    // SAFETY: 14 bytes checked above.
-    let tcp = unsafe { &*tcp };
-    let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
-    let dport = u16::from_be_bytes([tcp[2], tcp[3]]);
+    let tcp = tcp as usize;
+    let sport = u16::from_be(load::<u16>(tcp));
+    let dport = u16::from_be(load::<u16>(tcp + 2));
     let to_diameter = port_is_diameter(dport);
     if !to_diameter && !port_is_diameter(sport) {
         return Verdict::Pass;
     }
-    key.port = match dir {
-        Dir::Ingress => sport,
-        Dir::Egress => dport,
+
+    // A Diameter port: build the key.
+    let addr: [u8; 16] = if v4 {
+        let at = ip_at + if dir == Dir::Ingress { 12 } else { 16 };
+        // ::ffff:a.b.c.d, written as four native words.
+        let words: [u32; 4] = [
+            0,
+            0,
+            u32::from_ne_bytes([0, 0, 0xFF, 0xFF]),
+            load::<u32>(at),
+        ];
+        // SAFETY: same size, any bit pattern is valid.
+        unsafe { core::mem::transmute::<[u32; 4], [u8; 16]>(words) }
+    } else {
+        let at = ip_at + if dir == Dir::Ingress { 8 } else { 24 };
+        let words: [u64; 2] = [load::<u64>(at), load::<u64>(at + 8)];
+        // SAFETY: as above.
+        unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(words) }
     };
-    key.direction = match dir {
-        Dir::Ingress => DIR_FROM_PEER,
-        Dir::Egress => DIR_TO_PEER,
+    let key = PeerKey {
+        addr,
+        port: if dir == Dir::Ingress { sport } else { dport },
+        family: if v4 { 4 } else { 6 },
+        direction: if dir == Dir::Ingress {
+            DIR_FROM_PEER
+        } else {
+            DIR_TO_PEER
+        },
     };
 
-    let flags = tcp[13];
+    let flags = load::<u8>(tcp + 13);
     let syn = flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
-    let doff = u32::from(tcp[12] >> 4) * 4;
+    let doff = u32::from(load::<u8>(tcp + 12) >> 4) * 4;
     let mut sample = Sample {
         bytes,
         request: false,
