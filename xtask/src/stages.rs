@@ -33,6 +33,16 @@ const STAGES: &[Stage] = &[
         about: "unit, property, simulation and integration tests of the workspace",
         run: unit,
     },
+    Stage {
+        name: "ebpf",
+        about: "kernel telemetry in network namespaces: exact counts in XDP native/generic and TC, SYN guard, detach (root)",
+        run: ebpf,
+    },
+    Stage {
+        name: "bench-ebpf",
+        about: "per-packet cost of the kernel program against an empty XDP program; fails above target (root)",
+        run: bench_ebpf,
+    },
 ];
 
 /// Runs the selected stages in order; stops at the first failure.
@@ -89,4 +99,64 @@ fn unit() -> anyhow::Result<()> {
         run("cargo", &["test", "--workspace", "--no-fail-fast"])?;
     }
     run("cargo", &["test", "--workspace", "--doc"])
+}
+
+/// Fails with a clear message unless running as root.
+fn require_root(stage: &str) -> anyhow::Result<()> {
+    let uid = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    if uid != "0" {
+        bail!(
+            "stage {stage} needs root (network namespaces, BPF); skipped: run `sudo -E cargo xtask test --only {stage}`"
+        );
+    }
+    Ok(())
+}
+
+fn ebpf() -> anyhow::Result<()> {
+    require_root("ebpf")?;
+    setup::ebpf()?;
+    run(
+        "cargo",
+        &[
+            "test",
+            "-p",
+            "agent",
+            "--test",
+            "ebpf_netns",
+            "--",
+            "--ignored",
+            "--test-threads=1",
+        ],
+    )
+}
+
+fn bench_ebpf() -> anyhow::Result<()> {
+    require_root("bench-ebpf")?;
+    setup::ebpf()?;
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    if !mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf"))
+    {
+        run("mount", &["-t", "bpf", "bpf", "/sys/fs/bpf"])?;
+    }
+    let dir = format!("/sys/fs/bpf/doic-bench-{}", std::process::id());
+    run(
+        "cargo",
+        &[
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "bench",
+            "--bin",
+            "ebpf-prog-run",
+            "--",
+            &dir,
+        ],
+    )
 }
