@@ -38,8 +38,8 @@ use std::fmt;
 use std::path::Path;
 
 use agent_ebpf_common::{
-    FLAG_SYN_GUARD, GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, MAP_CONFIG, MAP_GLOBAL, MAP_PEERS,
-    MAP_PORTS, MAP_SYN_ALLOW, PORT_WORDS, PROG_TC_EGRESS, PROG_TC_INGRESS, PROG_XDP, PROG_XDP_PASS,
+    FLAG_SYN_GUARD, GLOBAL_PORT_BITS, GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, MAP_CONFIG, MAP_GLOBAL,
+    MAP_PEERS, MAP_SYN_ALLOW, PORT_WORDS, PROG_TC_EGRESS, PROG_TC_INGRESS, PROG_XDP, PROG_XDP_PASS,
     PeerKey, PeerStats,
 };
 use aya::maps::{Array, LpmTrie, MapData, MapError, PerCpuArray, PerCpuHashMap, lpm_trie::Key};
@@ -196,7 +196,7 @@ impl Telemetry {
             return Err(LoadError::Disabled);
         }
         cfg.validate()?;
-        let mut ebpf = load_object()?;
+        let mut ebpf = load_object(cfg)?;
         write_config(&mut ebpf, cfg)?;
         let mut attachments = Vec::new();
         for interface in &cfg.interfaces {
@@ -303,7 +303,7 @@ impl Drop for Telemetry {
 ///
 /// As [`Telemetry::start`], plus [`LoadError::Pin`].
 pub fn pin_for_test_run(cfg: &Config, dir: &Path) -> Result<(), LoadError> {
-    let mut ebpf = load_object()?;
+    let mut ebpf = load_object(cfg)?;
     write_config(&mut ebpf, cfg)?;
     for name in [PROG_XDP, PROG_XDP_PASS] {
         let prog: &mut Xdp = program(&mut ebpf, name)?;
@@ -318,11 +318,19 @@ pub fn pin_for_test_run(cfg: &Config, dir: &Path) -> Result<(), LoadError> {
     Ok(())
 }
 
-fn load_object() -> Result<Ebpf, LoadError> {
+/// Loads the object with the port bitmap of `cfg` in place.
+fn load_object(cfg: &Config) -> Result<Ebpf, LoadError> {
     if OBJECT.is_empty() {
         return Err(LoadError::NotBuilt);
     }
-    EbpfLoader::new().load(OBJECT).map_err(LoadError::Load)
+    let mut words = [0u64; PORT_WORDS as usize];
+    for &port in &cfg.ports {
+        words[usize::from(port >> 6)] |= 1 << (port & 63);
+    }
+    EbpfLoader::new()
+        .override_global(GLOBAL_PORT_BITS, &words, true)
+        .load(OBJECT)
+        .map_err(LoadError::Load)
 }
 
 fn map_err(name: &'static str) -> impl Fn(MapError) -> LoadError {
@@ -336,19 +344,8 @@ fn map_mut<'a>(
     ebpf.map_mut(name).ok_or(LoadError::MissingMap { name })
 }
 
-/// Port bitmap, flags and SYN allow trie.
+/// Flags and SYN allow trie (the ports are set at load time).
 fn write_config(ebpf: &mut Ebpf, cfg: &Config) -> Result<(), LoadError> {
-    let mut words = vec![0u64; PORT_WORDS as usize];
-    for &port in &cfg.ports {
-        words[usize::from(port >> 6)] |= 1 << (port & 63);
-    }
-    let mut ports: Array<&mut MapData, u64> =
-        Array::try_from(map_mut(ebpf, MAP_PORTS)?).map_err(map_err(MAP_PORTS))?;
-    for (i, w) in (0u32..).zip(words) {
-        if w != 0 {
-            ports.set(i, w, 0).map_err(map_err(MAP_PORTS))?;
-        }
-    }
     let flags = if cfg.syn_guard { FLAG_SYN_GUARD } else { 0 };
     let mut config: Array<&mut MapData, u32> =
         Array::try_from(map_mut(ebpf, MAP_CONFIG)?).map_err(map_err(MAP_CONFIG))?;

@@ -22,9 +22,11 @@ pub const PROG_XDP_PASS: &str = "doic_xdp_pass";
 
 /// Per-CPU hash map `PeerKey -> PeerStats`.
 pub const MAP_PEERS: &str = "DOIC_PEERS";
-/// Array of `PORT_WORDS` `u64` words: bit `p` set means TCP port `p` carries
-/// Diameter. Word `p / 64`, bit `p % 64`.
-pub const MAP_PORTS: &str = "DOIC_PORTS";
+/// Global `[u64; PORT_WORDS]` in `.rodata`: bit `p` set means TCP port `p`
+/// carries Diameter (word `p / 64`, bit `p % 64`). The agent fills it when it
+/// loads the program (a frozen array map: the parse path reads it with one
+/// load, no map lookup); changing the ports means reloading.
+pub const GLOBAL_PORT_BITS: &str = "DOIC_PORT_BITS";
 /// Array of one `u32`: the `FLAG_*` bits.
 pub const MAP_CONFIG: &str = "DOIC_CONFIG";
 /// Longest-prefix-match trie `Key<[u8; 16]> -> u8`: sources allowed to open

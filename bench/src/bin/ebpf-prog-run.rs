@@ -15,9 +15,9 @@ use anyhow::{Context, bail};
 use doic_agent::ebpf::{self, Config};
 
 /// Runs per `bpftool prog run` call.
-const REPEAT: u32 = 2_000_000;
+const REPEAT: u32 = 1_000_000;
 /// Rounds; each round measures every packet and the anchor once, interleaved.
-const ROUNDS: usize = 9;
+const ROUNDS: usize = 15;
 /// Targets, net ns per packet.
 const TARGET_MATCHING_NS: f64 = 30.0;
 const TARGET_OTHER_NS: f64 = 5.0;
