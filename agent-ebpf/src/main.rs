@@ -164,7 +164,7 @@ fn count(key: &PeerKey, s: &Sample) {
     let mut stats = PeerStats::default();
     add(&mut stats, s);
     if DOIC_PEERS
-        .insert(key, &stats, u64::from(BPF_NOEXIST))
+        .insert(key, stats, u64::from(BPF_NOEXIST))
         .is_ok()
     {
         return;
@@ -332,13 +332,13 @@ fn observe<P: Payload>(start: usize, end: usize, bytes: u64, dir: Dir, payload: 
             count(&key, &sample);
             return Verdict::Drop;
         }
-    } else if l4_len >= doff + DIAMETER_HLEN {
-        if let Some(head) = payload.head(start, end, l4 + doff as usize) {
-            match diameter_kind(head) {
-                Some(true) => sample.request = true,
-                Some(false) => sample.answer = true,
-                None => {}
-            }
+    } else if l4_len >= doff + DIAMETER_HLEN
+        && let Some(head) = payload.head(start, end, l4 + doff as usize)
+    {
+        match diameter_kind(head) {
+            Some(true) => sample.request = true,
+            Some(false) => sample.answer = true,
+            None => {}
         }
     }
     count(&key, &sample);
@@ -378,7 +378,7 @@ fn tc(ctx: &TcContext, dir: Dir) -> i32 {
         &Skb(ctx),
     ) {
         Verdict::Pass => TC_ACT_UNSPEC,
-        Verdict::Drop => TC_ACT_SHOT as i32,
+        Verdict::Drop => TC_ACT_SHOT,
     }
 }
 

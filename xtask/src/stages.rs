@@ -119,6 +119,32 @@ fn require_root(stage: &str) -> anyhow::Result<()> {
 fn ebpf() -> anyhow::Result<()> {
     require_root("ebpf")?;
     setup::ebpf()?;
+    // The kernel crate is outside the host workspace: lint it for its target.
+    let kernel = crate::util::root().join("agent-ebpf");
+    crate::util::run_cmd(
+        std::process::Command::new("cargo")
+            .args(["+nightly", "fmt", "--check"])
+            .current_dir(&kernel),
+    )?;
+    crate::util::run_cmd(
+        std::process::Command::new("cargo")
+            .args([
+                "+nightly",
+                "clippy",
+                "--release",
+                "--locked",
+                "-Z",
+                "build-std=core",
+            ])
+            .args([
+                "--target",
+                "bpfel-unknown-none",
+                "--target-dir",
+                "../target/bpf",
+            ])
+            .args(["--", "-D", "warnings"])
+            .current_dir(&kernel),
+    )?;
     run(
         "cargo",
         &[
