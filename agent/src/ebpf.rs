@@ -35,6 +35,7 @@ mod config;
 mod counters;
 
 use std::fmt;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
 use agent_ebpf_common::{
@@ -120,6 +121,15 @@ pub enum LoadError {
         /// What aya reported.
         #[source]
         source: MapError,
+    },
+    /// The kernel refused a test run.
+    #[error("test run of {name} failed")]
+    TestRun {
+        /// The program's name.
+        name: &'static str,
+        /// What the kernel reported.
+        #[source]
+        source: std::io::Error,
     },
     /// Pinning to bpffs failed.
     #[error("cannot pin {what}")]
@@ -240,27 +250,7 @@ impl Telemetry {
     ///
     /// [`LoadError::Map`] when the kernel refuses the read.
     pub fn read(&self) -> Result<Vec<PeerCounters>, LoadError> {
-        let map = self
-            .ebpf
-            .map(MAP_PEERS)
-            .ok_or(LoadError::MissingMap { name: MAP_PEERS })?;
-        let peers: PerCpuHashMap<&MapData, PeerKey, PeerStats> =
-            PerCpuHashMap::try_from(map).map_err(map_err(MAP_PEERS))?;
-        let mut out = Vec::new();
-        for entry in peers.iter() {
-            match entry {
-                Ok((key, values)) => out.push(PeerCounters::from_kernel(&key, values.iter())),
-                // The entry went away between the key walk and the lookup.
-                Err(MapError::KeyNotFound) => {}
-                Err(source) => {
-                    return Err(LoadError::Map {
-                        name: MAP_PEERS,
-                        source,
-                    });
-                }
-            }
-        }
-        Ok(out)
+        read_peers(&self.ebpf)
     }
 
     /// Reads the counters not tied to a peer.
@@ -269,20 +259,7 @@ impl Telemetry {
     ///
     /// [`LoadError::Map`] when the kernel refuses the read.
     pub fn global(&self) -> Result<GlobalCounters, LoadError> {
-        let map = self
-            .ebpf
-            .map(MAP_GLOBAL)
-            .ok_or(LoadError::MissingMap { name: MAP_GLOBAL })?;
-        let global: PerCpuArray<&MapData, u64> =
-            PerCpuArray::try_from(map).map_err(map_err(MAP_GLOBAL))?;
-        let sum = |index: u32| -> Result<u64, LoadError> {
-            let values = global.get(&index, 0).map_err(map_err(MAP_GLOBAL))?;
-            Ok(values.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
-        };
-        Ok(GlobalCounters {
-            unparsed: sum(GLOBAL_UNPARSED)?,
-            table_full: sum(GLOBAL_TABLE_FULL)?,
-        })
+        read_global(&self.ebpf)
     }
 }
 
@@ -291,6 +268,190 @@ impl Drop for Telemetry {
         // aya detaches each link when its program is dropped with `ebpf`.
         debug!(attachments = ?self.attachments, "detaching kernel telemetry");
     }
+}
+
+fn read_peers(ebpf: &Ebpf) -> Result<Vec<PeerCounters>, LoadError> {
+    let map = ebpf
+        .map(MAP_PEERS)
+        .ok_or(LoadError::MissingMap { name: MAP_PEERS })?;
+    let peers: PerCpuHashMap<&MapData, PeerKey, PeerStats> =
+        PerCpuHashMap::try_from(map).map_err(map_err(MAP_PEERS))?;
+    let mut out = Vec::new();
+    for entry in peers.iter() {
+        match entry {
+            Ok((key, values)) => out.push(PeerCounters::from_kernel(&key, values.iter())),
+            // The entry went away between the key walk and the lookup.
+            Err(MapError::KeyNotFound) => {}
+            Err(source) => {
+                return Err(LoadError::Map {
+                    name: MAP_PEERS,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn read_global(ebpf: &Ebpf) -> Result<GlobalCounters, LoadError> {
+    let map = ebpf
+        .map(MAP_GLOBAL)
+        .ok_or(LoadError::MissingMap { name: MAP_GLOBAL })?;
+    let global: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(map).map_err(map_err(MAP_GLOBAL))?;
+    let sum = |index: u32| -> Result<u64, LoadError> {
+        let values = global.get(&index, 0).map_err(map_err(MAP_GLOBAL))?;
+        Ok(values.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
+    };
+    Ok(GlobalCounters {
+        unparsed: sum(GLOBAL_UNPARSED)?,
+        table_full: sum(GLOBAL_TABLE_FULL)?,
+    })
+}
+
+/// The program loaded with its maps but attached nowhere: packets are fed to
+/// it with the kernel's test run (`BPF_PROG_TEST_RUN`), exactly as a hook
+/// would run it, and the counters read back. For tests of the parse path and
+/// for benchmarks; needs the same privileges as [`Telemetry`].
+pub struct Probe {
+    ebpf: Ebpf,
+}
+
+impl fmt::Debug for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Probe").finish_non_exhaustive()
+    }
+}
+
+/// Which program a [`Probe`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeHook {
+    /// The XDP program; returns an XDP action (1 drop, 2 pass).
+    Xdp,
+    /// The TC ingress classifier; returns a TC action (-1 next, 2 shot).
+    TcIngress,
+    /// The TC egress classifier.
+    TcEgress,
+}
+
+impl Probe {
+    /// Loads the programs with the maps filled from `cfg`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Telemetry::start`], without the attach errors.
+    pub fn load(cfg: &Config) -> Result<Self, LoadError> {
+        cfg.validate()?;
+        let mut ebpf = load_object(cfg)?;
+        write_config(&mut ebpf, cfg)?;
+        {
+            let xdp: &mut Xdp = program(&mut ebpf, PROG_XDP)?;
+            xdp.load().map_err(|source| LoadError::Program {
+                name: PROG_XDP,
+                source,
+            })?;
+        }
+        for name in [PROG_TC_INGRESS, PROG_TC_EGRESS] {
+            let tc: &mut SchedClassifier = program(&mut ebpf, name)?;
+            tc.load()
+                .map_err(|source| LoadError::Program { name, source })?;
+        }
+        Ok(Self { ebpf })
+    }
+
+    /// Runs `frame` (starting with its Ethernet header) through one program
+    /// once and returns the program's return value.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::TestRun`] when the kernel refuses the run (for example a
+    /// frame shorter than an Ethernet header).
+    pub fn run(&self, hook: ProbeHook, frame: &[u8]) -> Result<i32, LoadError> {
+        let name = match hook {
+            ProbeHook::Xdp => PROG_XDP,
+            ProbeHook::TcIngress => PROG_TC_INGRESS,
+            ProbeHook::TcEgress => PROG_TC_EGRESS,
+        };
+        let prog = self
+            .ebpf
+            .program(name)
+            .ok_or(LoadError::MissingProgram { name })?;
+        let fd = prog
+            .fd()
+            .map_err(|source| LoadError::Program { name, source })?;
+        test_run(fd.as_fd().as_raw_fd(), frame)
+            .map_err(|source| LoadError::TestRun { name, source })
+    }
+
+    /// Reads every peer's counters, as [`Telemetry::read`].
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the read.
+    pub fn read(&self) -> Result<Vec<PeerCounters>, LoadError> {
+        read_peers(&self.ebpf)
+    }
+
+    /// Reads the counters not tied to a peer, as [`Telemetry::global`].
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the read.
+    pub fn global(&self) -> Result<GlobalCounters, LoadError> {
+        read_global(&self.ebpf)
+    }
+}
+
+/// `BPF_PROG_TEST_RUN` (`union bpf_attr`, member `test`).
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    /// Explicit, so that it is zero: the kernel rejects non-zero bytes past
+    /// the fields it knows.
+    pad: u32,
+}
+
+fn test_run(prog_fd: i32, frame: &[u8]) -> Result<i32, std::io::Error> {
+    const BPF_PROG_TEST_RUN: libc::c_long = 10;
+    let len = u32::try_from(frame.len())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut attr = TestRunAttr {
+        prog_fd: prog_fd as u32,
+        data_size_in: len,
+        data_in: frame.as_ptr() as u64,
+        repeat: 1,
+        ..TestRunAttr::default()
+    };
+    // SAFETY: `attr` is a valid, zero-padded `bpf_attr` prefix of the given
+    // size; `data_in` points to `len` readable bytes that outlive the call;
+    // no output buffers are given.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_TEST_RUN,
+            &raw mut attr,
+            size_of::<TestRunAttr>() as u32,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(attr.retval as i32)
 }
 
 /// Loads the object, fills the maps from `cfg` and pins the XDP program and

@@ -35,7 +35,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "ebpf",
-        about: "kernel telemetry in network namespaces: exact counts in XDP native/generic and TC, SYN guard, detach (root)",
+        about: "kernel program: parse path by test run; exact counts in netns over XDP native/generic and TC; SYN guard; detach (root)",
         run: ebpf,
     },
     Stage {
@@ -151,6 +151,8 @@ fn ebpf() -> anyhow::Result<()> {
             "test",
             "-p",
             "agent",
+            "--test",
+            "ebpf_parse",
             "--test",
             "ebpf_netns",
             "--",
