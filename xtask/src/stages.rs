@@ -186,5 +186,19 @@ fn bench_ebpf() -> anyhow::Result<()> {
             "--",
             &dir,
         ],
+    )?;
+    // Live traffic through the kernel's run statistics: figures, no target.
+    run(
+        "cargo",
+        &[
+            "test",
+            "-p",
+            "agent",
+            "--test",
+            "ebpf_live_cost",
+            "--",
+            "--ignored",
+            "--nocapture",
+        ],
     )
 }
