@@ -63,8 +63,20 @@ struct Exchange {
 /// segment starts mid-message), then `m` requests from the server. Each
 /// message waits for its answer, so each starts a segment.
 fn diameter_exchange(pair: &VethPair, server: IpAddr, n: u64, m: u64) -> Exchange {
+    diameter_exchange_from(&pair.a, &pair.b, server, n, m)
+}
+
+/// As [`diameter_exchange`], with the client in `client_ns` and the listener in
+/// `server_ns` (the same namespace for loopback).
+fn diameter_exchange_from(
+    client_ns: &str,
+    server_ns: &str,
+    server: IpAddr,
+    n: u64,
+    m: u64,
+) -> Exchange {
     let addr = SocketAddr::new(server, PORT);
-    let listener = in_netns(&pair.b, move || {
+    let listener = in_netns(server_ns, move || {
         TcpListener::bind(addr).expect("bind listener")
     });
     let server_thread = thread::spawn(move || {
@@ -86,7 +98,7 @@ fn diameter_exchange(pair: &VethPair, server: IpAddr, n: u64, m: u64) -> Exchang
             "expected end of stream"
         );
     });
-    let client = in_netns(&pair.a, move || {
+    let client = in_netns(client_ns, move || {
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
         s.set_nodelay(true).unwrap();
         for i in 0..n {
@@ -271,6 +283,50 @@ fn tc_counts_exactly() {
 #[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
 fn auto_mode_picks_native_xdp_on_veth() {
     counts_exactly(Mode::Auto, Hook::XdpNative);
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn default_config_on_loopback_falls_back_to_generic_xdp() {
+    let pair = VethPair::new("lo");
+    // The default section: `lo`, auto, egress, port 3868.
+    let telemetry = start(&pair, Config::default());
+    let hooks: Vec<Hook> = telemetry.attachments().iter().map(|a| a.hook).collect();
+    assert_eq!(
+        hooks,
+        [Hook::XdpGeneric, Hook::TcEgress],
+        "lo has no native XDP"
+    );
+    let ids = telemetry.program_ids();
+    let capture = in_netns(&pair.b, || Capture::start("lo", PORT));
+    let v4 = diameter_exchange_from(&pair.b, &pair.b, "127.0.0.1".parse().unwrap(), 6, 3);
+    let v6 = diameter_exchange_from(&pair.b, &pair.b, "::1".parse().unwrap(), 4, 2);
+    let (kernel, seen, full) = settle(&telemetry, &capture);
+    drop(capture);
+    assert_eq!(
+        kernel, seen,
+        "kernel counts (left) differ from the capture (right)"
+    );
+    // On loopback both ends are local: each segment leaves (egress, keyed by
+    // its destination) and arrives (ingress, keyed by its source).
+    for (x, server) in [(&v4, "127.0.0.1:3868"), (&v6, "[::1]:3868")] {
+        let server: SocketAddr = server.parse().unwrap();
+        let from_client = full[&(x.client, Direction::FromPeer)];
+        let to_server = full[&(server, Direction::ToPeer)];
+        let from_server = full[&(server, Direction::FromPeer)];
+        let to_client = full[&(x.client, Direction::ToPeer)];
+        let client_sent = (x.client_requests, x.server_requests);
+        let server_sent = (x.server_requests, x.client_requests);
+        assert_eq!((from_client.requests, from_client.answers), client_sent);
+        assert_eq!((to_server.requests, to_server.answers), client_sent);
+        assert_eq!((from_server.requests, from_server.answers), server_sent);
+        assert_eq!((to_client.requests, to_client.answers), server_sent);
+        assert_eq!(from_client.packets, to_server.packets);
+    }
+    drop(telemetry);
+    let link = link_details(&pair.b, "lo");
+    assert!(!link.contains("xdp"), "XDP still attached to lo:\n{link}");
+    assert_detached(&pair, &ids);
 }
 
 #[test]
