@@ -35,13 +35,14 @@ mod config;
 mod counters;
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
 use agent_ebpf_common::{
-    FLAG_SYN_GUARD, GLOBAL_PORT_BITS, GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, MAP_CONFIG, MAP_GLOBAL,
-    MAP_PEERS, MAP_SYN_ALLOW, PORT_WORDS, PROG_TC_EGRESS, PROG_TC_INGRESS, PROG_XDP, PROG_XDP_PASS,
-    PeerKey, PeerStats,
+    DIR_FROM_PEER, DIR_TO_PEER, FLAG_SYN_GUARD, GLOBAL_PORT_BITS, GLOBAL_TABLE_FULL,
+    GLOBAL_UNPARSED, MAP_CONFIG, MAP_GLOBAL, MAP_PEERS, MAP_SYN_ALLOW, PORT_WORDS, PROG_TC_EGRESS,
+    PROG_TC_INGRESS, PROG_XDP, PROG_XDP_PASS, PeerKey, PeerStats,
 };
 use aya::maps::{Array, LpmTrie, MapData, MapError, PerCpuArray, PerCpuHashMap, lpm_trie::Key};
 use aya::programs::{ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode};
@@ -261,6 +262,17 @@ impl Telemetry {
     pub fn global(&self) -> Result<GlobalCounters, LoadError> {
         read_global(&self.ebpf)
     }
+
+    /// Forgets a peer's counters (both directions), for example once its
+    /// connection is closed, so that the table (`MAX_PEERS` entries) does not
+    /// fill with old ephemeral ports. Returns how many entries were removed.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the removal.
+    pub fn forget(&mut self, peer: SocketAddr) -> Result<usize, LoadError> {
+        forget_peer(&mut self.ebpf, peer)
+    }
 }
 
 impl Drop for Telemetry {
@@ -291,6 +303,37 @@ fn read_peers(ebpf: &Ebpf) -> Result<Vec<PeerCounters>, LoadError> {
         }
     }
     Ok(out)
+}
+
+fn forget_peer(ebpf: &mut Ebpf, peer: SocketAddr) -> Result<usize, LoadError> {
+    let mut peers: PerCpuHashMap<&mut MapData, PeerKey, PeerStats> =
+        PerCpuHashMap::try_from(map_mut(ebpf, MAP_PEERS)?).map_err(map_err(MAP_PEERS))?;
+    let (addr, family) = match peer.ip() {
+        IpAddr::V4(v4) => (v4.to_ipv6_mapped().octets(), 4),
+        IpAddr::V6(v6) => (v6.octets(), 6),
+    };
+    let mut removed = 0;
+    for direction in [DIR_FROM_PEER, DIR_TO_PEER] {
+        let key = PeerKey {
+            addr,
+            port: peer.port(),
+            family,
+            direction,
+        };
+        match peers.remove(&key) {
+            Ok(()) => removed += 1,
+            Err(MapError::KeyNotFound) => {}
+            // Older kernels report a missing key as a plain ENOENT.
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(source) => {
+                return Err(LoadError::Map {
+                    name: MAP_PEERS,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(removed)
 }
 
 fn read_global(ebpf: &Ebpf) -> Result<GlobalCounters, LoadError> {
@@ -399,6 +442,15 @@ impl Probe {
     /// [`LoadError::Map`] when the kernel refuses the read.
     pub fn global(&self) -> Result<GlobalCounters, LoadError> {
         read_global(&self.ebpf)
+    }
+
+    /// Forgets a peer's counters, as [`Telemetry::forget`].
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the removal.
+    pub fn forget(&mut self, peer: SocketAddr) -> Result<usize, LoadError> {
+        forget_peer(&mut self.ebpf, peer)
     }
 }
 

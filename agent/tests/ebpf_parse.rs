@@ -85,6 +85,10 @@ fn counts_segments_bytes_requests_and_answers_per_source() {
             "{client}"
         );
         assert_eq!(p.read().unwrap().len(), 1, "only the source is a peer");
+        let mut p = p;
+        assert_eq!(p.forget(client.parse().unwrap()).unwrap(), 1);
+        assert!(p.read().unwrap().is_empty(), "forgotten");
+        assert_eq!(p.forget(client.parse().unwrap()).unwrap(), 0);
     }
 }
 
