@@ -11,13 +11,8 @@
 //! ```no_run
 //! use doic_agent::ebpf::{self, Config, Telemetry};
 //!
-//! let telemetry = match Telemetry::start(&Config::default()) {
-//!     Ok(t) => Some(t),
-//!     Err(err) => {
-//!         tracing::warn!(cause = %err, "kernel telemetry unavailable");
-//!         None
-//!     }
-//! };
+//! // One log line and `None` when the program cannot run.
+//! let telemetry = Telemetry::start_or_log(&Config::default());
 //! let mut text = String::new();
 //! match &telemetry {
 //!     Some(t) => {
@@ -226,6 +221,32 @@ impl Telemetry {
         }
         info!(attachments = ?attachments, ports = ?cfg.ports, syn_guard = cfg.syn_guard, "kernel telemetry attached");
         Ok(Self { ebpf, attachments })
+    }
+
+    /// [`Telemetry::start`] for an agent that runs with or without the
+    /// program: logs one line saying why there is none (info when `mode =
+    /// "off"`, warn otherwise, with the cause chain) and returns `None`; the
+    /// caller then exports `doic_ebpf_attached 0`.
+    #[must_use]
+    pub fn start_or_log(cfg: &Config) -> Option<Self> {
+        match Self::start(cfg) {
+            Ok(t) => Some(t),
+            Err(LoadError::Disabled) => {
+                info!("kernel telemetry off (ebpf.mode = \"off\")");
+                None
+            }
+            Err(err) => {
+                let mut cause = err.to_string();
+                let mut source = std::error::Error::source(&err);
+                while let Some(s) = source {
+                    cause.push_str(": ");
+                    cause.push_str(&s.to_string());
+                    source = s.source();
+                }
+                warn!(%cause, "kernel telemetry unavailable; the agent runs without it");
+                None
+            }
+        }
     }
 
     /// Where the program is attached.
@@ -671,4 +692,42 @@ fn attach_tc(
             hook,
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_means_no_program_and_no_error() {
+        let cfg = Config {
+            mode: Mode::Off,
+            ..Config::default()
+        };
+        assert!(matches!(Telemetry::start(&cfg), Err(LoadError::Disabled)));
+        assert!(Telemetry::start_or_log(&cfg).is_none());
+    }
+
+    #[test]
+    fn an_invalid_config_is_refused_before_loading() {
+        let cfg = Config {
+            ports: Vec::new(),
+            ..Config::default()
+        };
+        assert!(matches!(
+            Telemetry::start(&cfg),
+            Err(LoadError::Config(ConfigError::NoPorts))
+        ));
+    }
+
+    #[test]
+    fn test_run_attr_matches_the_kernel_layout() {
+        // `union bpf_attr` member `test`: 76 bytes of fields, 8-byte aligned.
+        assert_eq!(size_of::<TestRunAttr>(), 80);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, data_in), 16);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, repeat), 32);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, ctx_in), 48);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, flags), 64);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, batch_size), 72);
+    }
 }
