@@ -100,6 +100,16 @@ impl Drop for StatsEnabled {
     }
 }
 
+/// Removes the pins (which hold the programs loaded) on drop, also when the
+/// test panics.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[test]
 #[ignore = "needs root and bpffs; run by `cargo xtask test --only bench-ebpf`"]
 fn live_cost_against_an_empty_program() {
@@ -107,6 +117,7 @@ fn live_cost_against_an_empty_program() {
     let pair = VethPair::new("live");
     let pin_dir = PathBuf::from(format!("/sys/fs/bpf/doic-live-{}", std::process::id()));
     std::fs::create_dir_all(&pin_dir).expect("bpffs mounted at /sys/fs/bpf");
+    let _unpin = RemoveOnDrop(pin_dir.clone());
     ebpf::pin_for_test_run(&Config::default(), &pin_dir).expect("pin the anchor");
     let anchor = pin_dir.join(agent_ebpf_common::PROG_XDP_PASS);
     let anchor_s = anchor.to_string_lossy().into_owned();
@@ -161,7 +172,6 @@ fn live_cost_against_an_empty_program() {
         empty.push(per_packet((after.0 - base.0, after.1 - base.1)));
         port += 2;
     }
-    let _ = std::fs::remove_dir_all(&pin_dir);
     let (d, e) = (median(doic), median(empty));
     println!(
         "live traffic, XDP generic on a veth, {EXCHANGES} Diameter round trips, median of {ROUNDS}: \
