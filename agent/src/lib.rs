@@ -7,6 +7,8 @@
 //! | module | what it implements |
 //! | --- | --- |
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
+//! | [`codec`] | Diameter wire format: header, AVPs, typed values, messages, builders (RFC 6733 §3-4, §7) |
+//! | [`dictionary`] | command and AVP codes, types, flag rules, enumerations (RFC 6733, 7683, 8581, 8582) |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -14,3 +16,5 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli;
+pub mod codec;
+pub mod dictionary;
