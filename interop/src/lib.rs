@@ -13,6 +13,7 @@
 //!
 //! | module | what it does |
 //! | --- | --- |
+//! | [`compare`] | field-by-field agreement of the agent's codec and tshark on one message |
 //! | [`process`] | run dirs, free ports, spawned daemons (stopped on drop), bounded waits |
 //! | [`fd`] | freeDiameter: test_app echo server, `rt_default` relay, test_app benchmark client |
 //! | [`erl`] | the Erlang/OTP `diameter` peer (`peers/dpeer.escript`): server and client, DOIC options |
@@ -46,6 +47,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod compare;
 pub mod erl;
 pub mod fd;
 pub mod pcap;

@@ -62,6 +62,8 @@ pub struct WireAvp {
     pub data: Vec<u8>,
     /// Members of a Grouped AVP.
     pub children: Vec<WireAvp>,
+    /// The IPv4 or IPv6 address of an Address AVP, as tshark prints it.
+    pub address: Option<String>,
 }
 
 impl WireAvp {
@@ -455,6 +457,7 @@ fn parse_avp(v: &Value) -> WireAvp {
     } else if let Some((k, val)) = m.iter().find(|(k, _)| {
         k.starts_with("diameter.")
             && !k.starts_with("diameter.avp.")
+            && k.as_str() != "diameter.vendorId"
             && !k.ends_with("_raw")
             && !k.ends_with("_tree")
             && m.contains_key(&format!("{k}_raw"))
@@ -463,6 +466,12 @@ fn parse_avp(v: &Value) -> WireAvp {
         a.value = str_of(val).map(str::to_owned);
         a.data = raw_bytes(m.get(&format!("{k}_raw")));
         if let Some(tree) = m.get(&format!("{k}_tree")) {
+            a.address = tree.as_object().and_then(|t| {
+                t.iter()
+                    .find(|(tk, _)| tk.ends_with(".IPv4") || tk.ends_with(".IPv6"))
+                    .and_then(|(_, v)| str_of(v))
+                    .map(str::to_owned)
+            });
             a.children = items(tree.get("diameter.avp_tree"))
                 .into_iter()
                 .map(parse_avp)
