@@ -26,7 +26,7 @@
 %%   dpeer.escript client --connect HOST:PORT [--n 1000] [--concurrency 10] [--app test|base]
 %%                        [--host erl-client.example.org] [--realm example.org]
 %%                        [--dest-realm example.net] [--dest-host H] [--timeout 5000]
-%%                        [--proxy-info] [--doic] [--verbose]
+%%                        [--proxy-info] [--doic] [--watchdog MS] [--linger MS] [--verbose]
 %%   Does CER/CEA, then sends N requests from C worker processes and prints:
 %%     CEA origin_host=H origin_realm=R auth_app_ids=[..] vendor_specific_app_ids=[{V,A}..]
 %%     RESULT app=A sent=N answered=K no_answer=E elapsed_s=S rate=R
@@ -39,6 +39,9 @@
 %%   --doic adds OC-Supported-Features{OC-Feature-Vector = 1} to each request.
 %%   --proxy-info adds Proxy-Info to each request; an answer without it counts as
 %%   RC proxy_info_missing:<code>.
+%%   --watchdog MS sets the RFC 3539 watchdog timer Tw of the connection (OTP's
+%%   watchdog_timer, at least 6000, default 30000; OTP adds +-2 s jitter); --linger MS keeps the connection up that long
+%%   after the last answer (so DWR/DWA can be observed) before DPR/DPA.
 %%   Exit code 0 only when all N answers are 2001 (and carry Proxy-Info if asked).
 %%
 %% test_app is freeDiameter's test application: vendor-specific application 16777215
@@ -110,7 +113,7 @@ usage(Why) ->
               "                            [--olr host|realm:PCT:SEQ:VALIDITY] [--olr-always]~n"
               "       dpeer.escript client --connect HOST:PORT [--n N] [--concurrency C] [--app test|base]~n"
               "                            [--host H] [--realm R] [--dest-realm R] [--dest-host H]~n"
-              "                            [--timeout MS] [--proxy-info] [--doic] [--verbose]~n", []),
+              "                            [--timeout MS] [--proxy-info] [--doic] [--watchdog MS] [--linger MS] [--verbose]~n", []),
     halt(2).
 
 defaults(server) ->
@@ -120,7 +123,7 @@ defaults(client) ->
     #{mode => client, connect => undefined, n => 1000, concurrency => 10, app => test,
       host => "erl-client.example.org", realm => "example.org", dest_realm => "example.net",
       dest_host => undefined, timeout => 5000, proxy_info => false, doic => false,
-      verbose => false}.
+      watchdog => 30000, linger => 0, verbose => false}.
 
 parse([], M) -> M;
 parse(["--addr", V | T], M) -> parse(T, M#{addr => V});
@@ -140,6 +143,12 @@ parse(["--dest-host", V | T], M) -> parse(T, M#{dest_host => V});
 parse(["--timeout", V | T], M) -> parse(T, M#{timeout => int(V, "--timeout")});
 parse(["--proxy-info" | T], M) -> parse(T, M#{proxy_info => true});
 parse(["--doic" | T], M) -> parse(T, M#{doic => true});
+parse(["--watchdog", V | T], M) ->
+    %% OTP's diameter_watchdog accepts Tw >= 6000 ms only (RFC 3539 3.4.1: Tw >= 6 s).
+    W = int(V, "--watchdog"),
+    W >= 6000 orelse usage("--watchdog must be at least 6000 ms"),
+    parse(T, M#{watchdog => W});
+parse(["--linger", V | T], M) -> parse(T, M#{linger => int(V, "--linger")});
 parse(["--verbose" | T], M) -> parse(T, M#{verbose => true});
 parse([X | _], _) -> usage("unknown or incomplete argument " ++ X).
 
@@ -247,7 +256,8 @@ client(#{connect := {RH, RP}, n := N, concurrency := C0, timeout := Tmo, app := 
     {ok, Ref} = diameter:add_transport(dpeer_client,
                                        {connect, [{transport_module, diameter_tcp},
                                                   {transport_config, [{raddr, RIP}, {rport, RP}]},
-                                                  {connect_timer, 3000}]}),
+                                                  {connect_timer, 3000},
+                                                  {watchdog_timer, maps:get(watchdog, O)}]}),
     case wait_up(Ref, erlang:monotonic_time(millisecond) + 10000) of
         {ok, Caps} ->
             io:format("CEA origin_host=~s origin_realm=~s auth_app_ids=~w vendor_specific_app_ids=~w~n",
@@ -278,6 +288,7 @@ client(#{connect := {RH, RP}, n := N, concurrency := C0, timeout := Tmo, app := 
               [Doic('OC-Supported-Features'), Doic('OC-OLR')]),
     [io:format("~s~n", [doic_line(K, First)])
      || K <- ['OC-Supported-Features', 'OC-OLR'], {_, _, First} <- ets:lookup(dpeer_doic, K)],
+    timer:sleep(maps:get(linger, O)),
     diameter:remove_transport(dpeer_client, Ref),
     diameter:stop_service(dpeer_client),
     halt(case maps:get({rc, 2001}, Res, 0) of N -> 0; _ -> 1 end).

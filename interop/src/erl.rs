@@ -202,6 +202,8 @@ pub struct ErlClient {
     timeout_ms: u32,
     proxy_info: bool,
     doic: bool,
+    watchdog_ms: Option<u32>,
+    linger_ms: u32,
 }
 
 impl ErlClient {
@@ -222,7 +224,25 @@ impl ErlClient {
             timeout_ms: 5000,
             proxy_info: false,
             doic: false,
+            watchdog_ms: None,
+            linger_ms: 0,
         }
+    }
+
+    /// Sets the RFC 3539 watchdog timer Tw (OTP accepts 6 s and more, and
+    /// adds up to 2 s of jitter either way).
+    #[must_use]
+    pub fn watchdog(mut self, tw: Duration) -> Self {
+        self.watchdog_ms = Some(u32::try_from(tw.as_millis()).unwrap_or(u32::MAX).max(6000));
+        self
+    }
+
+    /// Keeps the connection up this long after the last answer (to observe
+    /// DWR/DWA), then disconnects.
+    #[must_use]
+    pub fn linger(mut self, d: Duration) -> Self {
+        self.linger_ms = u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+        self
     }
 
     /// Number of requests.
@@ -323,9 +343,14 @@ impl ErlClient {
         if self.doic {
             cmd.arg("--doic");
         }
+        if let Some(w) = self.watchdog_ms {
+            cmd.args(["--watchdog", &w.to_string()]);
+        }
+        cmd.args(["--linger", &self.linger_ms.to_string()]);
         let mut daemon = Daemon::spawn("erl-client", cmd, &dir.path().join("erl-client.log"))?;
         let per_worker = u64::from(self.n / self.concurrency.max(1) + 1);
         let bound = START_TIMEOUT
+            + Duration::from_millis(u64::from(self.linger_ms))
             + Duration::from_millis(
                 u64::from(self.timeout_ms)
                     .saturating_mul(per_worker)

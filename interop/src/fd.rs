@@ -518,15 +518,41 @@ impl BenchSpec {
     /// # Errors
     /// Missing artefacts, spawn failure, or no STATE_OPEN with the target.
     pub fn start(self) -> Result<BenchRun, Error> {
+        let mut node = self.launch(true)?;
+        let from = node.daemon.log().len();
+        node.daemon.signal(libc::SIGUSR1)?;
+        node.daemon
+            .wait_log("Starting benchmark client", from, START_TIMEOUT)?;
+        Ok(BenchRun {
+            node,
+            spec: self,
+            from,
+        })
+    }
+
+    /// Starts the client without a sending window: each
+    /// [`FdClient::send`] sends one Test-Request (for captures that want a
+    /// handful of messages, not thousands).
+    ///
+    /// # Errors
+    /// Missing artefacts, spawn failure, or no STATE_OPEN with the target.
+    pub fn connect(self) -> Result<FdClient, Error> {
+        Ok(FdClient {
+            node: self.launch(false)?,
+        })
+    }
+
+    fn launch(&self, bench: bool) -> Result<FdNode, Error> {
         let a = artefacts()?;
         let dir = RunDir::new("fd-client")?;
         let mut ta = format!(
-            "mode = client;\nbenchmark {} {};\nsignal = {};\ndest-realm = \"{}\";\n",
-            self.seconds,
-            self.concurrency,
+            "mode = client;\nsignal = {};\ndest-realm = \"{}\";\n",
             libc::SIGUSR1,
             self.dest_realm
         );
+        if bench {
+            let _ = writeln!(ta, "benchmark {} {};", self.seconds, self.concurrency);
+        }
         if let Some(h) = &self.dest_host {
             let _ = writeln!(ta, "dest-host = \"{h}\";");
         }
@@ -551,15 +577,7 @@ impl BenchSpec {
         c.push_str(&self.target.connect_peer_line());
         let mut node = FdNode::start("fd-client", &self.identity, &self.realm, 0, &c, dir)?;
         node.wait_peer_open(&self.target.identity, OPEN_TIMEOUT)?;
-        let from = node.daemon.log().len();
-        node.daemon.signal(libc::SIGUSR1)?;
-        node.daemon
-            .wait_log("Starting benchmark client", from, START_TIMEOUT)?;
-        Ok(BenchRun {
-            node,
-            spec: self,
-            from,
-        })
+        Ok(node)
     }
 
     /// [`start`](Self::start), then [`BenchRun::wait`].
@@ -617,6 +635,64 @@ impl BenchRun {
             .map(str::to_owned)
             .collect();
         Ok(r)
+    }
+}
+
+/// A connected `test_app` client that sends one Test-Request per
+/// [`send`](Self::send). Dropping it stops the daemon (which sends DPR).
+#[derive(Debug)]
+pub struct FdClient {
+    node: FdNode,
+}
+
+/// test_app's report of one answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SingleAnswer {
+    /// Result-Code (`None` when the answer had none).
+    pub result_code: Option<u32>,
+    /// Origin-Host of the answer.
+    pub origin_host: Option<String>,
+    /// True when the answer echoed the request's Test-AVP.
+    pub echo_ok: bool,
+}
+
+impl FdClient {
+    /// The client daemon.
+    pub fn node(&mut self) -> &mut FdNode {
+        &mut self.node
+    }
+
+    /// Sends one Test-Request and waits (at most `timeout`) for test_app to
+    /// log its answer.
+    ///
+    /// # Errors
+    /// [`Error::TimeoutLog`] when no answer arrives, [`Error::Exited`].
+    pub fn send(&mut self, timeout: Duration) -> Result<SingleAnswer, Error> {
+        let from = self.node.daemon.log().len();
+        self.node.daemon.signal(libc::SIGUSR1)?;
+        let end = self.node.daemon.wait_log("RECV ", from, timeout)?;
+        // The line is complete once its newline is there.
+        let log = &self.node.daemon;
+        let line = crate::process::wait_for("the end of the RECV line", timeout, || {
+            let text = crate::process::read_lossy(log.log_path(), end as u64);
+            Ok(text.find('\n').map(|i| text[..i].to_owned()))
+        })?;
+        Ok(parse_recv(&line))
+    }
+}
+
+/// Parses the rest of a test_app `RECV` line:
+/// `<hex> (Ok) Status: 2001 From 'host' ('realm')`.
+fn parse_recv(line: &str) -> SingleAnswer {
+    let after = |key: &str| line.split(key).nth(1).map(str::trim_start);
+    SingleAnswer {
+        result_code: after("Status:")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok()),
+        origin_host: after("From '")
+            .and_then(|r| r.split('\'').next())
+            .map(str::to_owned),
+        echo_ok: line.contains("(Ok)"),
     }
 }
 
@@ -768,6 +844,21 @@ mod tests {
         assert_eq!(r.slowest, Duration::from_millis(20));
         assert_eq!(r.average, Duration::from_micros(800));
         assert_eq!(r.unanswered(), 0);
+    }
+
+    #[test]
+    fn parses_a_single_answer_line() {
+        let a = parse_recv(
+            "2a (Ok) Status: 2001 From 'server1.example.net' ('example.net') 0.000312 sec",
+        );
+        assert_eq!(a.result_code, Some(2001));
+        assert_eq!(a.origin_host.as_deref(), Some("server1.example.net"));
+        assert!(a.echo_ok);
+        let b = parse_recv("2a (PROBLEM) Status: 3002 no_Origin-Host");
+        assert_eq!(
+            (b.result_code, b.origin_host, b.echo_ok),
+            (Some(3002), None, false)
+        );
     }
 
     #[test]
