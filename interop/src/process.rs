@@ -303,6 +303,24 @@ impl Daemon {
         }
     }
 
+    /// Kills the process group at once with SIGKILL (a crash, for fault
+    /// tests: no DPR, no FIN handshake at the Diameter level) and reaps it.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when waiting fails.
+    pub fn kill(&mut self) -> Result<ExitStatus, Error> {
+        if let Some(s) = self.try_status()? {
+            return Ok(s);
+        }
+        let pgid = i32::try_from(self.child.id()).unwrap_or(i32::MAX);
+        // SAFETY: signals the process group we created with process_group(0);
+        // the leader is not reaped yet, so the id still names our group.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let s = self.child.wait().map_err(|e| Error::io(&self.log, e))?;
+        self.status = Some(s);
+        Ok(s)
+    }
+
     /// Stops the process (SIGTERM to its group, SIGKILL after two seconds)
     /// and returns its exit status.
     ///

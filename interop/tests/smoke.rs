@@ -102,3 +102,43 @@ fn erlang_reporting_node_sends_olr_only_to_doic_requests() {
         plain.output
     );
 }
+
+/// For a peer that does not dial out itself, the fD server dials it.
+#[test]
+fn fd_server_dials_out_to_a_listening_peer() {
+    let erl = ErlServer::builder()
+        .identity("erl-peer.example.com")
+        .start()
+        .unwrap();
+    let mut server = FdServer::builder()
+        .connect_to(erl.target())
+        .start()
+        .unwrap();
+    server
+        .wait_peer_open("erl-peer.example.com", interop::fd::OPEN_TIMEOUT)
+        .unwrap();
+    assert_eq!(
+        server.peer_state("erl-peer.example.com").as_deref(),
+        Some("STATE_OPEN")
+    );
+}
+
+/// A killed peer (SIGKILL, no DPR) is seen as a closed connection.
+#[test]
+fn a_killed_server_closes_the_relay_connection() {
+    let mut server = FdServer::builder().start().unwrap();
+    let mut relay = FdRelay::builder(server.target(), server.realm())
+        .start()
+        .unwrap();
+    server.daemon().kill().unwrap();
+    let id = server.identity().to_owned();
+    interop::process::wait_for(
+        "relay to notice",
+        std::time::Duration::from_secs(10),
+        || {
+            relay.daemon().ensure_running()?;
+            Ok(relay.peer_state(&id).filter(|s| s != "STATE_OPEN"))
+        },
+    )
+    .unwrap();
+}
