@@ -10,6 +10,7 @@
 //! | [`relay`] | relay fast path: [`Routing`] view of the routing AVPs, in-place edits ([`MessageBuf`]) |
 //! | [`grammar`] | command and grouped-AVP grammars, 5005/5009/5001/3009 checks |
 //! | [`doic`] | typed OC-Supported-Features and OC-OLR (RFC 7683, 8581, 8582) |
+//! | [`json`] | the JSON form of a message (decode/encode CLI), byte-exact round trip |
 //! | [`builder`] | CER/CEA, DWR/DWA, DPR/DPA, answers and protocol-error answers |
 //! | [`error`] | [`DecodeError`] (offset, Result-Code, Failed-AVP) and [`EncodeError`] |
 //!
@@ -22,6 +23,7 @@ pub mod doic;
 pub mod error;
 pub mod grammar;
 pub mod header;
+pub mod json;
 pub mod message;
 pub mod relay;
 pub mod value;
