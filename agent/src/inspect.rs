@@ -167,7 +167,7 @@ pub fn decode(
         codec::grammar::check(&bytes, codec::CheckOptions::default())?;
     }
     let doc = codec::json::to_json(&bytes)?;
-    Ok(serde_json::to_string_pretty(&doc).unwrap_or_default())
+    Ok(codec::json::to_pretty(&doc))
 }
 
 /// `encode`: the hex of the message the JSON document (from `file` or

@@ -182,6 +182,77 @@ fn value_json(v: &Value) -> Json {
     }
 }
 
+/// The order in which [`to_pretty`] writes object keys (others follow,
+/// sorted).
+const KEY_ORDER: &[&str] = &[
+    "header",
+    "version",
+    "length",
+    "flags",
+    "command",
+    "command_code",
+    "application_id",
+    "hop_by_hop",
+    "end_to_end",
+    "request",
+    "proxiable",
+    "error",
+    "retransmit",
+    "vendor",
+    "mandatory",
+    "protected",
+    "reserved",
+    "code",
+    "vendor_id",
+    "name",
+    "type",
+    "value",
+    "enum",
+    "avps",
+    "padding",
+    "family",
+    "address",
+];
+
+struct Ordered<'a>(&'a Json);
+
+impl serde::Serialize for Ordered<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Json::Object(o) => {
+                let rank = |k: &str| {
+                    KEY_ORDER
+                        .iter()
+                        .position(|x| *x == k)
+                        .unwrap_or(KEY_ORDER.len())
+                };
+                let mut keys: Vec<&String> = o.keys().collect();
+                keys.sort_by(|a, b| rank(a).cmp(&rank(b)).then(a.cmp(b)));
+                let mut m = s.serialize_map(Some(keys.len()))?;
+                for k in keys {
+                    m.serialize_entry(k, &Ordered(&o[k]))?;
+                }
+                m.end()
+            }
+            Json::Array(a) => {
+                let mut q = s.serialize_seq(Some(a.len()))?;
+                for x in a {
+                    q.serialize_element(&Ordered(x))?;
+                }
+                q.end()
+            }
+            other => other.serialize(s),
+        }
+    }
+}
+
+/// Pretty JSON text with keys in reading order (header before AVPs, code
+/// before value).
+pub fn to_pretty(doc: &Json) -> String {
+    serde_json::to_string_pretty(&Ordered(doc)).unwrap_or_default()
+}
+
 /// Encodes the JSON form of a message.
 ///
 /// # Errors
