@@ -25,6 +25,8 @@ pub mod grammar;
 pub mod header;
 pub mod json;
 pub mod message;
+#[cfg(test)]
+mod proptests;
 pub mod relay;
 pub mod value;
 
