@@ -8,6 +8,7 @@
 //! | --- | --- |
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
 //! | [`codec`] | Diameter wire format: header, AVPs, typed values, messages, builders (RFC 6733 §3-4, §7) |
+//! | [`inspect`] | the `decode` / `encode` subcommands: message <-> JSON, one-line errors |
 //! | [`dictionary`] | command and AVP codes, types, flag rules, enumerations (RFC 6733, 7683, 8581, 8582) |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
@@ -18,3 +19,4 @@
 pub mod cli;
 pub mod codec;
 pub mod dictionary;
+pub mod inspect;

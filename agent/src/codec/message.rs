@@ -38,6 +38,18 @@ pub fn walk<'a>(
     depth: usize,
     visit: &mut dyn FnMut(&RawAvp<'a>, usize) -> Result<(), DecodeError>,
 ) -> Result<(), DecodeError> {
+    walk_inner(buf, base, depth, false, visit)
+}
+
+/// Inside Failed-AVP (RFC 6733 §7.5) values are someone else's defect being
+/// reported, so only the framing is checked there, not the values.
+fn walk_inner<'a>(
+    buf: &'a [u8],
+    base: usize,
+    depth: usize,
+    lenient: bool,
+    visit: &mut dyn FnMut(&RawAvp<'a>, usize) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
     for r in AvpIter::with_offset(buf, base) {
         let r = r?;
         visit(&r, depth)?;
@@ -51,8 +63,10 @@ pub fn walk<'a>(
                     failed_avp: Bytes::copy_from_slice(r.unpadded()),
                 });
             }
-            walk(r.data, r.offset + r.header_len(), depth + 1, visit)?;
-        } else {
+            let lenient =
+                lenient || (r.code == dictionary::code::FAILED_AVP && r.vendor_id.is_none());
+            walk_inner(r.data, r.offset + r.header_len(), depth + 1, lenient, visit)?;
+        } else if !lenient {
             value::check(def.ty, r.data).map_err(|e| e.at(&r))?;
         }
     }
