@@ -11,7 +11,8 @@
 %%   dpeer.escript server [--addr 127.0.0.1] [--port 3871] [--host erl-server.example.net]
 %%                        [--realm example.net] [--result-code 2001]
 %%                        [--olr TYPE:PCT:SEQ:VALIDITY] [--olr-always]
-%%   Answers test_app Test-Request and base STR with --result-code (default 2001),
+%%   Answers test_app Test-Request and base STR with --result-code (default 2001;
+%%   a 3xxx code gives an answer-message with the E bit, RFC 6733 7.1.3),
 %%   echoes Test-AVP, copies Proxy-Info (RFC 6733 6.2). Other requests get 3001.
 %%   DOIC (RFC 7683): when a request carries OC-Supported-Features, the answer carries
 %%   OC-Supported-Features{OC-Feature-Vector = 1 (OLR_DEFAULT_ALGO)} (7683 5.2.3), and,
@@ -407,7 +408,18 @@ result_code(#{'Experimental-Result' := ER}) ->
     {experimental, maps:get('Vendor-Id', E, undefined), maps:get('Experimental-Result-Code', E, undefined)};
 result_code(_) -> no_result_code.
 
-handle_request(#diameter_packet{msg = ['Test-Request' | Req]}, _Svc, {_, Caps}) ->
+%% RFC 6733 7.1.3: a protocol error (3xxx) is answered with the E bit set and the
+%% answer-message grammar; OTP builds that for {answer_message, RC}.
+handle_request(Pkt, Svc, Peer) ->
+    case rc() of
+        RC when RC >= 3000, RC < 4000 ->
+            counters:add(persistent_term:get(dpeer_count), 1, 1),
+            {answer_message, RC};
+        _ ->
+            handle(Pkt, Svc, Peer)
+    end.
+
+handle(#diameter_packet{msg = ['Test-Request' | Req]}, _Svc, {_, Caps}) ->
     counters:add(persistent_term:get(dpeer_count), 1, 1),
     {OH, OR} = local_id(Caps),
     {reply, ['Test-Answer', {'Session-Id', maps:get('Session-Id', Req)},
@@ -415,13 +427,13 @@ handle_request(#diameter_packet{msg = ['Test-Request' | Req]}, _Svc, {_, Caps}) 
              {'Result-Code', rc()},
              {'Test-AVP', maps:get('Test-AVP', Req)}]
              ++ doic(Req) ++ proxy_info(Req)};
-handle_request(#diameter_packet{msg = ['STR' | Req]}, _Svc, {_, Caps}) ->
+handle(#diameter_packet{msg = ['STR' | Req]}, _Svc, {_, Caps}) ->
     counters:add(persistent_term:get(dpeer_count), 1, 1),
     {OH, OR} = local_id(Caps),
     {reply, ['STA', {'Session-Id', maps:get('Session-Id', Req)}, {'Result-Code', rc()},
              {'Origin-Host', OH}, {'Origin-Realm', OR}]
              ++ proxy_info(Req)};
-handle_request(_Pkt, _Svc, _Peer) ->
+handle(_Pkt, _Svc, _Peer) ->
     {answer_message, 3001}.  %% DIAMETER_COMMAND_UNSUPPORTED
 
 rc() -> maps:get(result_code, persistent_term:get(dpeer_opts)).

@@ -159,6 +159,53 @@ pub fn tcp_accepts(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
 }
 
+/// The local addresses of the TCP sockets listening on `port`, read from
+/// `/proc/net/tcp` and `/proc/net/tcp6` (state 0A = LISTEN). Lets a test
+/// prove that a peer listens on loopback only.
+#[must_use]
+pub fn tcp_listeners(port: u16) -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
+        let Ok(text) = fs::read_to_string(file) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state)) = (f.get(1), f.get(3)) else {
+                continue;
+            };
+            let Some((addr, p)) = local.split_once(':') else {
+                continue;
+            };
+            if *state != "0A" || u16::from_str_radix(p, 16).ok() != Some(port) {
+                continue;
+            }
+            if let Some(ip) = proc_addr(addr, v6) {
+                out.push(ip);
+            }
+        }
+    }
+    out
+}
+
+/// Decodes a `/proc/net/tcp*` address: 32-bit words in host (little-endian) order.
+fn proc_addr(hex: &str, v6: bool) -> Option<std::net::IpAddr> {
+    let words: Vec<u32> = (0..hex.len() / 8)
+        .map(|i| u32::from_str_radix(hex.get(8 * i..8 * i + 8)?, 16).ok())
+        .collect::<Option<_>>()?;
+    let bytes: Vec<u8> = words
+        .iter()
+        .flat_map(|w| w.swap_bytes().to_be_bytes())
+        .collect();
+    if v6 {
+        let b: [u8; 16] = bytes.try_into().ok()?;
+        Some(std::net::IpAddr::from(b))
+    } else {
+        let b: [u8; 4] = bytes.try_into().ok()?;
+        Some(std::net::IpAddr::from(b))
+    }
+}
+
 /// A spawned peer process with its output in a log file. It runs in its own
 /// process group; dropping it sends SIGTERM to that group, waits up to two
 /// seconds, then sends SIGKILL.
@@ -376,4 +423,36 @@ pub(crate) fn read_lossy(path: &Path, from: u64) -> String {
         let _ = f.read_to_end(&mut buf);
     }
     String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_proc_net_addresses() {
+        assert_eq!(
+            proc_addr("0100007F", false),
+            Some("127.0.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            proc_addr("00000000", false),
+            Some("0.0.0.0".parse().unwrap())
+        );
+        assert_eq!(
+            proc_addr("00000000000000000000000001000000", true),
+            Some("::1".parse().unwrap())
+        );
+        assert_eq!(proc_addr("zz", false), None);
+    }
+
+    #[test]
+    fn sees_a_listener_of_this_process() {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert_eq!(
+            tcp_listeners(port),
+            vec![std::net::IpAddr::from(Ipv4Addr::LOCALHOST)]
+        );
+    }
 }

@@ -139,6 +139,8 @@ fn erlang_traffic_with_doic_and_watchdog() {
         (cmd::DEVICE_WATCHDOG, false),
         (cmd::FD_TEST, true),
         (cmd::FD_TEST, false),
+        (cmd::DISCONNECT_PEER, true),
+        (cmd::DISCONNECT_PEER, false),
     ] {
         assert!(
             seen.contains(&(c, r)),

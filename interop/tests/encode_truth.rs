@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use doic_agent::codec::builder::{self, Capabilities, ErrorAnswer};
-use doic_agent::codec::{Avp, Message, Value};
+use doic_agent::codec::{Avp, AvpIter, Message, Value};
 use doic_agent::dictionary::{app, cmd, code, doic, result, vendor};
 use interop::compare::compare;
 use interop::process::RunDir;
@@ -165,6 +165,20 @@ fn messages() -> Vec<(&'static str, Message)> {
     .error_message("overload: throttled by loss abatement")
     .error_reporting_host("agent.example.com")
     .build();
+    // RFC 6733 §7.5: a 5014 answer carries the offending AVP in Failed-AVP.
+    let mut bad = raw.to_vec();
+    let test_avp_at = AvpIter::with_offset(&bad[20..], 20)
+        .map(Result::unwrap)
+        .find(|a| a.code == code::fd_test::TEST_AVP)
+        .unwrap()
+        .offset;
+    bad[test_avp_at + 7] = 14; // Integer32 with a 2-byte value
+    let err = Message::decode(bad.clone().into()).unwrap_err();
+    assert_eq!(err.result_code(), result::INVALID_AVP_LENGTH);
+    let failed =
+        ErrorAnswer::for_decode_error(&req.header, &bad, &err, "agent.example.com", "example.com")
+            .error_message("invalid AVP length")
+            .build();
     vec![
         ("CER", cer),
         ("CEA", cea),
@@ -178,6 +192,7 @@ fn messages() -> Vec<(&'static str, Message)> {
         ("Test-Answer with peer OLR (rate)", rate_peer),
         ("answer with Experimental-Result 5198", retry),
         ("3004 answer with E bit", busy),
+        ("5014 answer with Failed-AVP", failed),
     ]
 }
 

@@ -142,3 +142,39 @@ fn a_killed_server_closes_the_relay_connection() {
     )
     .unwrap();
 }
+
+/// freeDiameter binds the wildcard address; the shim keeps it on loopback.
+#[test]
+fn fd_server_listens_on_loopback_only() {
+    let server = FdServer::builder().start().unwrap();
+    let addrs = interop::process::tcp_listeners(server.port());
+    assert!(!addrs.is_empty(), "no listener on port {}", server.port());
+    assert!(addrs.iter().all(|a| a.is_loopback()), "{addrs:?}");
+    assert!(
+        addrs.contains(&std::net::Ipv4Addr::LOCALHOST.into()),
+        "{addrs:?}"
+    );
+}
+
+/// Non-2001 answers are counted as such by both clients, not as successes.
+#[test]
+fn error_answers_are_counted_as_errors() {
+    let server = ErlServer::builder().result_code(3004).start().unwrap();
+    let erl = ErlClient::new(&server.target())
+        .n(30)
+        .concurrency(3)
+        .run()
+        .unwrap();
+    assert!(!erl.all_answered_ok());
+    assert_eq!(erl.result_codes.get("3004"), Some(&30), "{}", erl.output);
+    let fd = BenchSpec::new(server.target())
+        .seconds(1)
+        .concurrency(5)
+        .run()
+        .unwrap();
+    assert!(!fd.all_answered_ok(), "{fd}");
+    assert!(
+        fd.sent > 0 && fd.errors == fd.sent && fd.answered == 0,
+        "{fd}"
+    );
+}
