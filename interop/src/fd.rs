@@ -4,7 +4,7 @@
 //!
 //! Every daemon gets a generated configuration in a private [`RunDir`]:
 //! plain TCP only (no `TLS_Cred`, `SecPort = 0`, `No_TLS` and `No_SCTP` on
-//! every `ConnectPeer`), `TcTimer = 5`, `TwTimer = 30`, incoming peers
+//! every `ConnectPeer`), `TcTimer = 5`, `TwTimer = 30` (settable), incoming peers
 //! accepted by `acl_wl` under common test TLDs. freeDiameter 1.2.1 ignores
 //! loopback `ListenOn` addresses and binds the wildcard; the `bindlo.so`
 //! shim (LD_PRELOAD) turns those binds into loopback binds.
@@ -107,12 +107,13 @@ fn artefacts() -> Result<Artefacts, Error> {
     Ok(a)
 }
 
-fn common_conf(identity: &str, realm: &str, port: u16, threads: u32) -> String {
+fn common_conf(identity: &str, realm: &str, port: u16, threads: u32, tw: u32) -> String {
     let mut c = String::new();
     let _ = writeln!(c, "Identity = \"{identity}\";");
     let _ = writeln!(c, "Realm = \"{realm}\";");
     let _ = writeln!(c, "Port = {port};");
-    c.push_str("SecPort = 0;\nNo_SCTP;\nPrefer_TCP;\nTcTimer = 5;\nTwTimer = 30;\n");
+    c.push_str("SecPort = 0;\nNo_SCTP;\nPrefer_TCP;\nTcTimer = 5;\n");
+    let _ = writeln!(c, "TwTimer = {tw};");
     let _ = writeln!(c, "AppServThreads = {threads};");
     if port != 0 {
         c.push_str("ListenOn = \"127.0.0.1\";\n");
@@ -254,6 +255,7 @@ impl FdServer {
             port: None,
             connect: Vec::new(),
             threads: 4,
+            tw: 30,
         }
     }
 }
@@ -266,6 +268,7 @@ pub struct FdServerBuilder {
     port: Option<u16>,
     connect: Vec<PeerTarget>,
     threads: u32,
+    tw: u32,
 }
 
 impl FdServerBuilder {
@@ -304,6 +307,14 @@ impl FdServerBuilder {
         self
     }
 
+    /// Sets the RFC 3539 watchdog timer Tw in seconds (`TwTimer`, default
+    /// 30; freeDiameter enforces at least 6 and adds jitter of up to 2 s).
+    #[must_use]
+    pub fn watchdog(mut self, secs: u32) -> Self {
+        self.tw = secs.max(6);
+        self
+    }
+
     /// Writes the configuration and starts the daemon; returns once it is
     /// initialised (listening).
     ///
@@ -318,7 +329,7 @@ impl FdServerBuilder {
         let ta = artefacts()?.test_app;
         dir.write("acl_wl.conf", &format!("ALLOW_IPSEC {ACL}\n"))?;
         let ta_conf = dir.write("test_app.conf", "mode = server;\nbenchmark;\n")?;
-        let mut c = common_conf(&self.identity, &self.realm, port, self.threads);
+        let mut c = common_conf(&self.identity, &self.realm, port, self.threads, self.tw);
         c.push_str("NoRelay;\n");
         let _ = writeln!(
             c,
@@ -355,6 +366,7 @@ impl FdRelay {
             upstream,
             upstream_realm: upstream_realm.to_owned(),
             threads: 4,
+            tw: 30,
         }
     }
 }
@@ -368,6 +380,7 @@ pub struct FdRelayBuilder {
     upstream: PeerTarget,
     upstream_realm: String,
     threads: u32,
+    tw: u32,
 }
 
 impl FdRelayBuilder {
@@ -399,6 +412,14 @@ impl FdRelayBuilder {
         self
     }
 
+    /// Sets the RFC 3539 watchdog timer Tw in seconds (`TwTimer`, default
+    /// 30; freeDiameter enforces at least 6 and adds jitter of up to 2 s).
+    #[must_use]
+    pub fn watchdog(mut self, secs: u32) -> Self {
+        self.tw = secs.max(6);
+        self
+    }
+
     /// Starts the relay and waits until its connection to the upstream peer
     /// is open.
     ///
@@ -419,7 +440,7 @@ impl FdRelayBuilder {
                 self.upstream_realm, self.upstream.identity
             ),
         )?;
-        let mut c = common_conf(&self.identity, &self.realm, port, self.threads);
+        let mut c = common_conf(&self.identity, &self.realm, port, self.threads, self.tw);
         let _ = writeln!(
             c,
             "LoadExtension = \"{EXT_DIR}/acl_wl.fdx\" : \"{}\";",
@@ -450,6 +471,7 @@ pub struct BenchSpec {
     seconds: u32,
     concurrency: u32,
     threads: u32,
+    tw: u32,
 }
 
 impl BenchSpec {
@@ -466,6 +488,7 @@ impl BenchSpec {
             seconds: 10,
             concurrency: 100,
             threads: 4,
+            tw: 30,
         }
     }
 
@@ -508,6 +531,14 @@ impl BenchSpec {
     #[must_use]
     pub fn concurrency(mut self, c: u32) -> Self {
         self.concurrency = c.max(1);
+        self
+    }
+
+    /// Sets the client's RFC 3539 watchdog timer Tw in seconds (`TwTimer`,
+    /// default 30, at least 6).
+    #[must_use]
+    pub fn watchdog(mut self, secs: u32) -> Self {
+        self.tw = secs.max(6);
         self
     }
 
@@ -561,7 +592,7 @@ impl BenchSpec {
             "rt_default.conf",
             &format!("* : \"{}\" += 100 ;\n", self.target.identity),
         )?;
-        let mut c = common_conf(&self.identity, &self.realm, 0, self.threads);
+        let mut c = common_conf(&self.identity, &self.realm, 0, self.threads, self.tw);
         c.push_str("NoRelay;\n");
         let _ = writeln!(
             c,

@@ -58,13 +58,18 @@ fn freediameter_client_relay_and_server_traffic() {
         .unwrap();
     let ports = [server.port(), relay.port()];
     let cap = Capture::start(&ports, Duration::from_secs(60)).unwrap();
-    for target in [server.target(), relay.target()] {
-        let mut client = BenchSpec::new(target).connect().unwrap();
+    for (i, target) in [server.target(), relay.target()].into_iter().enumerate() {
+        let mut client = BenchSpec::new(target).watchdog(6).connect().unwrap();
         for _ in 0..5 {
             let a = client.send(Duration::from_secs(5)).unwrap();
             assert_eq!(a.result_code, Some(2001));
             assert_eq!(a.origin_host.as_deref(), Some("server1.example.net"));
             assert!(a.echo_ok);
+        }
+        if i == 0 {
+            // Idle past the client's watchdog timer (Tw = 6 s, jitter up
+            // to 2 s): it sends DWR (RFC 3539 §3.4.1).
+            std::thread::sleep(Duration::from_secs(9));
         }
         // Dropping the client stops it: DPR/DPA (RFC 6733 §5.4).
     }
