@@ -54,9 +54,7 @@ pub fn realistic_request() -> Message {
             Value::Integer32(i * 1000 - 2500),
         ));
     }
-    for v in [10415u32] {
-        m.push(Avp::u32(code::SUPPORTED_VENDOR_ID, v));
-    }
+    m.push(Avp::u32(code::SUPPORTED_VENDOR_ID, vendor::TGPP));
     m.push(Avp::vendor(623, Some(vendor::TGPP), Value::Enumerated(0)));
     m.push(Avp::vendor(648, Some(vendor::TGPP), Value::Enumerated(1)));
     m.push(Avp::octets(code::CLASS, &b"class-0123456789abcdef"[..]));
