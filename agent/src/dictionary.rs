@@ -504,8 +504,28 @@ const DRMP_VALUES: &[(i64, &str)] = &[
     (15, "PRIORITY_15"),
 ];
 
-/// The AVPs, sorted by (code, vendor id) for binary search.
-pub static AVPS: &[AvpDef] = &[
+/// The AVPs, sorted by (code, vendor id).
+pub static AVPS: &[AvpDef] = AVP_TABLE;
+
+/// Codes below this bound without a vendor are found by direct index.
+const DIRECT: usize = 704;
+
+/// Index into [`AVPS`] of each vendor-less code below [`DIRECT`]
+/// (`u16::MAX` for none), built at compile time.
+static DIRECT_INDEX: [u16; DIRECT] = {
+    let mut t = [u16::MAX; DIRECT];
+    let mut i = 0;
+    while i < AVP_TABLE.len() {
+        let d = &AVP_TABLE[i];
+        if d.vendor_id == vendor::NONE && (d.code as usize) < DIRECT {
+            t[d.code as usize] = i as u16;
+        }
+        i += 1;
+    }
+    t
+};
+
+const AVP_TABLE: &[AvpDef] = &[
     d(1, "User-Name", T::Utf8String, Must),
     d(25, "Class", T::OctetString, Must),
     d(27, "Session-Timeout", T::Unsigned32, Must),
@@ -792,7 +812,11 @@ pub fn result_code_name(code: u32) -> Option<&'static str> {
 
 /// Looks an AVP up by (code, vendor id); `vendor_id` is [`vendor::NONE`] for
 /// an AVP without a Vendor-Id field.
+#[inline]
 pub fn avp(code: u32, vendor_id: u32) -> Option<&'static AvpDef> {
+    if vendor_id == vendor::NONE && (code as usize) < DIRECT {
+        return AVPS.get(usize::from(DIRECT_INDEX[code as usize]));
+    }
     AVPS.binary_search_by(|a| (a.code, a.vendor_id).cmp(&(code, vendor_id)))
         .ok()
         .map(|i| &AVPS[i])
@@ -896,6 +920,26 @@ mod tests {
                 w[1].name
             );
         }
+    }
+
+    #[test]
+    fn direct_index_agrees_with_a_scan() {
+        for code in 0..800u32 {
+            for vendor_id in [vendor::NONE, vendor::TGPP, vendor::FD_TEST, 1] {
+                let scan = AVPS
+                    .iter()
+                    .find(|a| a.code == code && a.vendor_id == vendor_id);
+                assert_eq!(
+                    avp(code, vendor_id).map(|a| a.name),
+                    scan.map(|a| a.name),
+                    "{code}/{vendor_id}"
+                );
+            }
+        }
+        assert_eq!(
+            avp(code::fd_test::TEST_AVP, vendor::FD_TEST).unwrap().name,
+            "Test-AVP"
+        );
     }
 
     #[test]
