@@ -102,29 +102,63 @@ impl Drop for RunDir {
     }
 }
 
-/// Returns a TCP port that is free on both 127.0.0.1 and ::1 right now and
-/// was not handed out before by this process, so tests can run in parallel.
+/// First port [`free_port`] hands out: below the kernel's ephemeral range
+/// (32768-60999 by default), so no outgoing connection can hold it.
+pub const PORT_BASE: u16 = 20_000;
+/// Number of ports [`free_port`] chooses from.
+pub const PORT_SPAN: u16 = 12_000;
+
+/// Returns a TCP port that is free on both 127.0.0.1 and ::1 and reserved
+/// for this process until it exits, so tests can run in parallel, in one
+/// process or many (nextest).
+///
+/// Ports come from [`PORT_BASE`]..[`PORT_BASE`]+[`PORT_SPAN`], outside the
+/// ephemeral range. The reservation is an advisory `flock` on
+/// `<tmp>/doic-interop-ports/<port>`, which the kernel releases when the
+/// process ends, however it ends.
 ///
 /// # Errors
-/// [`Error::Io`] when no port can be bound at all.
+/// [`Error::Io`] when no port can be reserved.
 pub fn free_port() -> Result<u16, Error> {
-    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    for _ in 0..64 {
-        let v4 = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?;
-        let port = v4
-            .local_addr()
-            .map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?
-            .port();
-        let v6_free = TcpListener::bind((Ipv6Addr::LOCALHOST, port)).is_ok();
-        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-        if v6_free && !given.contains(&port) {
-            given.push(port);
+    static HELD: Mutex<Vec<fs::File>> = Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("doic-interop-ports");
+    fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    let start = u16::try_from(seed % u32::from(PORT_SPAN)).unwrap_or(0);
+    for i in 0..PORT_SPAN {
+        let port = PORT_BASE + (start + i) % PORT_SPAN;
+        let path = dir.join(port.to_string());
+        let Ok(file) = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+        else {
+            continue;
+        };
+        // SAFETY: flock(2) on a descriptor we own; no memory is involved.
+        let locked = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0;
+        if !locked {
+            continue;
+        }
+        let free = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+            && TcpListener::bind((Ipv6Addr::LOCALHOST, port)).is_ok();
+        if free {
+            HELD.lock().unwrap_or_else(|p| p.into_inner()).push(file);
             return Ok(port);
         }
     }
     Err(Error::Io {
-        path: PathBuf::from("127.0.0.1:0"),
+        path: dir,
         source: io::Error::new(io::ErrorKind::AddrInUse, "no free loopback port found"),
     })
 }
@@ -444,6 +478,20 @@ mod tests {
             Some("::1".parse().unwrap())
         );
         assert_eq!(proc_addr("zz", false), None);
+    }
+
+    #[test]
+    fn free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..20).map(|_| free_port().unwrap()).collect();
+        let mut sorted = ports.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), ports.len());
+        for p in ports {
+            assert!((PORT_BASE..PORT_BASE + PORT_SPAN).contains(&p));
+            TcpListener::bind((Ipv4Addr::LOCALHOST, p)).unwrap();
+            TcpListener::bind((Ipv6Addr::LOCALHOST, p)).unwrap();
+        }
     }
 
     #[test]
