@@ -11,7 +11,7 @@ use bytes::Bytes;
 use doic_agent::codec::Message;
 use doic_agent::dictionary::{cmd, code};
 use interop::compare::compare;
-use interop::erl::{ErlClient, ErlServer, Olr};
+use interop::erl::{ErlClient, ErlServer, Olr, ReportType};
 use interop::fd::{BenchSpec, FdRelay, FdServer};
 use interop::tshark::{Capture, Tshark, WireMessage};
 
@@ -104,12 +104,7 @@ fn freediameter_client_relay_and_server_traffic() {
 
 #[test]
 fn erlang_traffic_with_doic_and_watchdog() {
-    let olr = Olr {
-        realm_report: true,
-        reduction_percentage: 25,
-        sequence: 3,
-        validity_secs: 60,
-    };
+    let olr = Olr::loss(ReportType::Realm, 25, 3, 60);
     let erl = ErlServer::builder().olr(olr).start().unwrap();
     let fd = FdServer::builder().threads(2).start().unwrap();
     let cap = Capture::start(
@@ -165,4 +160,47 @@ fn erlang_traffic_with_doic_and_watchdog() {
     assert_eq!(v(code::OC_REPORT_TYPE).as_deref(), Some("1"));
     assert_eq!(v(code::OC_REDUCTION_PERCENTAGE).as_deref(), Some("25"));
     assert_eq!(v(code::OC_VALIDITY_DURATION).as_deref(), Some("60"));
+}
+
+/// The RFC 8581/8582 AVPs as OTP encodes them (OC-Maximum-Rate, SourceID,
+/// OC-Peer-Algo, PEER_REPORT) decode the same in our codec and in tshark.
+#[test]
+fn erlang_rate_peer_report_traffic() {
+    let erl = ErlServer::builder()
+        .olr(Olr::rate(ReportType::Peer, 1200, 5, 30))
+        .start()
+        .unwrap();
+    let port = erl.target().addr.port();
+    let cap = Capture::start(&[port], Duration::from_secs(60)).unwrap();
+    let r = ErlClient::new(&erl.target())
+        .n(5)
+        .concurrency(1)
+        .doic_vector(0x15)
+        .run()
+        .unwrap();
+    assert!(r.all_answered_ok(), "{}", r.output);
+    let msgs = cap.finish(&Tshark::new().port(port)).unwrap();
+    check_all("Erlang/OTP RFC 8581/8582 traffic", &msgs);
+    let answer = msgs
+        .iter()
+        .find(|m| m.command == cmd::FD_TEST && !m.is_request())
+        .expect("a Test-Answer");
+    assert!(answer.warnings().is_empty(), "{:?}", answer.warnings());
+    let olr = answer.avp(code::OC_OLR, None).expect("OC-OLR");
+    let v = |c| olr.child(c, None).and_then(|a| a.value.clone());
+    assert_eq!(v(code::OC_REPORT_TYPE).as_deref(), Some("2"));
+    assert_eq!(v(code::OC_MAXIMUM_RATE).as_deref(), Some("1200"));
+    assert_eq!(
+        v(code::SOURCE_ID).as_deref(),
+        Some("erl-server.example.net")
+    );
+    let feat = answer
+        .avp(code::OC_SUPPORTED_FEATURES, None)
+        .expect("OC-Supported-Features");
+    assert_eq!(
+        feat.child(code::OC_PEER_ALGO, None)
+            .and_then(|a| a.value.clone())
+            .as_deref(),
+        Some("4")
+    );
 }

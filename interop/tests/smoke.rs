@@ -1,6 +1,6 @@
 //! End-to-end smoke tests of the harness: every path answers 2001.
 
-use interop::erl::{ErlClient, ErlServer, Olr};
+use interop::erl::{ErlClient, ErlServer, Olr, ReportType};
 use interop::fd::{BenchSpec, FdRelay, FdServer};
 
 #[test]
@@ -74,12 +74,7 @@ fn erlang_client_via_fd_relay_to_fd_server() {
 /// OC-Supported-Features gets neither.
 #[test]
 fn erlang_reporting_node_sends_olr_only_to_doic_requests() {
-    let olr = Olr {
-        realm_report: false,
-        reduction_percentage: 40,
-        sequence: 9,
-        validity_secs: 20,
-    };
+    let olr = Olr::loss(ReportType::Host, 40, 9, 20);
     let server = ErlServer::builder().olr(olr).start().unwrap();
     let r = ErlClient::new(&server.target()).n(50).doic().run().unwrap();
     assert!(r.all_answered_ok(), "{}", r.output);
@@ -177,4 +172,32 @@ fn error_answers_are_counted_as_errors() {
         fd.sent > 0 && fd.errors == fd.sent && fd.answered == 0,
         "{fd}"
     );
+}
+
+/// RFC 8581/8582: a peer report with the rate algorithm, encoded by OTP
+/// with the escript's grammar, reaches a client that supports both.
+#[test]
+fn erlang_reporting_node_sends_a_rate_peer_report() {
+    let olr = Olr::rate(ReportType::Peer, 1200, 5, 30);
+    let server = ErlServer::builder().olr(olr).start().unwrap();
+    let r = ErlClient::new(&server.target())
+        .n(10)
+        .doic_vector(0x15)
+        .run()
+        .unwrap();
+    assert!(r.all_answered_ok(), "{}", r.output);
+    assert_eq!(r.oc_olr, 10, "{}", r.output);
+    let f = &r.first_features;
+    assert_eq!(
+        (f["feature_vector"].as_str(), f["peer_algo"].as_str()),
+        ("20", "4"),
+        "{}",
+        r.output
+    );
+    assert_eq!(f["source_id"], "erl-server.example.net");
+    let o = &r.first_olr;
+    assert_eq!(o["report_type"], "2");
+    assert_eq!(o["max_rate"], "1200");
+    assert_eq!(o["reduction_percentage"], "-");
+    assert_eq!(o["source_id"], "erl-server.example.net");
 }
