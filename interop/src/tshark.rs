@@ -346,9 +346,21 @@ impl Capture {
     /// # Errors
     /// As [`Tshark::decode`].
     pub fn finish(mut self, tshark: &Tshark) -> Result<Vec<WireMessage>, Error> {
-        // dumpcap writes a complete file on SIGINT; give it a moment to
-        // flush packets still in the kernel buffer.
-        std::thread::sleep(Duration::from_millis(200));
+        // On SIGINT dumpcap stops reading: packets still in the kernel
+        // buffer would be lost. It appends to the file as it reads, so wait
+        // until the file has stopped growing for half a second (at most 10 s).
+        let size = || std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+        let mut last = size();
+        let mut stable = 0;
+        for _ in 0..100 {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = size();
+            stable = if now == last { stable + 1 } else { 0 };
+            last = now;
+            if stable >= 5 {
+                break;
+            }
+        }
         self.daemon.signal(libc::SIGINT)?;
         self.daemon.wait_exit(Duration::from_secs(5))?;
         tshark.decode(&self.path)
