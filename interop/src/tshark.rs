@@ -107,6 +107,9 @@ pub struct WireMessage {
     pub experts: Vec<Expert>,
     /// True when the frame carries a `_ws.malformed` item.
     pub malformed: bool,
+    /// Expert items of the frame's other layers (Ethernet, IP, TCP): bad
+    /// checksums (with [`Tshark::check_checksums`]), TCP sequence analysis.
+    pub frame_experts: Vec<Expert>,
 }
 
 impl WireMessage {
@@ -521,6 +524,7 @@ fn parse_message(
         raw: raw.to_vec(),
         experts,
         malformed: malformed || has_key(d, "_ws.malformed"),
+        frame_experts: Vec::new(),
     }
 }
 
@@ -540,6 +544,14 @@ fn parse_json(out: &[u8]) -> Result<Vec<WireMessage>, Error> {
             u16::try_from(num_of(l["tcp"].get("tcp.dstport")).unwrap_or(0)).unwrap_or(0),
         );
         let malformed = l.get("_ws.malformed").is_some();
+        let mut frame_experts = Vec::new();
+        if let Some(m) = l.as_object() {
+            for (k, layer) in m {
+                if k != "diameter" && !k.ends_with("_raw") {
+                    collect_experts(layer, &mut frame_experts);
+                }
+            }
+        }
         let layers = items(l.get("diameter"));
         let raws = raw_items(l.get("diameter_raw"));
         if layers.is_empty() && malformed {
@@ -548,12 +560,16 @@ fn parse_json(out: &[u8]) -> Result<Vec<WireMessage>, Error> {
                 src_port: ports.0,
                 dst_port: ports.1,
                 malformed,
+                frame_experts,
                 ..WireMessage::default()
             });
+            continue;
         }
         for (i, d) in layers.into_iter().enumerate() {
             let raw = raw_bytes(raws.get(i).copied());
-            msgs.push(parse_message(frame, ports, d, &raw, malformed));
+            let mut m = parse_message(frame, ports, d, &raw, malformed);
+            m.frame_experts.clone_from(&frame_experts);
+            msgs.push(m);
         }
     }
     Ok(msgs)

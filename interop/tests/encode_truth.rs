@@ -228,6 +228,11 @@ fn our_messages_decode_cleanly_in_tshark_with_the_same_fields() {
         for w in theirs.warnings() {
             failures.push(format!("{name}: tshark expert warning: {}", w.message));
         }
+        // The pcap writer's Ethernet/IPv4/TCP framing: checksums verified,
+        // sequence analysis clean.
+        for e in theirs.frame_experts.iter().filter(|e| e.is_warning()) {
+            failures.push(format!("{name}: tshark frame expert: {}", e.message));
+        }
         for m in compare(ours, theirs) {
             failures.push(format!("{name}: {m}"));
         }
@@ -357,5 +362,41 @@ fn a_malformed_message_is_detected() {
         decoded[0].malformed || !decoded[0].warnings().is_empty(),
         "{:#?}",
         decoded[0]
+    );
+}
+
+/// With checksum validation on, tshark does flag a bad TCP checksum, so
+/// the clean result above means the pcap writer's checksums are right.
+#[test]
+fn a_bad_tcp_checksum_is_flagged() {
+    use interop::pcap::{Dir, PcapWriter};
+    let mut w = PcapWriter::new();
+    let mut flow = w.open(
+        "127.0.0.1:40000".parse().unwrap(),
+        "127.0.0.1:3868".parse().unwrap(),
+    );
+    w.send(
+        &mut flow,
+        Dir::ToServer,
+        &test_request().to_bytes().unwrap(),
+    );
+    let mut file = w.bytes().to_vec();
+    // Walk to the fourth record (SYN, SYN-ACK, ACK, then the request).
+    let mut at = 24;
+    for _ in 0..3 {
+        let caplen = u32::from_le_bytes(file[at + 8..at + 12].try_into().unwrap()) as usize;
+        at += 16 + caplen;
+    }
+    let tcp_checksum = at + 16 + 14 + 20 + 16;
+    file[tcp_checksum] ^= 0xff;
+    let dir = RunDir::new("bad-checksum").unwrap();
+    let path = dir.path().join("bad.pcap");
+    std::fs::write(&path, &file).unwrap();
+    let decoded = Tshark::new().check_checksums().decode(&path).unwrap();
+    assert_eq!(decoded.len(), 1);
+    assert!(
+        decoded[0].frame_experts.iter().any(|e| e.is_warning()),
+        "{:?}",
+        decoded[0].frame_experts
     );
 }
