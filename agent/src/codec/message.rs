@@ -37,7 +37,7 @@ fn check_avps(buf: &[u8], base: usize, depth: usize, lenient: bool) -> Result<()
         let length = (w1 & 0x00ff_ffff) as usize;
         let vendor = w1 & (u32::from(super::avp::AvpFlags::VENDOR) << 24) != 0;
         let hlen = if vendor { 12 } else { 8 };
-        let padded = (w1.wrapping_add(3) & 0x00ff_fffc) as usize;
+        let padded = (length + 3) & !3;
         let slow = |pos: usize| super::avp::parse_one(&buf[pos..], base + pos);
         if length < hlen || padded > end - pos {
             slow(pos)?;
