@@ -340,6 +340,27 @@ mod tests {
     }
 
     #[test]
+    fn bad_values_are_5004_with_the_avp_as_failed_avp() {
+        // Session-Id (UTF8String) with invalid UTF-8, after Origin-Host
+        let host = Avp::str(code::ORIGIN_HOST, "a.example");
+        let bad = Avp::octets(code::SESSION_ID, &b"s;\xff"[..]);
+        let m = Message::request(257, 0, false)
+            .with(host.clone())
+            .with(bad.clone());
+        let b = m.to_bytes().unwrap().freeze();
+        let e = Message::decode(b).unwrap_err();
+        assert_eq!(e.result_code(), 5004);
+        assert_eq!(e.offset(), HEADER_LEN + host.encoded_len());
+        let mut expect = bad.to_bytes().unwrap().to_vec();
+        expect.truncate(bad.avp_len());
+        assert_eq!(e.failed_avp().unwrap().as_ref(), &expect[..]);
+        // an empty DiameterIdentity
+        let m = Message::request(257, 0, false).with(Avp::str(code::DESTINATION_REALM, ""));
+        let e = Message::decode(m.to_bytes().unwrap().freeze()).unwrap_err();
+        assert_eq!((e.result_code(), e.offset()), (5004, HEADER_LEN));
+    }
+
+    #[test]
     fn depth_limit_stops_deep_nesting() {
         let mut a = Avp::u32(code::VENDOR_ID, 1);
         for _ in 0..MAX_DEPTH {
