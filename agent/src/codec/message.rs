@@ -37,7 +37,7 @@ fn check_avps(buf: &[u8], base: usize, depth: usize, lenient: bool) -> Result<()
         let length = (w1 & 0x00ff_ffff) as usize;
         let vendor = w1 & (u32::from(super::avp::AvpFlags::VENDOR) << 24) != 0;
         let hlen = if vendor { 12 } else { 8 };
-        let padded = (w1.wrapping_add(3) & 0x00ff_fffc) as usize;
+        let padded = (length + 3) & !3;
         let slow = |pos: usize| super::avp::parse_one(&buf[pos..], base + pos);
         if length < hlen || padded > end - pos {
             slow(pos)?;
@@ -337,6 +337,27 @@ mod tests {
             &b[e.offset()..e.offset() + 4],
             &code::VENDOR_ID.to_be_bytes()
         );
+    }
+
+    #[test]
+    fn bad_values_are_5004_with_the_avp_as_failed_avp() {
+        // Session-Id (UTF8String) with invalid UTF-8, after Origin-Host
+        let host = Avp::str(code::ORIGIN_HOST, "a.example");
+        let bad = Avp::octets(code::SESSION_ID, &b"s;\xff"[..]);
+        let m = Message::request(257, 0, false)
+            .with(host.clone())
+            .with(bad.clone());
+        let b = m.to_bytes().unwrap().freeze();
+        let e = Message::decode(b).unwrap_err();
+        assert_eq!(e.result_code(), 5004);
+        assert_eq!(e.offset(), HEADER_LEN + host.encoded_len());
+        let mut expect = bad.to_bytes().unwrap().to_vec();
+        expect.truncate(bad.avp_len());
+        assert_eq!(e.failed_avp().unwrap().as_ref(), &expect[..]);
+        // an empty DiameterIdentity
+        let m = Message::request(257, 0, false).with(Avp::str(code::DESTINATION_REALM, ""));
+        let e = Message::decode(m.to_bytes().unwrap().freeze()).unwrap_err();
+        assert_eq!((e.result_code(), e.offset()), (5004, HEADER_LEN));
     }
 
     #[test]

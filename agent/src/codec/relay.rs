@@ -111,9 +111,7 @@ impl<'a> Routing<'a> {
             let w1 = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
             let length = (w1 & 0x00ff_ffff) as usize;
             let vendor = w1 & (u32::from(super::avp::AvpFlags::VENDOR) << 24) != 0;
-            // (length + 3) & !3 in one step less: the carry into the flags
-            // byte is masked off
-            let padded = (w1.wrapping_add(3) & 0x00ff_fffc) as usize;
+            let padded = (length + 3) & !3;
             if length < 8 + 4 * usize::from(vendor) || padded > end - pos {
                 // the slow path names the defect
                 parse_one(&buf[pos..], pos)?;
@@ -467,6 +465,19 @@ mod tests {
         b[20 + 7] = 3; // Session-Id length 3 < 8
         let e = Routing::scan(&b).unwrap_err();
         assert_eq!((e.result_code(), e.offset()), (5014, 20));
+    }
+
+    #[test]
+    fn huge_avp_lengths_fail_instead_of_looping() {
+        // AVP Lengths near 2^24 must not wrap the 4-byte rounding to zero
+        for length in [0x00ff_fffdu32, 0x00ff_fffe, 0x00ff_ffff] {
+            let mut b = request().to_bytes().unwrap();
+            b[20 + 5..20 + 8].copy_from_slice(&length.to_be_bytes()[1..]);
+            let e = Routing::scan(&b).unwrap_err();
+            assert_eq!((e.result_code(), e.offset()), (5014, 20));
+            let e = crate::codec::validate(&b).unwrap_err();
+            assert_eq!((e.result_code(), e.offset()), (5014, 20));
+        }
     }
 
     #[test]
