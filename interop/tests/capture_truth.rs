@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use doic_agent::codec::Message;
+use doic_agent::codec::{CheckOptions, Message, OcOlr, check};
 use doic_agent::dictionary::{cmd, code};
 use interop::compare::compare;
 use interop::erl::{ErlClient, ErlServer, Olr, ReportType};
@@ -29,6 +29,16 @@ fn check_all(what: &str, msgs: &[WireMessage]) -> BTreeSet<(u32, bool)> {
                 w.frame
             ));
             continue;
+        }
+        // The codec's grammar, dictionary and flag-rule checks must accept
+        // what real peers send.
+        if let Err(e) = check(&w.raw, CheckOptions::default()) {
+            failures.push(format!(
+                "frame {} cmd {} request={}: our checks reject it: {e}",
+                w.frame,
+                w.command,
+                w.is_request()
+            ));
         }
         match Message::decode(Bytes::from(w.raw.clone())) {
             Err(e) => failures.push(format!(
@@ -194,6 +204,13 @@ fn erlang_rate_peer_report_traffic() {
         v(code::SOURCE_ID).as_deref(),
         Some("erl-server.example.net")
     );
+    // The codec's typed reader agrees with tshark on OTP's encoding.
+    let ours = Message::decode(Bytes::from(answer.raw.clone())).unwrap();
+    let typed = OcOlr::from_avp(ours.find(code::OC_OLR).unwrap()).unwrap();
+    assert_eq!(typed.report_type, doic_agent::codec::ReportType::Peer);
+    assert_eq!(typed.maximum_rate, Some(1200));
+    assert_eq!(typed.sequence_number, 5);
+    assert_eq!(typed.source_id.as_deref(), Some("erl-server.example.net"));
     let feat = answer
         .avp(code::OC_SUPPORTED_FEATURES, None)
         .expect("OC-Supported-Features");

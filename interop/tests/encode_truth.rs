@@ -6,7 +6,9 @@
 use std::net::IpAddr;
 
 use doic_agent::codec::builder::{self, Capabilities, ErrorAnswer};
-use doic_agent::codec::{Avp, AvpIter, Message, Value};
+use doic_agent::codec::{
+    Avp, AvpIter, CheckOptions, Message, OcOlr, OcSupportedFeatures, ReportType, Value, check,
+};
 use doic_agent::dictionary::{app, cmd, code, doic, result, vendor};
 use interop::compare::compare;
 use interop::process::RunDir;
@@ -36,20 +38,19 @@ fn caps() -> Capabilities {
     }
 }
 
+/// OC-Supported-Features from the codec's typed builder (RFC 7683 §7.1,
+/// RFC 8581 §7.1).
 fn oc_supported_features(vector: u64, peer_algo: Option<u64>, source: Option<&str>) -> Avp {
-    let mut children = vec![Avp::u64(code::OC_FEATURE_VECTOR, vector)];
-    if let Some(a) = peer_algo {
-        children.push(Avp::u64(code::OC_PEER_ALGO, a));
+    OcSupportedFeatures {
+        feature_vector: Some(vector),
+        source_id: source.map(str::to_owned),
+        peer_algo,
     }
-    if let Some(s) = source {
-        children.push(Avp::base(
-            code::SOURCE_ID,
-            Value::DiameterIdentity(s.to_owned().into()),
-        ));
-    }
-    Avp::grouped(code::OC_SUPPORTED_FEATURES, children)
+    .to_avp()
 }
 
+/// OC-OLR from the codec's typed builder (RFC 7683 §7.3, RFC 8581 §7.2,
+/// RFC 8582 §7.2).
 fn oc_olr(
     seq: u64,
     report_type: i32,
@@ -57,24 +58,15 @@ fn oc_olr(
     rate: Option<u32>,
     source: Option<&str>,
 ) -> Avp {
-    let mut c = vec![
-        Avp::u64(code::OC_SEQUENCE_NUMBER, seq),
-        Avp::base(code::OC_REPORT_TYPE, Value::Enumerated(report_type)),
-    ];
-    if let Some(p) = pct {
-        c.push(Avp::u32(code::OC_REDUCTION_PERCENTAGE, p));
+    OcOlr {
+        sequence_number: seq,
+        report_type: ReportType::from_value(report_type),
+        reduction_percentage: pct,
+        validity_duration: Some(30),
+        source_id: source.map(str::to_owned),
+        maximum_rate: rate,
     }
-    c.push(Avp::u32(code::OC_VALIDITY_DURATION, 30));
-    if let Some(r) = rate {
-        c.push(Avp::u32(code::OC_MAXIMUM_RATE, r));
-    }
-    if let Some(s) = source {
-        c.push(Avp::base(
-            code::SOURCE_ID,
-            Value::DiameterIdentity(s.to_owned().into()),
-        ));
-    }
-    Avp::grouped(code::OC_OLR, c)
+    .to_avp()
 }
 
 fn test_request() -> Message {
@@ -399,4 +391,29 @@ fn a_bad_tcp_checksum_is_flagged() {
         "{:?}",
         decoded[0].frame_experts
     );
+}
+
+/// Our messages also pass our own grammar, dictionary and flag-rule checks,
+/// and the typed DOIC AVPs read back what was built.
+#[test]
+fn our_messages_pass_our_checks_and_doic_avps_read_back() {
+    for (name, m) in messages() {
+        let bytes = m.to_bytes().unwrap();
+        if let Err(e) = check(&bytes, CheckOptions::default()) {
+            panic!("{name}: {e}");
+        }
+    }
+    let (_, rate) = &messages()[9];
+    let olr = OcOlr::from_avp(rate.find(code::OC_OLR).unwrap()).unwrap();
+    assert_eq!(olr.sequence_number, 19);
+    assert_eq!(olr.report_type, ReportType::Peer);
+    assert_eq!(olr.maximum_rate, Some(1500));
+    assert_eq!(olr.source_id.as_deref(), Some("agent.example.com"));
+    assert_eq!(olr.reduction_percentage, None);
+    let f = OcSupportedFeatures::from_avp(rate.find(code::OC_SUPPORTED_FEATURES).unwrap()).unwrap();
+    assert_eq!(
+        f.feature_vector,
+        Some(doic::OLR_RATE_ALGORITHM | doic::OC_PEER_REPORT)
+    );
+    assert_eq!(f.peer_algo, Some(doic::OLR_RATE_ALGORITHM));
 }
