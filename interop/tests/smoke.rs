@@ -201,3 +201,22 @@ fn erlang_reporting_node_sends_a_rate_peer_report() {
     assert_eq!(o["reduction_percentage"], "-");
     assert_eq!(o["source_id"], "erl-server.example.net");
 }
+
+/// The same paths over IPv6 loopback: the shim binds [::] to ::1.
+#[test]
+fn fd_and_erlang_clients_over_ipv6_loopback() {
+    let server = FdServer::builder().start().unwrap();
+    let v6 = interop::fd::PeerTarget::new(
+        server.identity(),
+        std::net::SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), server.port()),
+    )
+    .unwrap();
+    let r = BenchSpec::new(v6.clone())
+        .seconds(1)
+        .concurrency(5)
+        .run()
+        .unwrap();
+    assert!(r.all_answered_ok(), "{r}");
+    let e = ErlClient::new(&v6).n(50).run().unwrap();
+    assert!(e.all_answered_ok(), "{}", e.output);
+}
