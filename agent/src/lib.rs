@@ -8,6 +8,9 @@
 //! | --- | --- |
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
 //! | [`ebpf`] | kernel telemetry: loads and attaches the XDP/TC program, reads per-peer Diameter counters, renders them for Prometheus |
+//! | [`codec`] | Diameter wire format: header, AVPs, typed values, messages, builders (RFC 6733 §3-4, §7) |
+//! | [`inspect`] | the `decode` / `encode` subcommands: message <-> JSON, one-line errors |
+//! | [`dictionary`] | command and AVP codes, types, flag rules, enumerations (RFC 6733, 7683, 8581, 8582) |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -15,4 +18,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli;
+pub mod codec;
+pub mod dictionary;
 pub mod ebpf;
+pub mod inspect;

@@ -189,3 +189,22 @@ fn output(program: &str, args: &[&str]) -> anyhow::Result<String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+/// The nightly toolchain and cargo-fuzz, for the `fuzz` stage.
+pub(crate) fn cargo_fuzz() -> anyhow::Result<()> {
+    let nightly = Command::new("rustup")
+        .args(["run", "nightly", "rustc", "--version"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !nightly {
+        run(
+            "rustup",
+            &["toolchain", "install", "nightly", "--profile", "minimal"],
+        )?;
+    }
+    if !cargo_has("fuzz") {
+        run("cargo", &["install", "cargo-fuzz", "--locked"])?;
+    }
+    Ok(())
+}

@@ -43,6 +43,21 @@ const STAGES: &[Stage] = &[
         about: "per-packet cost of the kernel program against an empty XDP program; fails above target (root)",
         run: bench_ebpf,
     },
+    Stage {
+        name: "interop",
+        about: "install the third-party peers, then run the interop harness tests against them",
+        run: interop,
+    },
+    Stage {
+        name: "fuzz",
+        about: "cargo-fuzz the Diameter decoder for 60 s from the seed corpus; fails on a crash",
+        run: fuzz,
+    },
+    Stage {
+        name: "bench-codec",
+        about: "time the codec (relay fast path, full walk, encode) and check the targets",
+        run: bench_codec,
+    },
 ];
 
 /// Runs the selected stages in order; stops at the first failure.
@@ -93,10 +108,26 @@ fn unit() -> anyhow::Result<()> {
     if have("cargo-nextest") {
         run(
             "cargo",
-            &["nextest", "run", "--workspace", "--no-fail-fast"],
+            &[
+                "nextest",
+                "run",
+                "--workspace",
+                "--exclude",
+                "interop",
+                "--no-fail-fast",
+            ],
         )?;
     } else {
-        run("cargo", &["test", "--workspace", "--no-fail-fast"])?;
+        run(
+            "cargo",
+            &[
+                "test",
+                "--workspace",
+                "--exclude",
+                "interop",
+                "--no-fail-fast",
+            ],
+        )?;
     }
     run("cargo", &["test", "--workspace", "--doc"])
 }
@@ -199,6 +230,76 @@ fn bench_ebpf() -> anyhow::Result<()> {
             "--",
             "--ignored",
             "--nocapture",
+        ],
+    )
+}
+
+/// The third-party peers (freeDiameter, Erlang/OTP, tshark) are installed as
+/// part of this stage, so `--only interop` works on a fresh machine. The
+/// harness tests spawn daemons and capture on `lo`; they run one test binary
+/// at a time but tests inside it in parallel (free ports per test).
+fn interop() -> anyhow::Result<()> {
+    let t0 = std::time::Instant::now();
+    crate::peers::install()?;
+    let t_setup = t0.elapsed();
+    let dir = crate::peers::dir();
+    let mut cmd = std::process::Command::new("cargo");
+    if have("cargo-nextest") {
+        cmd.args(["nextest", "run", "-p", "interop", "--no-fail-fast"]);
+    } else {
+        cmd.args(["test", "-p", "interop", "--no-fail-fast"]);
+    }
+    cmd.env("DOIC_PEERS_DIR", &dir);
+    crate::util::run_cmd(&mut cmd)?;
+    eprintln!(
+        "interop: setup {:.1}s, tests {:.1}s",
+        t_setup.as_secs_f64(),
+        (t0.elapsed() - t_setup).as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Seconds the `fuzz` stage runs the decoder target.
+const FUZZ_SECS: u32 = 60;
+
+fn fuzz() -> anyhow::Result<()> {
+    setup::cargo_fuzz()?;
+    // new inputs go to a scratch directory; the committed seeds stay as they are
+    let scratch = crate::util::root().join("target/fuzz-corpus/decode");
+    std::fs::create_dir_all(&scratch)?;
+    let scratch = scratch.to_string_lossy().into_owned();
+    let max_time = format!("-max_total_time={FUZZ_SECS}");
+    run(
+        "cargo",
+        &[
+            "+nightly",
+            "fuzz",
+            "run",
+            "decode",
+            &scratch,
+            "fuzz/corpus/decode",
+            "--",
+            &max_time,
+            "-rss_limit_mb=2048",
+            // an input that takes this long is a hang, reported as a crash
+            "-timeout=10",
+        ],
+    )
+}
+
+fn bench_codec() -> anyhow::Result<()> {
+    run(
+        "cargo",
+        &[
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "bench",
+            "--bin",
+            "codec-check",
+            "--",
+            "--check",
         ],
     )
 }
