@@ -7,10 +7,14 @@
 //! | module | what it implements |
 //! | --- | --- |
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
+//! | [`doic`] | DOIC overload control core, sans-io (RFC 7683, RFC 8581, RFC 8582) |
+//! | [`audit`] | evidence trail: reports, OCS versions, treatment counters |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod audit;
 pub mod cli;
+pub mod doic;

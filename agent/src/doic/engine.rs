@@ -1,0 +1,678 @@
+//! The agent's DOIC core: the treatment of each request in the order of
+//! RFC 8581 §5 (host/realm OCS first, then the next hop's peer OCS), diversion
+//! before throttling (RFC 7683 §5.2.2, RFC 8581 §6.2.5), and the handling of
+//! each answer (RFC 7683 §5.2.1.3, §5.1.3, §10; RFC 8581 §6.1.2, §6.2.3).
+//!
+//! Sans-io: time is an argument, nothing here reads a clock or does I/O.
+
+use std::time::{Duration, Instant};
+
+use super::config::DoicConfig;
+use super::features::{self, Algorithm, SupportedFeatures};
+use super::loss::Prng;
+use super::ocs::{Ending, Ocs, OcsTable, Outcome, Phase};
+use super::realm::RealmSynth;
+use super::report::{Abatement, Olr, Report, ReportType};
+use super::treatment::{
+    AnswerActions, Candidate, Cause, DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY, DIAMETER_TOO_BUSY,
+    PendingTx, RequestView, ThrottleAnswer, Treatment,
+};
+use crate::audit::{Audit, ReportRecord, Verdict};
+
+/// An answer as the overload core needs to see it (decoded by the relay).
+#[derive(Clone, Copy, Debug)]
+pub struct AnswerView<'a> {
+    /// Application-ID of the header.
+    pub app_id: u32,
+    /// Origin-Host.
+    pub origin_host: &'a str,
+    /// Origin-Realm.
+    pub origin_realm: &'a str,
+    /// Result-Code, if present.
+    pub result_code: Option<u32>,
+    /// Experimental-Result-Code, if present.
+    pub experimental_result_code: Option<u32>,
+    /// OC-Supported-Features, if present.
+    pub features: Option<&'a SupportedFeatures>,
+    /// Every OC-OLR AVP, in order.
+    pub olrs: &'a [Olr],
+}
+
+/// The DOIC overload-control core of one agent (or one worker's view of it).
+///
+/// Call [`Doic::treat`] for every request before routing it, and
+/// [`Doic::on_answer`] for every answer that matches a pending request (the
+/// relay matches hop-by-hop identifiers and transport connection, RFC 7683
+/// §10.1). [`Doic::poll_timeout`] / [`Doic::handle_timeout`] only tidy up:
+/// expiry is evaluated against `now` on every call.
+#[derive(Debug)]
+pub struct Doic {
+    cfg: DoicConfig,
+    identity: String,
+    vector: u64,
+    ocs: OcsTable,
+    realms: RealmSynth,
+    rng: Prng,
+    audit: Audit,
+    own_peer_report: Option<(Report, Instant)>,
+    own_sequence: u64,
+}
+
+/// Outcome of the host/realm step.
+enum FirstStep {
+    Pass,
+    Divert(usize),
+    Throttle(ReportType),
+}
+
+impl Doic {
+    /// A core for the agent whose DiameterIdentity is `identity`. `seed` seeds
+    /// the per-core PRNG; `sequence_base` starts the sequence numbers of the
+    /// agent's own reports (seconds since the Unix epoch at start satisfies
+    /// RFC 7683 §5.2.1.4 across restarts).
+    #[must_use]
+    pub fn new(identity: &str, cfg: DoicConfig, seed: u64, sequence_base: u64) -> Self {
+        let vector = features::announced_vector(&cfg.algorithms, cfg.peer_report);
+        let ending = Ending {
+            probe_interval: cfg.probe_interval,
+            ramp: cfg.ramp,
+        };
+        Self {
+            ocs: OcsTable::new(cfg.max_ocs, ending, cfg.rate),
+            realms: RealmSynth::new(
+                cfg.max_ocs,
+                cfg.divert_headroom,
+                Duration::from_secs(u64::from(cfg.realm_report_validity)),
+                sequence_base,
+            ),
+            rng: Prng::new(seed),
+            audit: Audit::new(cfg.audit_records),
+            identity: identity.to_owned(),
+            vector,
+            cfg,
+            own_peer_report: None,
+            own_sequence: sequence_base,
+        }
+    }
+
+    /// The OC-Feature-Vector announced in every request.
+    #[must_use]
+    pub fn vector(&self) -> u64 {
+        self.vector
+    }
+
+    /// The evidence trail.
+    #[must_use]
+    pub fn audit(&self) -> &Audit {
+        &self.audit
+    }
+
+    /// The reacting-node OCS tables.
+    #[must_use]
+    pub fn ocs(&self) -> &OcsTable {
+        &self.ocs
+    }
+
+    /// The OCS entry for (`app_id`, `rt`, `id`), without advancing it.
+    #[must_use]
+    pub fn ocs_entry(&self, app_id: u32, rt: ReportType, id: &str) -> Option<&Ocs> {
+        self.ocs.peek(app_id, rt, id)
+    }
+
+    /// The realm report the agent makes for (`app_id`, `realm`) at `now`.
+    #[must_use]
+    pub fn own_realm_report(&self, now: Instant, app_id: u32, realm: &str) -> Option<Report> {
+        self.realms.report(now, app_id, realm)
+    }
+
+    /// When [`Doic::handle_timeout`] next has work.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.ocs.next_deadline()
+    }
+
+    /// Removes finished entries and records expiries up to `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.ocs.sweep(now, &mut self.audit) > 0 {
+            self.realms.invalidate();
+        }
+    }
+
+    /// Sets (or with `None` ends) the agent's own peer report, sent in answers
+    /// to peers that support peer reports (RFC 8581 §6.2.4). The control path
+    /// calls this when the agent itself is overloaded.
+    pub fn set_own_peer_report(
+        &mut self,
+        now: Instant,
+        abatement: Option<Abatement>,
+        validity: Duration,
+    ) {
+        self.own_sequence += 1;
+        let (abatement, validity) = match abatement {
+            Some(a) => (a, validity),
+            None => (
+                self.own_peer_report
+                    .as_ref()
+                    .map_or(Abatement::Loss { percent: 0 }, |(r, _)| r.abatement),
+                Duration::ZERO,
+            ),
+        };
+        let report = Report {
+            report_type: ReportType::Peer,
+            sequence: self.own_sequence,
+            validity,
+            abatement,
+            source_id: Some(self.identity.clone()),
+        };
+        // An end report is sent for the validity period it ends (30 s).
+        let until = now
+            + if validity.is_zero() {
+                super::report::DEFAULT_VALIDITY
+            } else {
+                validity
+            };
+        self.own_peer_report = Some((report, until));
+    }
+
+    /// Decides the treatment of a request (RFC 8581 §5 order). `candidates`
+    /// are the next hops in the relay's order of preference.
+    pub fn treat(
+        &mut self,
+        now: Instant,
+        req: &RequestView<'_>,
+        candidates: &[Candidate<'_>],
+    ) -> Treatment {
+        self.audit.totals.requests += 1;
+        if candidates.is_empty() {
+            return Treatment::NoRoute;
+        }
+        let policy = self.cfg.peer(req.from_peer);
+        // RFC 7683 §10.4: DOIC AVPs from untrusted peers are stripped; a client
+        // that may not receive reports cannot abate at the source either.
+        let client_features = req
+            .features
+            .filter(|_| policy.trusted && policy.receive_reports)
+            .cloned();
+        let client_peer_report = self.cfg.peer_report
+            && features::peer_supports_peer_report(client_features.as_ref(), req.from_peer);
+        let priority = self.cfg.priority(req.app_id, req.command_code, req.drmp);
+        let app = req.app_id;
+
+        // Step 1: host or realm OCS of the destination.
+        let first = match req.dest_host {
+            Some(host) => self.host_step(now, req, client_features.as_ref(), host, priority),
+            None => self.realm_step(now, req, client_features.as_ref(), candidates, priority),
+        };
+        self.ocs.note_first_step(
+            app,
+            candidates[0].peer,
+            matches!(first, FirstStep::Throttle(_)),
+        );
+        let mut index = match first {
+            FirstStep::Throttle(rt) => return self.throttle(Cause::Destination(rt)),
+            FirstStep::Pass => 0,
+            FirstStep::Divert(i) => i,
+        };
+
+        // Step 2: the peer OCS of the chosen next hop, for what survived step 1.
+        let key = (app, ReportType::Peer, candidates[index].peer);
+        if let Some(selected) = self
+            .ocs
+            .select(now, key, priority, &mut self.rng, &mut self.audit)
+        {
+            if selected {
+                let alt = (0..candidates.len()).filter(|i| *i != index).find(|i| {
+                    self.alternate_ok(now, app, &candidates[*i], req.dest_host.is_none(), priority)
+                });
+                match alt {
+                    Some(i) => {
+                        self.ocs.count(key, Outcome::Diverted);
+                        index = i;
+                    }
+                    None => {
+                        // RFC 8581 §6.2.5: not enough capacity to divert: throttle.
+                        self.ocs.count(key, Outcome::Throttled);
+                        return self.throttle(Cause::Peer);
+                    }
+                }
+            } else {
+                self.ocs.count(key, Outcome::Passed);
+            }
+        }
+
+        let tx = PendingTx {
+            app_id: app,
+            client: req.from_peer.to_owned(),
+            client_features,
+            client_peer_report,
+            dest_realm: req.dest_realm.to_owned(),
+            dest_host: req.dest_host.map(str::to_owned),
+            upstream: candidates[index].peer.to_owned(),
+        };
+        // RFC 7683 §5.1.3 / RFC 8581 §6.1.1: every relayed request carries the
+        // agent's OC-Supported-Features with its own SourceID.
+        let add_features = features::request_features(self.vector, &self.identity);
+        if index == 0 {
+            self.audit.totals.forwarded += 1;
+            Treatment::Forward {
+                index,
+                add_features,
+                tx,
+            }
+        } else {
+            self.audit.totals.diverted += 1;
+            Treatment::Divert {
+                index,
+                add_features,
+                tx,
+            }
+        }
+    }
+
+    fn throttle(&mut self, cause: Cause) -> Treatment {
+        self.audit.totals.throttled += 1;
+        let result = ThrottleAnswer::for_cause(cause, self.cfg.throttle_result);
+        tracing::trace!(?cause, code = result.code(), "throttled");
+        Treatment::Throttle { result, cause }
+    }
+
+    /// Whether the client abates this report itself: it is a DOIC node, it was
+    /// sent this version of the report, and it supports the report's algorithm.
+    fn delegated(client: Option<&SupportedFeatures>, o: &Ocs, from: &str) -> bool {
+        client.is_some_and(|f| f.supports(o.abatement.algorithm())) && o.delivered_to(from)
+    }
+
+    /// Host-routed request: the host OCS of Destination-Host. Diversion is not
+    /// possible (every path ends at that host), so selection means throttling,
+    /// unless the client was sent the report and abates at the source.
+    fn host_step(
+        &mut self,
+        now: Instant,
+        req: &RequestView<'_>,
+        client: Option<&SupportedFeatures>,
+        host: &str,
+        priority: super::rate::Priority,
+    ) -> FirstStep {
+        let key = (req.app_id, ReportType::Host, host);
+        let Some(o) = self.ocs.lookup(now, key.0, key.1, key.2, &mut self.audit) else {
+            return FirstStep::Pass;
+        };
+        if Self::delegated(client, o, req.from_peer) {
+            o.counts.matched += 1;
+            o.counts.delegated += 1;
+            return FirstStep::Pass;
+        }
+        match self
+            .ocs
+            .select(now, key, priority, &mut self.rng, &mut self.audit)
+        {
+            Some(true) => {
+                self.ocs.count(key, Outcome::Throttled);
+                FirstStep::Throttle(ReportType::Host)
+            }
+            Some(false) => {
+                self.ocs.count(key, Outcome::Passed);
+                FirstStep::Pass
+            }
+            None => FirstStep::Pass,
+        }
+    }
+
+    /// Realm-routed request: the realm OCS (received, or made by the agent),
+    /// then the host OCS of the first-choice server, diverting to another
+    /// server when it is selected (seed 002).
+    fn realm_step(
+        &mut self,
+        now: Instant,
+        req: &RequestView<'_>,
+        client: Option<&SupportedFeatures>,
+        candidates: &[Candidate<'_>],
+        priority: super::rate::Priority,
+    ) -> FirstStep {
+        let app = req.app_id;
+        let realm = req.dest_realm;
+        // Keep the agent's own view of the realm's capacity current.
+        let servers: Vec<&str> = candidates.iter().filter_map(|c| c.server).collect();
+        if !servers.is_empty() {
+            let ocs = &self.ocs;
+            self.realms.observe(
+                now,
+                app,
+                realm,
+                &servers,
+                |s| capacity(ocs, now, app, s),
+                &mut self.audit,
+            );
+        }
+        let key = (app, ReportType::Realm, realm);
+        if let Some(o) = self
+            .ocs
+            .lookup(now, app, ReportType::Realm, realm, &mut self.audit)
+        {
+            if Self::delegated(client, o, req.from_peer) {
+                o.counts.matched += 1;
+                o.counts.delegated += 1;
+            } else {
+                match self
+                    .ocs
+                    .select(now, key, priority, &mut self.rng, &mut self.audit)
+                {
+                    Some(true) => {
+                        self.ocs.count(key, Outcome::Throttled);
+                        return FirstStep::Throttle(ReportType::Realm);
+                    }
+                    _ => self.ocs.count(key, Outcome::Passed),
+                }
+            }
+        } else if let Some(st) = self.realms.state_mut(app, realm) {
+            // The agent's own realm report, applied for clients not sent it.
+            if st.percent > 0 {
+                st.counts.matched += 1;
+                let delivered = client.is_some() && st.delivered_to(req.from_peer);
+                if delivered {
+                    st.counts.delegated += 1;
+                } else if super::loss::select_percent(&mut self.rng, st.percent) {
+                    st.counts.throttled += 1;
+                    return FirstStep::Throttle(ReportType::Realm);
+                } else {
+                    st.counts.passed += 1;
+                }
+            }
+        }
+        // Host OCS of the first-choice server: divert when selected.
+        let Some(server) = candidates[0].server else {
+            return FirstStep::Pass;
+        };
+        let key = (app, ReportType::Host, server);
+        match self
+            .ocs
+            .select(now, key, priority, &mut self.rng, &mut self.audit)
+        {
+            None => FirstStep::Pass,
+            Some(false) => {
+                self.ocs.count(key, Outcome::Passed);
+                FirstStep::Pass
+            }
+            Some(true) => {
+                let alt = (1..candidates.len())
+                    .find(|i| self.alternate_ok(now, app, &candidates[*i], true, priority));
+                if let Some(i) = alt {
+                    self.ocs.count(key, Outcome::Diverted);
+                    FirstStep::Divert(i)
+                } else {
+                    self.ocs.count(key, Outcome::Throttled);
+                    FirstStep::Throttle(ReportType::Host)
+                }
+            }
+        }
+    }
+
+    /// Whether `c` can take a diverted request: its peer has no active peer
+    /// OCS or its abatement lets this request through, and (realm-routed) the
+    /// same for its server's host OCS. Probing the alternate's own algorithm is
+    /// what "spare allocation" means for loss and rate alike.
+    fn alternate_ok(
+        &mut self,
+        now: Instant,
+        app: u32,
+        c: &Candidate<'_>,
+        realm_routed: bool,
+        priority: super::rate::Priority,
+    ) -> bool {
+        if realm_routed && let Some(server) = c.server {
+            let key = (app, ReportType::Host, server);
+            match self
+                .ocs
+                .select(now, key, priority, &mut self.rng, &mut self.audit)
+            {
+                Some(true) => {
+                    // Counted as matched; it is not sent there, so no outcome.
+                    return false;
+                }
+                Some(false) => self.ocs.count(key, Outcome::Passed),
+                None => {}
+            }
+        }
+        let key = (app, ReportType::Peer, c.peer);
+        match self
+            .ocs
+            .select(now, key, priority, &mut self.rng, &mut self.audit)
+        {
+            Some(true) => false,
+            Some(false) => {
+                self.ocs.count(key, Outcome::Passed);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Handles an answer to the pending request `tx`, received from `from_peer`,
+    /// and says what to change in it before relaying it to `tx.client`.
+    pub fn on_answer(
+        &mut self,
+        now: Instant,
+        tx: &PendingTx,
+        from_peer: &str,
+        ans: &AnswerView<'_>,
+    ) -> AnswerActions {
+        let mut out = AnswerActions {
+            strip: ans.features.is_some() || !ans.olrs.is_empty(),
+            add_features: None,
+            forward_reports: Vec::new(),
+            retry_on_alternate: ans.experimental_result_code
+                != Some(DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY),
+        };
+        let trusted = self.cfg.peer(from_peer).trusted;
+        let host_algo = features::selected_algorithm(ans.features, self.vector);
+        let peer_algo = features::selected_peer_algorithm(ans.features, self.vector);
+        let mut fresh = [false; 3];
+        let mut changed = false;
+        for olr in ans.olrs {
+            let (verdict, report) =
+                self.judge(now, tx, from_peer, trusted, ans, olr, host_algo, peer_algo);
+            if let Some(r) = &report {
+                if matches!(
+                    verdict,
+                    Verdict::Created | Verdict::Updated | Verdict::Rollover | Verdict::Ended
+                ) {
+                    fresh[r.report_type.code() as usize] = true;
+                    changed |= r.report_type == ReportType::Host;
+                }
+                // Forward host and realm reports to a DOIC client that supports
+                // their algorithm; peer reports never (RFC 8581 §6.2.5).
+                if r.report_type != ReportType::Peer
+                    && let Some(cf) = &tx.client_features
+                    && cf.supports(r.abatement.algorithm())
+                    && accepted(&verdict)
+                {
+                    let id = if r.report_type == ReportType::Host {
+                        ans.origin_host
+                    } else {
+                        ans.origin_realm
+                    };
+                    if let Some(o) = self.ocs.get_mut(ans.app_id, r.report_type, id)
+                        && o.sequence == r.sequence
+                    {
+                        o.mark_delivered(&tx.client);
+                    }
+                    out.forward_reports.push(olr.clone());
+                }
+            }
+            self.audit.report(ReportRecord {
+                at: now,
+                from_peer: from_peer.to_owned(),
+                app_id: ans.app_id,
+                origin_host: ans.origin_host.to_owned(),
+                origin_realm: ans.origin_realm.to_owned(),
+                olr: olr.clone(),
+                verdict,
+            });
+        }
+        if changed {
+            self.realms.invalidate();
+        }
+        // Probes answered without a new report: the ramp may begin.
+        let overload_error = ans.result_code == Some(DIAMETER_TOO_BUSY)
+            || ans.experimental_result_code == Some(DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY);
+        if trusted && !overload_error && from_peer == tx.upstream {
+            let targets = [
+                (ReportType::Host, ans.origin_host),
+                (ReportType::Realm, ans.origin_realm),
+                (ReportType::Peer, from_peer),
+            ];
+            for (rt, id) in targets {
+                if !fresh[rt.code() as usize] {
+                    self.ocs
+                        .note_answer(now, ans.app_id, rt, id, &mut self.audit);
+                }
+            }
+        }
+        let Some(cf) = &tx.client_features else {
+            // RFC 7683 §5.1.2: no DOIC AVP in an answer to a request without one.
+            out.forward_reports.clear();
+            return out;
+        };
+        let selected = match (&host_algo, trusted) {
+            (Ok(a), true) if cf.supports(*a) => *a,
+            _ => Algorithm::Loss,
+        };
+        out.add_features = features::answer_features(
+            Some(cf),
+            tx.client_peer_report,
+            selected,
+            self.cfg.peer_algo,
+            &self.identity,
+        );
+        // The agent's own realm report (seed 002), when no realm report came
+        // from upstream and the answer speaks for that realm with loss.
+        let has_realm = out
+            .forward_reports
+            .iter()
+            .any(|o| o.report_type == ReportType::Realm.code());
+        if !has_realm
+            && selected == Algorithm::Loss
+            && ans.origin_realm == tx.dest_realm
+            && let Some(r) = self.realms.report(now, ans.app_id, ans.origin_realm)
+        {
+            out.forward_reports.push(r.to_olr());
+            self.realms
+                .mark_delivered(ans.app_id, ans.origin_realm, &tx.client);
+        }
+        // The agent's own peer report (RFC 8581 §6.2.4).
+        if tx.client_peer_report
+            && let Some((r, until)) = &self.own_peer_report
+            && now < *until
+        {
+            out.forward_reports.push(r.to_olr());
+        }
+        out
+    }
+
+    /// Decides what one received OLR is worth, and applies it if accepted.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call site; the inputs are distinct"
+    )]
+    fn judge(
+        &mut self,
+        now: Instant,
+        tx: &PendingTx,
+        from_peer: &str,
+        trusted: bool,
+        ans: &AnswerView<'_>,
+        olr: &Olr,
+        host_algo: Result<Algorithm, features::SelectionError>,
+        peer_algo: Result<Algorithm, features::SelectionError>,
+    ) -> (Verdict, Option<Report>) {
+        if !trusted {
+            // RFC 7683 §10.2: MUST NOT honor or forward OLRs from untrusted peers.
+            return (Verdict::Untrusted, None);
+        }
+        if from_peer != tx.upstream || ans.app_id != tx.app_id {
+            // RFC 7683 §10.1: only a proper answer to a pending request counts.
+            return (Verdict::OutOfScope, None);
+        }
+        let Some(rt) = ReportType::from_code(olr.report_type) else {
+            return (
+                Verdict::Invalid(format!("unknown report type {}", olr.report_type)),
+                None,
+            );
+        };
+        let (algo, id) = match rt {
+            ReportType::Host => (host_algo, ans.origin_host),
+            ReportType::Realm => {
+                if ans.origin_realm != tx.dest_realm {
+                    // RFC 7683 §10.1: a realm the request was not sent to.
+                    return (Verdict::OutOfScope, None);
+                }
+                (host_algo, ans.origin_realm)
+            }
+            ReportType::Peer => {
+                if !self.cfg.peer_report {
+                    return (Verdict::Invalid("peer reports not supported".into()), None);
+                }
+                if olr.source_id.as_deref() != Some(from_peer) {
+                    // RFC 8581 §6.2.3: MUST ignore.
+                    return (Verdict::NotFromPeer, None);
+                }
+                (peer_algo, from_peer)
+            }
+        };
+        let algo = match algo {
+            Ok(a) => a,
+            Err(e) => return (Verdict::Invalid(e.to_string()), None),
+        };
+        let report = match olr.normalise(algo) {
+            Ok(r) => r,
+            Err(e) => return (Verdict::Invalid(e.to_string()), None),
+        };
+        let verdict = self
+            .ocs
+            .apply(now, ans.app_id, id, &report, &mut self.rng, &mut self.audit);
+        (verdict, Some(report))
+    }
+}
+
+/// Whether a report with this verdict may be passed on to a DOIC client.
+fn accepted(v: &Verdict) -> bool {
+    matches!(
+        v,
+        Verdict::Created
+            | Verdict::Updated
+            | Verdict::Rollover
+            | Verdict::Ended
+            | Verdict::Stale
+            | Verdict::NoState
+    )
+}
+
+/// A server's capacity as a share of its fair share, from its host OCS (see
+/// [`super::realm`]); `None` when it has no report.
+fn capacity(ocs: &OcsTable, now: Instant, app: u32, server: &str) -> Option<f64> {
+    let o = ocs.peek(app, ReportType::Host, server)?;
+    let abated = match o.phase {
+        Phase::Active if now < o.expires_at => match o.abatement {
+            Abatement::Loss { percent } => f64::from(percent) / 100.0,
+            Abatement::Rate { per_second: 0 } => 1.0,
+            Abatement::Rate { .. } => {
+                let c = o.counts;
+                if c.matched == 0 {
+                    0.0
+                } else {
+                    #[expect(clippy::cast_precision_loss, reason = "ratio of counters")]
+                    {
+                        (c.throttled + c.diverted) as f64 / c.matched as f64
+                    }
+                }
+            }
+        },
+        Phase::Active => return None,
+        Phase::Probing { .. } => 1.0,
+        Phase::Ramping { since, from } => {
+            let _ = since;
+            from
+        }
+    };
+    Some(1.0 - abated)
+}

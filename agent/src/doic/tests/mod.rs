@@ -1,0 +1,1 @@
+//! Simulation tests of the DOIC core.
