@@ -511,6 +511,14 @@ impl Doic {
         }
         if changed {
             self.realms.invalidate();
+            let ocs = &self.ocs;
+            self.realms.refresh(
+                now,
+                ans.app_id,
+                ans.origin_realm,
+                |s| capacity(ocs, now, ans.app_id, s),
+                &mut self.audit,
+            );
         }
         // Probes answered without a new report: the ramp may begin.
         let overload_error = ans.result_code == Some(DIAMETER_TOO_BUSY)

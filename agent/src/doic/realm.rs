@@ -191,6 +191,25 @@ impl RealmSynth {
         tracing::debug!(app_id, realm, percent, "own realm report");
     }
 
+    /// Re-evaluates (`app_id`, `realm`) with the servers last observed, after
+    /// a host report changed (so the answer carrying that report can already
+    /// carry the realm report, seed 002 step 8).
+    pub fn refresh(
+        &mut self,
+        now: Instant,
+        app_id: u32,
+        realm: &str,
+        capacity: impl Fn(&str) -> Option<f64>,
+        audit: &mut Audit,
+    ) {
+        let Some(st) = self.states.get(&(app_id, realm.to_owned())) else {
+            return;
+        };
+        let servers = st.servers.clone();
+        let views: Vec<&str> = servers.iter().map(String::as_str).collect();
+        self.observe(now, app_id, realm, &views, capacity, audit);
+    }
+
     /// The report to send for (`app_id`, `realm`) at `now`: an active report,
     /// or the end-of-overload report (validity 0) for a while after it ended.
     #[must_use]

@@ -1,1 +1,8 @@
-//! Simulation tests of the DOIC core.
+//! Simulation tests of the DOIC core: an in-memory network of clients, agents
+//! and reporting servers with a simulated clock ([`sim`]).
+
+mod precision;
+mod rules;
+mod seed002;
+mod sim;
+mod topologies;
