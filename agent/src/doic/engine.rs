@@ -545,11 +545,25 @@ impl Doic {
             (Ok(a), true) if cf.supports(*a) => *a,
             _ => Algorithm::Loss,
         };
+        // OC-Peer-Algo: the algorithm of the agent's own peer report when one is
+        // in force, else the configured one; always one the peer offered
+        // (RFC 8582 §5, RFC 7683 §5.1.2).
+        let own = self
+            .own_peer_report
+            .as_ref()
+            .filter(|(_, until)| now < *until)
+            .map(|(r, _)| r);
+        let wanted = own.map_or(self.cfg.peer_algo, |r| r.abatement.algorithm());
+        let peer_algo = if cf.supports(wanted) {
+            wanted
+        } else {
+            Algorithm::Loss
+        };
         out.add_features = features::answer_features(
             Some(cf),
             tx.client_peer_report,
             selected,
-            self.cfg.peer_algo,
+            peer_algo,
             &self.identity,
         );
         // The agent's own realm report (seed 002), when no realm report came
@@ -569,8 +583,8 @@ impl Doic {
         }
         // The agent's own peer report (RFC 8581 §6.2.4).
         if tx.client_peer_report
-            && let Some((r, until)) = &self.own_peer_report
-            && now < *until
+            && let Some(r) = own
+            && r.abatement.algorithm() == peer_algo
         {
             out.forward_reports.push(r.to_olr());
         }

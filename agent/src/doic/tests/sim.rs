@@ -102,6 +102,8 @@ pub(crate) struct Server {
     pub(crate) received: u64,
     /// Requests received per second of simulated time.
     pub(crate) per_second: BTreeMap<u64, u64>,
+    /// The last request received and the peer it came from.
+    pub(crate) last: Option<(String, Req)>,
 }
 
 /// A DOIC client or agent: a [`Doic`] core plus its routes.
@@ -148,11 +150,6 @@ impl Net {
         self.now
     }
 
-    /// Simulated seconds since the start.
-    pub(crate) fn elapsed(&self) -> Duration {
-        self.now - self.start
-    }
-
     pub(crate) fn advance(&mut self, d: Duration) {
         self.now += d;
     }
@@ -166,6 +163,7 @@ impl Net {
                 reports: BTreeMap::new(),
                 received: 0,
                 per_second: BTreeMap::new(),
+                last: None,
             }),
         );
     }
@@ -287,6 +285,7 @@ impl Net {
             Node::Server(s) => {
                 s.received += 1;
                 *s.per_second.entry(sec).or_default() += 1;
+                s.last = Some((from.to_owned(), req.clone()));
                 server_answer(to, from, s, &req)
             }
             Node::Agent(a) => self.agent_handle(a, to, from, req),
