@@ -1,1 +1,813 @@
+//! One simulation per DOIC rule the core implements: capability announcement,
+//! report acceptance, trust, sequence and validity, controlled ending, error
+//! answers, and agent behaviour for non-DOIC clients.
 
+use std::time::{Duration, Instant};
+
+use super::sim::{APP, Ans, Net, Req, tally};
+use crate::audit::{OcsEvent, Verdict};
+use crate::doic::config::ThrottleResult;
+use crate::doic::engine::AnswerView;
+use crate::doic::features::{
+    Algorithm, OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM, SupportedFeatures,
+};
+use crate::doic::ocs::Phase;
+use crate::doic::report::{Abatement, Olr, ReportType};
+use crate::doic::treatment::{Candidate, PendingTx, RequestView, Treatment};
+use crate::doic::{Doic, DoicConfig, PeerPolicy};
+
+const REALM: &str = "realm";
+
+/// Agent `a` in front of `s1`, `s2`; DOIC client `c`; non-DOIC clients use
+/// `send_via("a", ..)`.
+fn net() -> Net {
+    let mut net = Net::new();
+    net.server("s1", REALM);
+    net.server("s2", REALM);
+    net.agent("a", DoicConfig::default(), &["s1", "s2", "c"], false);
+    net.realm_route("a", REALM, &[("s1", Some("s1")), ("s2", Some("s2"))]);
+    net.agent("c", DoicConfig::default(), &["a"], true);
+    net.realm_route("c", REALM, &[("a", None)]);
+    net.host_route("c", "s1", &["a"]);
+    net
+}
+
+fn host_n(net: &mut Net, host: &str) -> Ans {
+    net.send_via("a", Req::host("n", REALM, host))
+}
+
+#[test]
+fn agent_inserts_features_for_non_doic_client() {
+    // RFC 7683 §5.1.3: MUST include OC-Supported-Features in requests it
+    // relays that do not contain one; RFC 8581 §6.1.1: OC_PEER_REPORT and the
+    // agent's own SourceID; RFC 8582 §5: loss and rate.
+    let mut net = net();
+    host_n(&mut net, "s1");
+    let (from, req) = net.server_mut("s1").last.clone().unwrap();
+    assert_eq!(from, "a");
+    let f = req.features.unwrap();
+    assert_eq!(
+        f.vector,
+        Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT)
+    );
+    assert_eq!(f.source_id.as_deref(), Some("a"));
+}
+
+#[test]
+fn relayed_request_source_id_is_replaced() {
+    // RFC 8581 §6.1.1: remove the received SourceID, put the agent's own.
+    let mut net = net();
+    net.send(Req::host("c", REALM, "s1"));
+    let (_, req) = net.server_mut("s1").last.clone().unwrap();
+    assert_eq!(req.features.unwrap().source_id.as_deref(), Some("a"));
+}
+
+#[test]
+fn no_doic_avp_in_answer_to_request_without_one() {
+    // RFC 7683 §5.1.2 (and §5.1.3 for the agent as reacting node).
+    let mut net = net();
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 10 },
+        30,
+    );
+    let a = host_n(&mut net, "s1");
+    assert_eq!(a.features, None);
+    assert!(a.olrs.is_empty());
+    // The agent still acted on the report for the client (reacting node).
+    assert!(
+        net.agent_mut("a")
+            .core
+            .ocs_entry(APP, ReportType::Host, "s1")
+            .is_some()
+    );
+}
+
+#[test]
+fn answer_features_toward_doic_client() {
+    // RFC 8581 §6.1.2: upstream SourceID stripped; the agent's SourceID and
+    // OC-Peer-Algo added for a supporting peer.
+    let mut net = net();
+    let a = net.send(Req::host("c", REALM, "s1"));
+    let f = a.features.unwrap();
+    assert_eq!(f.source_id.as_deref(), Some("a"));
+    assert!(f.peer_algo.is_some());
+    assert!(f.vector.unwrap() & OC_PEER_REPORT != 0);
+}
+
+#[test]
+fn untrusted_peer_reports_are_stripped_and_ignored() {
+    // RFC 7683 §10.2 and §10.4: MUST NOT honor or forward OLRs from untrusted
+    // peers; MUST strip DOIC AVPs from them.
+    let mut net = net();
+    net.server("evil", REALM);
+    net.host_route("c", "evil", &["a"]);
+    net.overload(
+        "evil",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 100 },
+        30,
+    );
+    net.overload(
+        "evil",
+        ReportType::Realm,
+        1,
+        Abatement::Loss { percent: 100 },
+        30,
+    );
+    let a = net.send(Req::host("c", REALM, "evil"));
+    assert!(a.olrs.is_empty(), "stripped: {:?}", a.olrs);
+    let core = &net.agent_mut("a").core;
+    assert!(core.ocs().is_empty());
+    let verdicts: Vec<_> = core.audit().reports().map(|r| r.verdict.clone()).collect();
+    assert_eq!(verdicts, [Verdict::Untrusted, Verdict::Untrusted]);
+    // Realm traffic keeps flowing.
+    assert_eq!(net.send_via("a", Req::realm("n", REALM)).code(), 2001);
+}
+
+#[test]
+fn peer_report_with_foreign_source_id_is_ignored() {
+    // RFC 8581 §6.2.3: SourceID not the peer's DiameterIdentity: MUST ignore.
+    let mut net = net();
+    net.overload(
+        "s1",
+        ReportType::Peer,
+        1,
+        Abatement::Loss { percent: 100 },
+        30,
+    );
+    let s1 = net.server_mut("s1");
+    s1.reports.get_mut(&2).unwrap().source_id = Some("elsewhere".into());
+    host_n(&mut net, "s1");
+    let core = &net.agent_mut("a").core;
+    assert!(core.ocs_entry(APP, ReportType::Peer, "s1").is_none());
+    assert!(core.ocs_entry(APP, ReportType::Peer, "elsewhere").is_none());
+    assert_eq!(
+        core.audit().reports().last().unwrap().verdict,
+        Verdict::NotFromPeer
+    );
+    // With the right SourceID it is accepted and acted on.
+    net.overload(
+        "s1",
+        ReportType::Peer,
+        2,
+        Abatement::Loss { percent: 100 },
+        30,
+    );
+    host_n(&mut net, "s1");
+    assert!(
+        net.agent_mut("a")
+            .core
+            .ocs_entry(APP, ReportType::Peer, "s1")
+            .is_some()
+    );
+}
+
+#[test]
+fn peer_reports_are_never_relayed() {
+    // RFC 8581 §6.2.5: an agent MUST strip the peer-report OC-OLR.
+    let mut net = net();
+    net.overload(
+        "s1",
+        ReportType::Peer,
+        1,
+        Abatement::Loss { percent: 20 },
+        30,
+    );
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 20 },
+        30,
+    );
+    let a = net.send(Req::host("c", REALM, "s1"));
+    assert!(a.reports(ReportType::Peer).is_empty());
+    assert_eq!(
+        a.reports(ReportType::Host).len(),
+        1,
+        "the host report is forwarded"
+    );
+    assert!(
+        net.agent_mut("c")
+            .core
+            .ocs_entry(APP, ReportType::Peer, "s1")
+            .is_none()
+    );
+}
+
+#[test]
+fn treatment_order_host_then_peer_counting_first_step() {
+    // RFC 8581 §5: host/realm first, then peer, taking into account what the
+    // first step throttled. s1 reports host 30 % and peer 50 %: overall 50 %
+    // of traffic toward s1 is removed, not 65 %.
+    let mut net = net();
+    net.host_route("a", "s1", &["s1"]);
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 30 },
+        60,
+    );
+    net.overload(
+        "s1",
+        ReportType::Peer,
+        1,
+        Abatement::Loss { percent: 50 },
+        60,
+    );
+    host_n(&mut net, "s1");
+    let n = 40_000;
+    let answers: Vec<Ans> = (0..n).map(|_| host_n(&mut net, "s1")).collect();
+    let t = tally(&answers);
+    let removed = (n - t.get(&2001).copied().unwrap_or(0)) as f64 / n as f64;
+    assert!((removed - 0.50).abs() < 0.015, "removed {removed}, {t:?}");
+    // Host-caused throttles are 5012, peer-caused 3004 (RFC 7683 §8).
+    let host_share = t.get(&5012).copied().unwrap_or(0) as f64 / n as f64;
+    assert!((host_share - 0.30).abs() < 0.015, "host step {host_share}");
+    assert!(t.get(&3004).copied().unwrap_or(0) > 0);
+}
+
+#[test]
+fn peer_report_diverts_realm_traffic_before_throttling() {
+    // RFC 8581 §6.2.5: diversion preferred, throttling only without capacity.
+    let mut net = net();
+    net.overload(
+        "s1",
+        ReportType::Peer,
+        1,
+        Abatement::Loss { percent: 100 },
+        60,
+    );
+    net.send_via("a", Req::realm("n", REALM));
+    let answers: Vec<Ans> = (0..100)
+        .map(|_| net.send_via("a", Req::realm("n", REALM)))
+        .collect();
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.code() == 2001 && a.served_by() == "s2")
+    );
+    let audit = net.agent_mut("a").core.audit().totals;
+    assert!(audit.diverted >= 100);
+}
+
+#[test]
+fn answer_without_olr_changes_nothing() {
+    // RFC 7683 §5.2.1.3: absence of OLR means no change.
+    let mut net = net();
+    net.overload(
+        "s1",
+        ReportType::Host,
+        7,
+        Abatement::Loss { percent: 100 },
+        60,
+    );
+    net.send(Req::realm("c", REALM));
+    net.server_mut("s1").reports.clear();
+    // Realm traffic (not affected by a host report for DR requests to s2).
+    for _ in 0..20 {
+        net.send_via("a", Req::realm("n", REALM));
+    }
+    let o = net
+        .agent_mut("a")
+        .core
+        .ocs_entry(APP, ReportType::Host, "s1")
+        .unwrap();
+    assert_eq!(
+        (o.sequence, o.abatement),
+        (7, Abatement::Loss { percent: 100 })
+    );
+    assert_eq!(host_n(&mut net, "s1").code(), 5012, "still abated");
+}
+
+#[test]
+fn sequence_update_and_stale_reports_through_the_agent() {
+    // RFC 7683 §5.2.1.3: greater sequence updates, equal/smaller ignored.
+    let mut net = net();
+    net.overload(
+        "s1",
+        ReportType::Host,
+        5,
+        Abatement::Loss { percent: 10 },
+        60,
+    );
+    host_n(&mut net, "s1");
+    net.overload(
+        "s1",
+        ReportType::Host,
+        6,
+        Abatement::Loss { percent: 100 },
+        60,
+    );
+    host_n(&mut net, "s1");
+    assert_eq!(host_n(&mut net, "s1").code(), 5012);
+    // A report with the old sequence (e.g. from a restarted node's backlog).
+    net.overload(
+        "s1",
+        ReportType::Host,
+        5,
+        Abatement::Loss { percent: 0 },
+        60,
+    );
+    // Host-routed requests are all throttled; use realm traffic to reach s1.
+    net.realm_route("a", REALM, &[("s1", None)]);
+    net.send_via("a", Req::realm("n", REALM));
+    let core = &net.agent_mut("a").core;
+    assert_eq!(
+        core.ocs_entry(APP, ReportType::Host, "s1")
+            .unwrap()
+            .sequence,
+        6
+    );
+    assert_eq!(
+        core.audit().reports().last().unwrap().verdict,
+        Verdict::Stale
+    );
+}
+
+#[test]
+fn expiry_probes_then_ramps_to_full_traffic() {
+    // RFC 7683 §5.2.2 / §6.3: after a 100 % report times out, end in a
+    // controlled fashion: probes, then a ramp (docs/doic.md).
+    let mut net = net();
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 100 },
+        2,
+    );
+    host_n(&mut net, "s1");
+    net.server_mut("s1").reports.clear();
+    let per_100ms = |net: &mut Net, secs: u64| -> Vec<u32> {
+        (0..secs * 10)
+            .map(|_| {
+                net.advance(Duration::from_millis(100));
+                (0..10)
+                    .map(|_| u32::from(host_n(net, "s1").code() == 2001))
+                    .sum()
+            })
+            .collect()
+    };
+    // Active for 2 s: nothing passes.
+    let active = per_100ms(&mut net, 1);
+    assert!(active.iter().all(|x| *x == 0), "{active:?}");
+    net.advance(Duration::from_secs(1));
+    // Expired: the first request is a probe; its clean answer starts the ramp.
+    let ramp = per_100ms(&mut net, 12);
+    let first_second: u32 = ramp[..10].iter().sum();
+    let last_second: u32 = ramp[90..100].iter().sum();
+    assert!(first_second < 30, "slow start: {first_second} of 100");
+    assert!(
+        last_second > 80,
+        "near full at the end of the ramp: {last_second} of 100"
+    );
+    assert!(
+        ramp[100..].iter().all(|x| *x == 10),
+        "full traffic after the ramp"
+    );
+    let core = &net.agent_mut("a").core;
+    // Expiry is recorded at the instant the validity ran out (2 s after the
+    // report), even though it was noticed later.
+    let expired = core
+        .audit()
+        .versions()
+        .find(|v| v.event == OcsEvent::Expired)
+        .unwrap();
+    let received = core
+        .audit()
+        .versions()
+        .find(|v| v.event == OcsEvent::Created)
+        .unwrap();
+    assert_eq!(expired.at - received.at, Duration::from_secs(2));
+    assert!(
+        core.audit()
+            .versions()
+            .any(|v| v.event == OcsEvent::Ramping)
+    );
+    assert!(
+        core.audit()
+            .versions()
+            .any(|v| v.event == OcsEvent::Removed)
+    );
+    assert!(core.ocs().is_empty());
+}
+
+#[test]
+fn probes_continue_while_the_target_still_reports() {
+    let mut net = net();
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 100 },
+        1,
+    );
+    host_n(&mut net, "s1");
+    net.advance(Duration::from_secs(2));
+    // The probe's answer carries a new 100 % report: active again.
+    net.overload(
+        "s1",
+        ReportType::Host,
+        2,
+        Abatement::Loss { percent: 100 },
+        30,
+    );
+    assert_eq!(host_n(&mut net, "s1").code(), 2001, "probe");
+    let o = net
+        .agent_mut("a")
+        .core
+        .ocs_entry(APP, ReportType::Host, "s1")
+        .unwrap();
+    assert_eq!((o.sequence, o.phase), (2, Phase::Active));
+    assert_eq!(host_n(&mut net, "s1").code(), 5012);
+}
+
+#[test]
+fn zero_validity_ends_with_a_ramp() {
+    // RFC 7683 §5.2.1.3 / RFC 8581 §6.2.5: validity 0 expires the OCS; the
+    // ending is controlled.
+    let mut net = net();
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 60 },
+        30,
+    );
+    host_n(&mut net, "s1");
+    net.overload(
+        "s1",
+        ReportType::Host,
+        2,
+        Abatement::Loss { percent: 60 },
+        0,
+    );
+    while host_n(&mut net, "s1").code() != 2001 {}
+    let o = net
+        .agent_mut("a")
+        .core
+        .ocs_entry(APP, ReportType::Host, "s1")
+        .unwrap();
+    assert!(matches!(o.phase, Phase::Ramping { from, .. } if (from - 0.6).abs() < 1e-9));
+}
+
+#[test]
+fn configured_throttle_result_retry_not_allowed() {
+    // Seed 004: Experimental-Result 5198 where configured.
+    let mut net = Net::new();
+    net.server("s1", REALM);
+    let cfg = DoicConfig {
+        throttle_result: ThrottleResult::RetryNotAllowed,
+        ..DoicConfig::default()
+    };
+    net.agent("a", cfg, &["s1"], false);
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 100 },
+        30,
+    );
+    host_n(&mut net, "s1");
+    let a = host_n(&mut net, "s1");
+    assert_eq!((a.experimental, a.result_code), (Some(5198), None));
+}
+
+fn core_with(peers: &[&str]) -> Doic {
+    let mut cfg = DoicConfig::default();
+    for p in peers {
+        cfg.peers.insert(
+            (*p).into(),
+            PeerPolicy {
+                trusted: true,
+                receive_reports: true,
+            },
+        );
+    }
+    Doic::new("a", cfg, 1, 0)
+}
+
+fn tx(upstream: &str) -> PendingTx {
+    PendingTx {
+        app_id: APP,
+        client: "n".into(),
+        client_features: None,
+        client_peer_report: false,
+        dest_realm: REALM.into(),
+        dest_host: None,
+        upstream: upstream.into(),
+    }
+}
+
+fn host_olr(seq: u64) -> Olr {
+    Olr {
+        sequence: seq,
+        report_type: 0,
+        reduction: Some(50),
+        ..Olr::default()
+    }
+}
+
+#[test]
+fn received_5198_forbids_retry_on_alternate() {
+    // Seed 004: a 5198 answer means no retry on an alternate path.
+    let mut core = core_with(&["s1"]);
+    let now = Instant::now();
+    let mut view = AnswerView {
+        app_id: APP,
+        origin_host: "s1",
+        origin_realm: REALM,
+        result_code: None,
+        experimental_result_code: Some(5198),
+        features: None,
+        olrs: &[],
+    };
+    assert!(
+        !core
+            .on_answer(now, &tx("s1"), "s1", &view)
+            .retry_on_alternate
+    );
+    view.experimental_result_code = None;
+    view.result_code = Some(3004);
+    assert!(
+        core.on_answer(now, &tx("s1"), "s1", &view)
+            .retry_on_alternate
+    );
+}
+
+#[test]
+fn reports_only_from_the_pending_requests_peer_and_realm() {
+    // RFC 7683 §10.1: act only on a proper answer to a pending request, and
+    // only on reports within the peer's responsibility.
+    let mut core = core_with(&["s1", "s2"]);
+    let now = Instant::now();
+    let olrs = [host_olr(1)];
+    let view = AnswerView {
+        app_id: APP,
+        origin_host: "s1",
+        origin_realm: REALM,
+        result_code: Some(2001),
+        experimental_result_code: None,
+        features: None,
+        olrs: &olrs,
+    };
+    core.on_answer(now, &tx("s2"), "s1", &view);
+    assert!(
+        core.ocs().is_empty(),
+        "answer from a peer the request was not sent to"
+    );
+    let realm_olr = [Olr {
+        report_type: 1,
+        ..host_olr(1)
+    }];
+    let other = AnswerView {
+        origin_realm: "competitor.example",
+        olrs: &realm_olr,
+        ..view
+    };
+    core.on_answer(now, &tx("s1"), "s1", &other);
+    assert!(
+        core.ocs().is_empty(),
+        "realm report for a realm not asked for"
+    );
+    let verdicts: Vec<_> = core.audit().reports().map(|r| r.verdict.clone()).collect();
+    assert_eq!(verdicts, [Verdict::OutOfScope, Verdict::OutOfScope]);
+    core.on_answer(now, &tx("s1"), "s1", &view);
+    assert_eq!(core.ocs().len(), 1);
+}
+
+#[test]
+fn forged_report_flood_is_bounded() {
+    // RFC 7683 §10.2: forged reports cannot exhaust memory.
+    let mut cfg = DoicConfig {
+        max_ocs: 64,
+        ..DoicConfig::default()
+    };
+    cfg.peers.insert(
+        "s1".into(),
+        PeerPolicy {
+            trusted: true,
+            receive_reports: true,
+        },
+    );
+    let mut core = Doic::new("a", cfg, 1, 0);
+    let now = Instant::now();
+    let olrs = [host_olr(1)];
+    for i in 0..10_000 {
+        let host = format!("h{i}");
+        let view = AnswerView {
+            app_id: APP,
+            origin_host: &host,
+            origin_realm: REALM,
+            result_code: Some(2001),
+            experimental_result_code: None,
+            features: None,
+            olrs: &olrs,
+        };
+        core.on_answer(now, &tx("s1"), "s1", &view);
+    }
+    assert_eq!(core.ocs().len(), 64);
+    assert!(
+        core.audit()
+            .reports()
+            .any(|r| r.verdict == Verdict::TableFull)
+    );
+}
+
+#[test]
+fn algorithm_selection_must_be_single_and_offered() {
+    // RFC 7683 §5.1.2: one algorithm, from the offered set; otherwise the
+    // reports of that answer are not acted on.
+    let mut core = core_with(&["s1"]);
+    let now = Instant::now();
+    let olrs = [host_olr(1)];
+    let both = SupportedFeatures {
+        vector: Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM),
+        ..SupportedFeatures::default()
+    };
+    let view = AnswerView {
+        app_id: APP,
+        origin_host: "s1",
+        origin_realm: REALM,
+        result_code: Some(2001),
+        experimental_result_code: None,
+        features: Some(&both),
+        olrs: &olrs,
+    };
+    core.on_answer(now, &tx("s1"), "s1", &view);
+    assert!(core.ocs().is_empty());
+    assert!(matches!(
+        core.audit().reports().last().unwrap().verdict,
+        Verdict::Invalid(_)
+    ));
+    // Rate offered only when configured: a loss-only agent rejects rate.
+    let mut cfg = DoicConfig {
+        algorithms: vec![Algorithm::Loss],
+        ..DoicConfig::default()
+    };
+    cfg.peers.insert(
+        "s1".into(),
+        PeerPolicy {
+            trusted: true,
+            receive_reports: true,
+        },
+    );
+    let mut loss_only = Doic::new("a", cfg, 1, 0);
+    assert_eq!(loss_only.vector() & OLR_RATE_ALGORITHM, 0);
+    let rate = SupportedFeatures {
+        vector: Some(OLR_RATE_ALGORITHM),
+        ..SupportedFeatures::default()
+    };
+    let rate_olr = [Olr {
+        max_rate: Some(10),
+        reduction: None,
+        ..host_olr(1)
+    }];
+    let view = AnswerView {
+        features: Some(&rate),
+        olrs: &rate_olr,
+        ..view
+    };
+    loss_only.on_answer(now, &tx("s1"), "s1", &view);
+    assert!(loss_only.ocs().is_empty());
+}
+
+#[test]
+fn rate_report_not_forwarded_to_loss_only_client_agent_abates_instead() {
+    // RFC 7683 §5.1.3: the agent advertises a superset and keeps consistency:
+    // a client that does not support rate is not sent a rate report; the
+    // agent abates for it.
+    let mut net = Net::new();
+    net.server("s1", REALM);
+    net.agent("a", DoicConfig::default(), &["s1", "c"], false);
+    let cfg = DoicConfig {
+        algorithms: vec![Algorithm::Loss],
+        ..DoicConfig::default()
+    };
+    net.agent("c", cfg, &["a"], true);
+    net.host_route("c", "s1", &["a"]);
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Rate { per_second: 0 },
+        30,
+    );
+    let a = net.send(Req::host("c", REALM, "s1"));
+    assert!(a.olrs.is_empty());
+    assert_eq!(
+        a.features.unwrap().vector.map(|v| v & 0x5),
+        Some(OLR_DEFAULT_ALGO)
+    );
+    let b = net.send(Req::host("c", REALM, "s1"));
+    assert_eq!(
+        (b.path.as_slice(), b.code()),
+        (&["c".to_owned(), "a".to_owned()][..], 5012)
+    );
+}
+
+#[test]
+fn rate_priority_from_drmp_admits_high_priority_first() {
+    // RFC 8582 §8.3.2 with DRMP (RFC 7944) priorities: at overload, priority
+    // requests get the band between TAU1 and TAU2.
+    let mut core = core_with(&["s1"]);
+    let t0 = Instant::now();
+    let rate = SupportedFeatures {
+        vector: Some(OLR_RATE_ALGORITHM),
+        ..SupportedFeatures::default()
+    };
+    let olrs = [Olr {
+        max_rate: Some(100),
+        reduction: None,
+        ..host_olr(1)
+    }];
+    let view = AnswerView {
+        app_id: APP,
+        origin_host: "s1",
+        origin_realm: REALM,
+        result_code: Some(2001),
+        experimental_result_code: None,
+        features: Some(&rate),
+        olrs: &olrs,
+    };
+    core.on_answer(t0, &tx("s1"), "s1", &view);
+    let cands = [Candidate {
+        peer: "s1",
+        server: Some("s1"),
+    }];
+    let mut passed = [0u32; 2];
+    for i in 0..4000u32 {
+        let now = t0 + Duration::from_micros(u64::from(i) * 1000);
+        let high = i % 2 == 0;
+        let req = RequestView {
+            app_id: APP,
+            command_code: 272,
+            from_peer: "n",
+            dest_realm: REALM,
+            dest_host: Some("s1"),
+            features: None,
+            drmp: Some(if high { 1 } else { 10 }),
+        };
+        if matches!(core.treat(now, &req, &cands), Treatment::Forward { .. }) {
+            passed[usize::from(high)] += 1;
+        }
+    }
+    // 4 s at 1000/s offered, 100/s allowed: about 400 pass, mostly priority.
+    let total = passed[0] + passed[1];
+    assert!((390..=415).contains(&total), "passed {passed:?}");
+    assert!(passed[1] > 3 * passed[0], "priority first: {passed:?}");
+}
+
+#[test]
+fn evidence_counters_add_up() {
+    // Seed 003: matched = passed + diverted + throttled + delegated, per version.
+    let mut net = net();
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 40 },
+        60,
+    );
+    net.send(Req::realm("c", REALM));
+    for _ in 0..500 {
+        host_n(&mut net, "s1");
+        net.send_via("a", Req::realm("n", REALM));
+        net.send(Req::host("c", REALM, "s1"));
+    }
+    // A new version closes the counters of the previous one into the trail.
+    net.overload(
+        "s1",
+        ReportType::Host,
+        2,
+        Abatement::Loss { percent: 10 },
+        60,
+    );
+    host_n(&mut net, "s1");
+    let core = &net.agent_mut("a").core;
+    let closed = core
+        .audit()
+        .versions()
+        .find(|v| v.event == OcsEvent::Updated)
+        .unwrap()
+        .closed_counts;
+    assert_eq!(
+        closed.matched,
+        closed.passed + closed.diverted + closed.throttled + closed.delegated
+    );
+    assert!(
+        closed.throttled > 0 && closed.diverted > 0 && closed.delegated > 0,
+        "{closed:?}"
+    );
+    let totals = core.audit().totals;
+    assert_eq!(
+        totals.requests,
+        totals.forwarded + totals.diverted + totals.throttled
+    );
+}
