@@ -7,10 +7,12 @@
 //! | module | what it implements |
 //! | --- | --- |
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
+//! | [`bucket`] | RFC 8582 §8.3 leaky bucket: lock-free, shared by all workers, priorities and randomised phase |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod bucket;
 pub mod cli;
