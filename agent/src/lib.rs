@@ -9,6 +9,7 @@
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
 //! | [`doic`] | DOIC overload control core, sans-io (RFC 7683, RFC 8581, RFC 8582) |
 //! | [`audit`] | evidence trail: reports, OCS versions, treatment counters |
+//! | [`bucket`] | RFC 8582 §8.3 leaky bucket: lock-free, shared by all workers, priorities and randomised phase |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -16,5 +17,6 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod audit;
+pub mod bucket;
 pub mod cli;
 pub mod doic;
