@@ -11,6 +11,7 @@ use super::config::DoicConfig;
 use super::features::{self, Algorithm, SupportedFeatures};
 use super::loss::Prng;
 use super::ocs::{Ending, Ocs, OcsTable, Outcome, Phase};
+use super::rate::RateParamsError;
 use super::realm::RealmSynth;
 use super::report::{Abatement, Olr, Report, ReportType};
 use super::treatment::{
@@ -70,15 +71,23 @@ impl Doic {
     /// the per-core PRNG; `sequence_base` starts the sequence numbers of the
     /// agent's own reports (seconds since the Unix epoch at start satisfies
     /// RFC 7683 §5.2.1.4 across restarts).
-    #[must_use]
-    pub fn new(identity: &str, cfg: DoicConfig, seed: u64, sequence_base: u64) -> Self {
+    ///
+    /// # Errors
+    /// [`RateParamsError`] when the rate bucket parameters break RFC 8582 §8.3.
+    pub fn new(
+        identity: &str,
+        cfg: DoicConfig,
+        seed: u64,
+        sequence_base: u64,
+    ) -> Result<Self, RateParamsError> {
         let vector = features::announced_vector(&cfg.algorithms, cfg.peer_report);
         let ending = Ending {
             probe_interval: cfg.probe_interval,
             ramp: cfg.ramp,
         };
-        Self {
-            ocs: OcsTable::new(cfg.max_ocs, ending, cfg.rate),
+        let bucket = cfg.rate.bucket_config()?;
+        Ok(Self {
+            ocs: OcsTable::new(cfg.max_ocs, ending, bucket),
             realms: RealmSynth::new(
                 cfg.max_ocs,
                 cfg.divert_headroom,
@@ -92,7 +101,7 @@ impl Doic {
             cfg,
             own_peer_report: None,
             own_sequence: sequence_base,
-        }
+        })
     }
 
     /// The OC-Feature-Vector announced in every request.
@@ -651,7 +660,7 @@ impl Doic {
         };
         let verdict = self
             .ocs
-            .apply(now, ans.app_id, id, &report, &mut self.rng, &mut self.audit);
+            .apply(now, ans.app_id, id, &report, &mut self.audit);
         (verdict, Some(report))
     }
 }

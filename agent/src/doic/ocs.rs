@@ -11,9 +11,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::loss::{self, Prng};
-use super::rate::{Priority, RateBucket, RateParams};
+use super::rate::{Priority, RateControl};
 use super::report::{Abatement, Report, ReportType};
 use crate::audit::{Audit, Counters, OcsEvent, Verdict, VersionRecord};
+use crate::bucket::BucketConfig;
 
 /// Clients remembered per OCS version as having received the report.
 const MAX_DELIVERED: usize = 1024;
@@ -99,7 +100,7 @@ pub struct Ocs {
     pub phase: Phase,
     /// Treatment counts of the version in force.
     pub counts: Counters,
-    bucket: Option<RateBucket>,
+    bucket: Option<RateControl>,
     delivered: HashSet<String>,
     /// Requests bound for this peer seen by the host/realm step (peer OCS only).
     seen_first_step: u64,
@@ -196,8 +197,8 @@ impl Ocs {
                         loss::select_percent(rng, percent)
                     }
                 }
-                Abatement::Rate { .. } => match &mut self.bucket {
-                    Some(b) => !b.admit(now, priority, rng),
+                Abatement::Rate { .. } => match &self.bucket {
+                    Some(b) => !b.admit(now, priority),
                     None => false,
                 },
             },
@@ -241,19 +242,21 @@ pub struct OcsTable {
     len: usize,
     max: usize,
     ending: Ending,
-    rate: RateParams,
+    rate: BucketConfig,
+    epoch: Option<Instant>,
 }
 
 impl OcsTable {
     /// An empty table holding at most `max` entries.
     #[must_use]
-    pub fn new(max: usize, ending: Ending, rate: RateParams) -> Self {
+    pub fn new(max: usize, ending: Ending, rate: BucketConfig) -> Self {
         Self {
             map: HashMap::new(),
             len: 0,
             max,
             ending,
             rate,
+            epoch: None,
         }
     }
 
@@ -277,7 +280,6 @@ impl OcsTable {
         app_id: u32,
         id: &str,
         report: &Report,
-        rng: &mut Prng,
         audit: &mut Audit,
     ) -> Verdict {
         let ending = self.ending;
@@ -290,7 +292,8 @@ impl OcsTable {
             inner.remove(id);
             self.len -= 1;
         }
-        let rate = self.rate;
+        let rate = self.rate.clone();
+        let epoch = *self.epoch.get_or_insert(now);
         let inner = self.map.entry((app_id, report.report_type)).or_default();
         if let Some(o) = inner.get_mut(id) {
             let (newer, rollover) = sequence_is_newer(o.sequence, report.sequence);
@@ -328,11 +331,16 @@ impl OcsTable {
             o.seen_first_step = 0;
             o.throttled_first_step = 0;
             o.phase = Phase::Active;
-            o.bucket = match report.abatement {
-                Abatement::Rate { per_second } => {
-                    Some(RateBucket::new(now, per_second, &rate, rng))
+            o.bucket = match (report.abatement, o.bucket.take()) {
+                // A new rate for an active rate OCS keeps the bucket's phase.
+                (Abatement::Rate { per_second }, Some(b)) => {
+                    b.set_rate(now, per_second);
+                    Some(b)
                 }
-                Abatement::Loss { .. } => None,
+                (Abatement::Rate { per_second }, None) => {
+                    Some(RateControl::new(epoch, now, per_second, &rate))
+                }
+                (Abatement::Loss { .. }, _) => None,
             };
             audit.version(o.record(now, OcsEvent::Updated, closed));
             return if rollover {
@@ -358,7 +366,7 @@ impl OcsTable {
             counts: Counters::default(),
             bucket: match report.abatement {
                 Abatement::Rate { per_second } => {
-                    Some(RateBucket::new(now, per_second, &rate, rng))
+                    Some(RateControl::new(epoch, now, per_second, &rate))
                 }
                 Abatement::Loss { .. } => None,
             },
@@ -533,7 +541,7 @@ mod tests {
 
     fn table() -> (OcsTable, Prng, Audit) {
         (
-            OcsTable::new(4, ENDING, RateParams::default()),
+            OcsTable::new(4, ENDING, BucketConfig::two_priorities()),
             Prng::new(1),
             Audit::new(100),
         )
@@ -554,18 +562,18 @@ mod tests {
     #[test]
     fn sequence_rules() {
         // RFC 7683 §5.2.1.3: greater updates; less or equal is ignored.
-        let (mut t, mut r, mut a) = table();
+        let (mut t, _r, mut a) = table();
         let now = Instant::now();
         assert_eq!(
-            t.apply(now, 1, "s1", &report(5, 10, None), &mut r, &mut a),
+            t.apply(now, 1, "s1", &report(5, 10, None), &mut a),
             Verdict::Created
         );
         assert_eq!(
-            t.apply(now, 1, "s1", &report(5, 90, None), &mut r, &mut a),
+            t.apply(now, 1, "s1", &report(5, 90, None), &mut a),
             Verdict::Stale
         );
         assert_eq!(
-            t.apply(now, 1, "s1", &report(4, 90, None), &mut r, &mut a),
+            t.apply(now, 1, "s1", &report(4, 90, None), &mut a),
             Verdict::Stale
         );
         assert_eq!(
@@ -574,7 +582,7 @@ mod tests {
             "a stale report MUST NOT update the OCS"
         );
         assert_eq!(
-            t.apply(now, 1, "s1", &report(6, 90, None), &mut r, &mut a),
+            t.apply(now, 1, "s1", &report(6, 90, None), &mut a),
             Verdict::Updated
         );
         assert_eq!(t.peek(1, ReportType::Host, "s1").unwrap().sequence, 6);
@@ -589,18 +597,11 @@ mod tests {
         assert_eq!(sequence_is_newer(u64::MAX - one - 1, one), (false, false));
         assert_eq!(sequence_is_newer(u64::MAX, one + 1), (false, false));
         assert_eq!(sequence_is_newer(3, 4), (true, false));
-        let (mut t, mut r, mut a) = table();
+        let (mut t, _r, mut a) = table();
         let now = Instant::now();
-        t.apply(
-            now,
-            1,
-            "s1",
-            &report(u64::MAX - 3, 10, None),
-            &mut r,
-            &mut a,
-        );
+        t.apply(now, 1, "s1", &report(u64::MAX - 3, 10, None), &mut a);
         assert_eq!(
-            t.apply(now, 1, "s1", &report(2, 20, None), &mut r, &mut a),
+            t.apply(now, 1, "s1", &report(2, 20, None), &mut a),
             Verdict::Rollover
         );
         assert_eq!(t.peek(1, ReportType::Host, "s1").unwrap().sequence, 2);
@@ -608,9 +609,9 @@ mod tests {
 
     #[test]
     fn validity_expiry_is_recorded_at_expiry_and_ramps() {
-        let (mut t, mut r, mut a) = table();
+        let (mut t, _r, mut a) = table();
         let t0 = Instant::now();
-        t.apply(t0, 1, "s1", &report(1, 50, Some(5)), &mut r, &mut a);
+        t.apply(t0, 1, "s1", &report(1, 50, Some(5)), &mut a);
         let at = t0 + Duration::from_secs(7);
         let o = t.lookup(at, 1, ReportType::Host, "s1", &mut a).unwrap();
         assert!(matches!(o.phase, Phase::Ramping { from, .. } if (from - 0.5).abs() < 1e-9));
@@ -635,22 +636,22 @@ mod tests {
     fn zero_validity_ends_and_zero_percent_goes_at_once() {
         // RFC 7683 §5.2.1.3: validity 0 marks the entry expired; §6.3: no ramp
         // after a 0 % report.
-        let (mut t, mut r, mut a) = table();
+        let (mut t, _r, mut a) = table();
         let now = Instant::now();
-        t.apply(now, 1, "s1", &report(1, 30, None), &mut r, &mut a);
+        t.apply(now, 1, "s1", &report(1, 30, None), &mut a);
         assert_eq!(
-            t.apply(now, 1, "s1", &report(2, 30, Some(0)), &mut r, &mut a),
+            t.apply(now, 1, "s1", &report(2, 30, Some(0)), &mut a),
             Verdict::Ended
         );
         assert!(matches!(
             t.peek(1, ReportType::Host, "s1").unwrap().phase,
             Phase::Ramping { .. }
         ));
-        t.apply(now, 1, "s2", &report(1, 0, None), &mut r, &mut a);
-        t.apply(now, 1, "s2", &report(2, 0, Some(0)), &mut r, &mut a);
+        t.apply(now, 1, "s2", &report(1, 0, None), &mut a);
+        t.apply(now, 1, "s2", &report(2, 0, Some(0)), &mut a);
         assert!(t.peek(1, ReportType::Host, "s2").is_none());
         assert_eq!(
-            t.apply(now, 1, "s3", &report(1, 10, Some(0)), &mut r, &mut a),
+            t.apply(now, 1, "s3", &report(1, 10, Some(0)), &mut a),
             Verdict::NoState
         );
     }
@@ -660,7 +661,7 @@ mod tests {
         // RFC 7683 §6.3: after 100 %, probe before converging.
         let (mut t, mut r, mut a) = table();
         let t0 = Instant::now();
-        t.apply(t0, 1, "s1", &report(1, 100, Some(2)), &mut r, &mut a);
+        t.apply(t0, 1, "s1", &report(1, 100, Some(2)), &mut a);
         let key = (1, ReportType::Host, "s1");
         let p = Priority::Normal;
         assert_eq!(t.select(t0, key, p, &mut r, &mut a), Some(true));
@@ -692,30 +693,23 @@ mod tests {
     #[test]
     fn table_is_bounded() {
         // RFC 7683 §10.2: forged reports cannot exhaust memory.
-        let (mut t, mut r, mut a) = table();
+        let (mut t, _r, mut a) = table();
         let now = Instant::now();
         for i in 0..4 {
             assert_eq!(
-                t.apply(
-                    now,
-                    1,
-                    &format!("h{i}"),
-                    &report(1, 5, None),
-                    &mut r,
-                    &mut a
-                ),
+                t.apply(now, 1, &format!("h{i}"), &report(1, 5, None), &mut a),
                 Verdict::Created
             );
         }
         assert_eq!(
-            t.apply(now, 1, "h9", &report(1, 5, None), &mut r, &mut a),
+            t.apply(now, 1, "h9", &report(1, 5, None), &mut a),
             Verdict::TableFull
         );
         assert_eq!(t.len(), 4);
         // Expired and finished entries free their places.
         t.sweep(now + Duration::from_secs(41), &mut a);
         assert_eq!(
-            t.apply(now, 1, "h9", &report(1, 5, None), &mut r, &mut a),
+            t.apply(now, 1, "h9", &report(1, 5, None), &mut a),
             Verdict::Created
         );
     }

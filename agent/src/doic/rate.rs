@@ -1,23 +1,35 @@
-//! The rate algorithm's reacting side, RFC 8582 §8.3: the leaky bucket of
-//! §8.3.1, two priority thresholds TAU1 <= TAU2 of §8.3.2 and the randomised
-//! bucket phase of §8.3.3, with time as an argument.
-//!
-//! Units are nanoseconds: T = 1e9 / OC-Maximum-Rate, X and TAU in ns.
+//! The rate algorithm's reacting side, RFC 8582 §8.3, on the shared lock-free
+//! leaky bucket of [`crate::bucket`]: configuration of TAU0, TAU1 <= TAU2
+//! (§8.3.2) and the randomised phase (§8.3.3), the mapping of request
+//! priorities to bucket levels, and the conversion of `Instant`s to the
+//! bucket's nanosecond clock.
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::loss::Prng;
+use crate::bucket::{Bucket, BucketConfig, ConfigError, Tolerance};
 
 /// Two request classes of RFC 8582 §8.3.2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Priority {
-    /// Candidate for reduction; admitted while X' <= TAU1.
+    /// Candidate for reduction; admitted while X' <= TAU1 (bucket level 0).
     Normal,
-    /// Admitted while X' <= TAU2.
+    /// Admitted while X' <= TAU2 (bucket level 1).
     High,
+}
+
+impl Priority {
+    /// The bucket level of this priority.
+    #[must_use]
+    pub const fn level(self) -> u8 {
+        match self {
+            Self::Normal => 0,
+            Self::High => 1,
+        }
+    }
 }
 
 /// Tolerances as multiples of T (RFC 8582 §8.3.2: "TAU0 = 0, TAU1 = 1/2 *
@@ -46,197 +58,144 @@ impl Default for RateParams {
     }
 }
 
-/// One leaky bucket for one controlled target (RFC 8582 §8.3).
-#[derive(Clone, Debug)]
-pub struct RateBucket {
-    t_ns: f64,
-    tau1_ns: f64,
-    tau2_ns: f64,
-    x_ns: f64,
-    lct: Instant,
-    total: bool,
-    randomise: bool,
+/// Why rate parameters are unusable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RateParamsError {
+    /// A tolerance is negative, not a number, or too large.
+    #[error("rate tolerance {name} = {value} is not a usable multiple of T")]
+    Tolerance {
+        /// Which one.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// The bucket rejects the combination (e.g. TAU1 > TAU2, TAU0 > TAU2).
+    #[error("invalid rate bucket parameters")]
+    Bucket(#[source] ConfigError),
 }
 
-impl RateBucket {
-    /// A bucket activated at `now` for `per_second` requests per second.
-    /// RFC 8582 §8.3.1: "LCT is set to the time of activation, and the leaky
-    /// bucket counter is initialized to the parameter TAU0"; with §8.3.3 it is
-    /// TAU0 + uT, u uniform in [-1/2, 1/2].
-    #[must_use]
-    pub fn new(now: Instant, per_second: u32, params: &RateParams, rng: &mut Prng) -> Self {
-        let t_ns = if per_second == 0 {
-            f64::INFINITY
-        } else {
-            1e9 / f64::from(per_second)
-        };
-        let mut b = Self {
-            t_ns,
-            tau1_ns: params.tau1.min(params.tau2) * t_ns,
-            tau2_ns: params.tau2.max(params.tau1) * t_ns,
-            x_ns: 0.0,
-            lct: now,
-            total: per_second == 0,
-            randomise: params.randomise_phase,
-        };
-        if !b.total {
-            let u = if b.randomise { rng.unit() - 0.5 } else { 0.0 };
-            b.x_ns = (params.tau0 * t_ns + u * t_ns).max(0.0);
-        }
-        b
-    }
-
-    /// The maximum rate in requests per second (0 when all is abated).
-    #[must_use]
-    pub fn per_second(&self) -> f64 {
-        if self.total { 0.0 } else { 1e9 / self.t_ns }
-    }
-
-    /// Whether a request of `priority` arriving at `now` may be sent; admits
-    /// and updates the bucket, or leaves it unchanged for an abated request.
+impl RateParams {
+    /// The bucket configuration: level 0 tests TAU1, level 1 tests TAU2.
     ///
-    /// RFC 8582 §8.3.2:
-    /// ```text
-    /// Xp = X - (ta - LCT);
-    /// if (AnyRequestReceived && Xp <= TAU1) || (PriorityRequestReceived &&
-    ///  Xp <= TAU2 && Xp > TAU1) { X = max (0, Xp) + T; LCT = ta; }
-    /// ```
-    pub fn admit(&mut self, now: Instant, priority: Priority, rng: &mut Prng) -> bool {
-        if self.total {
-            return false;
-        }
-        let elapsed = now.saturating_duration_since(self.lct);
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "nanoseconds of a test run fit in f64"
-        )]
-        let xp = self.x_ns - elapsed.as_nanos() as f64;
-        let limit = match priority {
-            Priority::Normal => self.tau1_ns,
-            Priority::High => self.tau2_ns,
+    /// # Errors
+    /// [`RateParamsError`] when a value breaks RFC 8582 §8.3 (TAU1 <= TAU2,
+    /// 0 <= TAU0 <= TAU).
+    pub fn bucket_config(&self) -> Result<BucketConfig, RateParamsError> {
+        let tol = |name, value: f64| {
+            Tolerance::from_intervals_f64(value).ok_or(RateParamsError::Tolerance { name, value })
         };
-        if xp > limit {
-            return false;
-        }
-        // §8.3.3: u = 0 if X' > 0, else uniform in [-1/2, 1/2]; add T + uT.
-        let u = if xp <= 0.0 && self.randomise {
-            rng.unit() - 0.5
-        } else {
-            0.0
+        let c = BucketConfig {
+            thresholds: vec![tol("tau1", self.tau1)?, tol("tau2", self.tau2)?],
+            tau0: tol("tau0", self.tau0)?,
+            randomise: self.randomise_phase,
         };
-        self.x_ns = xp.max(0.0) + self.t_ns + u * self.t_ns;
-        self.lct = now;
-        true
+        c.validate().map_err(RateParamsError::Bucket)?;
+        Ok(c)
+    }
+}
+
+/// The rate control of one OCS: a shared bucket and the clock origin that
+/// turns `Instant`s into the bucket's nanoseconds.
+#[derive(Clone, Debug)]
+pub struct RateControl {
+    bucket: Arc<Bucket>,
+    epoch: Instant,
+}
+
+fn nanos(epoch: Instant, now: Instant) -> u64 {
+    u64::try_from(now.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl RateControl {
+    /// Activates control at `now` for OC-Maximum-Rate `per_second`
+    /// (RFC 8582 §8.3.1: on the first answer indicating activation).
+    #[must_use]
+    pub fn new(epoch: Instant, now: Instant, per_second: u32, config: &BucketConfig) -> Self {
+        // The configuration was validated when the core was built.
+        let bucket = Bucket::new(nanos(epoch, now), per_second, config)
+            .unwrap_or_else(|_| unreachable_config());
+        Self {
+            bucket: Arc::new(bucket),
+            epoch,
+        }
     }
 
-    /// The bucket capacity bound, TAU2 + 3/2 T (§8.3.3 characteristics).
-    #[must_use]
-    pub fn capacity(&self) -> Duration {
-        Duration::from_nanos(
-            // Saturating float to int conversion is the intent here.
-            #[expect(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                reason = "bounded, non-negative"
-            )]
-            {
-                (self.tau2_ns + 1.5 * self.t_ns).min(u64::MAX as f64) as u64
-            },
-        )
+    /// Applies the rate of a newer report, keeping the bucket's phase.
+    pub fn set_rate(&self, now: Instant, per_second: u32) {
+        self.bucket.set_rate(nanos(self.epoch, now), per_second);
     }
+
+    /// Whether a request of `priority` at `now` may be sent (RFC 8582 §8.3.2).
+    #[must_use]
+    pub fn admit(&self, now: Instant, priority: Priority) -> bool {
+        self.bucket
+            .try_admit(nanos(self.epoch, now), priority.level())
+    }
+
+    /// The shared bucket, for workers that decide in parallel.
+    #[must_use]
+    pub fn bucket(&self) -> &Arc<Bucket> {
+        &self.bucket
+    }
+}
+
+#[cold]
+fn unreachable_config() -> Bucket {
+    // `RateParams::bucket_config` validated the configuration; a bucket that
+    // admits nothing is the safe side should that ever be violated.
+    Bucket::new(0, 0, &BucketConfig::two_priorities())
+        .unwrap_or_else(|_| unreachable!("the built-in two-priority configuration is valid"))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
-    fn run(rate: u32, offered_per_s: u64, secs: u64, params: &RateParams, high: bool) -> u64 {
-        let start = Instant::now();
-        let mut rng = Prng::new(11);
-        let mut b = RateBucket::new(start, rate, params, &mut rng);
-        let n = offered_per_s * secs;
-        let gap = Duration::from_nanos(1_000_000_000 / offered_per_s);
-        let prio = if high {
-            Priority::High
-        } else {
-            Priority::Normal
-        };
-        (0..n)
-            .filter(|i| b.admit(start + gap * u32::try_from(*i).unwrap(), prio, &mut rng))
-            .count() as u64
+    #[test]
+    fn default_params_are_the_rfc_values() {
+        // RFC 8582 §8.3.2: TAU0 = 0, TAU1 = TAU2 / 2, TAU2 = 10T.
+        let c = RateParams::default().bucket_config().unwrap();
+        assert_eq!(c, BucketConfig::two_priorities());
     }
 
     #[test]
-    fn admitted_rate_follows_maximum_rate() {
-        // RFC 8582 §8.3.1: long-term admitted rate <= 1/T at high offered load.
-        let p = RateParams::default();
-        let got = run(100, 1000, 10, &p, false);
-        assert!((990..=1010).contains(&got), "admitted {got}");
-    }
-
-    #[test]
-    fn below_rate_everything_passes() {
-        let p = RateParams::default();
-        assert_eq!(run(100, 50, 10, &p, false), 500);
-    }
-
-    #[test]
-    fn zero_rate_abates_everything() {
-        // RFC 8582 §7.2.1: zero means no traffic is to be sent.
-        let p = RateParams::default();
-        assert_eq!(run(0, 100, 1, &p, true), 0);
-    }
-
-    #[test]
-    fn priority_threshold_admits_high_when_normal_is_refused() {
-        // RFC 8582 §8.3.2: between TAU1 and TAU2 only priority requests pass.
-        let start = Instant::now();
-        let mut rng = Prng::new(5);
+    fn inverted_thresholds_are_rejected() {
         let p = RateParams {
-            randomise_phase: false,
+            tau1: 10.0,
+            tau2: 5.0,
             ..RateParams::default()
         };
-        let mut b = RateBucket::new(start, 10, &p, &mut rng);
-        // A burst at one instant: normal passes while X <= 5T (6 admits).
-        let normal = (0..20)
-            .filter(|_| b.admit(start, Priority::Normal, &mut rng))
-            .count();
-        assert_eq!(normal, 6);
-        let high = (0..20)
-            .filter(|_| b.admit(start, Priority::High, &mut rng))
-            .count();
-        assert_eq!(high, 5, "high fills up to TAU2 = 10T");
-        assert!(!b.admit(start, Priority::High, &mut rng));
+        assert!(matches!(p.bucket_config(), Err(RateParamsError::Bucket(_))));
+        let p = RateParams {
+            tau0: -1.0,
+            ..RateParams::default()
+        };
+        assert!(matches!(
+            p.bucket_config(),
+            Err(RateParamsError::Tolerance { name: "tau0", .. })
+        ));
     }
 
     #[test]
-    fn randomised_phase_spreads_first_admission() {
-        // RFC 8582 §8.3.3 with TAU0 = TAU = 0 ("classic gapping"): the initial
-        // content is uT, so sources activated together start at different times.
-        let p = RateParams {
-            tau0: 0.0,
-            tau1: 0.0,
-            tau2: 0.0,
-            randomise_phase: true,
-        };
-        let start = Instant::now();
-        let mut rng = Prng::new(9);
-        let firsts: Vec<u64> = (0..50)
-            .map(|_| {
-                let mut b = RateBucket::new(start, 10, &p, &mut rng);
-                (0..200u64)
-                    .find(|ms| {
-                        b.admit(
-                            start + Duration::from_millis(*ms),
-                            Priority::Normal,
-                            &mut rng,
-                        )
-                    })
-                    .unwrap()
-            })
-            .collect();
-        let distinct: std::collections::BTreeSet<_> = firsts.iter().collect();
-        assert!(distinct.len() > 10, "first admissions {firsts:?}");
-        assert!(firsts.iter().all(|ms| *ms <= 50), "within T/2: {firsts:?}");
+    fn priority_band_between_tau1_and_tau2() {
+        // RFC 8582 §8.3.2: a burst admits normal requests up to TAU1 and
+        // priority requests up to TAU2.
+        let cfg = RateParams {
+            randomise_phase: false,
+            ..RateParams::default()
+        }
+        .bucket_config()
+        .unwrap();
+        let t0 = Instant::now();
+        let rc = RateControl::new(t0, t0, 10, &cfg);
+        let normal = (0..20).filter(|_| rc.admit(t0, Priority::Normal)).count();
+        assert_eq!(normal, 6, "1 + TAU1/T");
+        let high = (0..20).filter(|_| rc.admit(t0, Priority::High)).count();
+        assert_eq!(high, 5, "up to TAU2 = 10T");
+        // After one interval, one more normal request.
+        let t1 = t0 + Duration::from_millis(100) * 6;
+        assert!(rc.admit(t1, Priority::Normal));
     }
 }

@@ -490,7 +490,7 @@ fn core_with(peers: &[&str]) -> Doic {
             },
         );
     }
-    Doic::new("a", cfg, 1, 0)
+    Doic::new("a", cfg, 1, 0).unwrap()
 }
 
 fn tx(upstream: &str) -> PendingTx {
@@ -596,7 +596,7 @@ fn forged_report_flood_is_bounded() {
             receive_reports: true,
         },
     );
-    let mut core = Doic::new("a", cfg, 1, 0);
+    let mut core = Doic::new("a", cfg, 1, 0).unwrap();
     let now = Instant::now();
     let olrs = [host_olr(1)];
     for i in 0..10_000 {
@@ -658,7 +658,7 @@ fn algorithm_selection_must_be_single_and_offered() {
             receive_reports: true,
         },
     );
-    let mut loss_only = Doic::new("a", cfg, 1, 0);
+    let mut loss_only = Doic::new("a", cfg, 1, 0).unwrap();
     assert_eq!(loss_only.vector() & OLR_RATE_ALGORITHM, 0);
     let rate = SupportedFeatures {
         vector: Some(OLR_RATE_ALGORITHM),

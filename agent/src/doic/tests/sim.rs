@@ -125,7 +125,7 @@ pub(crate) struct Agent {
 /// A node of the network.
 #[derive(Debug)]
 pub(crate) enum Node {
-    Server(Server),
+    Server(Box<Server>),
     Agent(Box<Agent>),
 }
 
@@ -157,14 +157,14 @@ impl Net {
     pub(crate) fn server(&mut self, id: &str, realm: &str) {
         self.nodes.insert(
             id.into(),
-            Node::Server(Server {
+            Node::Server(Box::new(Server {
                 realm: realm.into(),
                 algo: Algorithm::Loss,
                 reports: BTreeMap::new(),
                 received: 0,
                 per_second: BTreeMap::new(),
                 last: None,
-            }),
+            })),
         );
     }
 
@@ -191,7 +191,7 @@ impl Net {
         self.nodes.insert(
             id.into(),
             Node::Agent(Box::new(Agent {
-                core: Doic::new(id, cfg, seed, 1_000),
+                core: Doic::new(id, cfg, seed, 1_000).unwrap(),
                 realm_routes: HashMap::new(),
                 host_routes: HashMap::new(),
                 round_robin: false,
