@@ -10,6 +10,9 @@
 //! | [`doic`] | DOIC overload control core, sans-io (RFC 7683, RFC 8581, RFC 8582) |
 //! | [`audit`] | evidence trail: reports, OCS versions, treatment counters |
 //! | [`bucket`] | RFC 8582 §8.3 leaky bucket: lock-free, shared by all workers, priorities and randomised phase |
+//! | [`codec`] | Diameter wire format: header, AVPs, typed values, messages, builders (RFC 6733 §3-4, §7) |
+//! | [`inspect`] | the `decode` / `encode` subcommands: message <-> JSON, one-line errors |
+//! | [`dictionary`] | command and AVP codes, types, flag rules, enumerations (RFC 6733, 7683, 8581, 8582) |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -19,4 +22,7 @@
 pub mod audit;
 pub mod bucket;
 pub mod cli;
+pub mod codec;
+pub mod dictionary;
 pub mod doic;
+pub mod inspect;
