@@ -9,8 +9,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::codec::doic::OcOlr;
 use crate::doic::ocs::OcsKey;
-use crate::doic::report::{Abatement, Olr};
+use crate::doic::report::Abatement;
 
 /// Treatment counts for one OCS version.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,7 +72,7 @@ pub struct ReportRecord {
     /// Origin-Realm of the answer.
     pub origin_realm: String,
     /// The report as received.
-    pub olr: Olr,
+    pub olr: OcOlr,
     /// What was done with it.
     pub verdict: Verdict,
 }
@@ -153,7 +154,7 @@ impl Audit {
 
     /// Records a received report.
     pub fn report(&mut self, r: ReportRecord) {
-        tracing::debug!(from = %r.from_peer, seq = r.olr.sequence, verdict = ?r.verdict, "overload report");
+        tracing::debug!(from = %r.from_peer, seq = r.olr.sequence_number, verdict = ?r.verdict, "overload report");
         if self.reports.len() == self.cap {
             self.reports.pop_front();
             self.dropped += 1;

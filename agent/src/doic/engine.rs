@@ -8,12 +8,12 @@
 use std::time::{Duration, Instant};
 
 use super::config::DoicConfig;
-use super::features::{self, Algorithm, SupportedFeatures};
+use super::features::{self, Algorithm, OcSupportedFeatures};
 use super::loss::Prng;
 use super::ocs::{Ending, Ocs, OcsTable, Outcome, Phase};
 use super::rate::RateParamsError;
 use super::realm::RealmSynth;
-use super::report::{Abatement, Olr, Report, ReportType};
+use super::report::{Abatement, OcOlr, Report, ReportType};
 use super::treatment::{
     AnswerActions, Candidate, Cause, DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY, DIAMETER_TOO_BUSY,
     PendingTx, RequestView, ThrottleAnswer, Treatment,
@@ -34,9 +34,9 @@ pub struct AnswerView<'a> {
     /// Experimental-Result-Code, if present.
     pub experimental_result_code: Option<u32>,
     /// OC-Supported-Features, if present.
-    pub features: Option<&'a SupportedFeatures>,
+    pub features: Option<&'a OcSupportedFeatures>,
     /// Every OC-OLR AVP, in order.
-    pub olrs: &'a [Olr],
+    pub olrs: &'a [OcOlr],
 }
 
 /// The DOIC overload-control core of one agent (or one worker's view of it).
@@ -287,8 +287,9 @@ impl Doic {
 
     /// Whether the client abates this report itself: it is a DOIC node, it was
     /// sent this version of the report, and it supports the report's algorithm.
-    fn delegated(client: Option<&SupportedFeatures>, o: &Ocs, from: &str) -> bool {
-        client.is_some_and(|f| f.supports(o.abatement.algorithm())) && o.delivered_to(from)
+    fn delegated(client: Option<&OcSupportedFeatures>, o: &Ocs, from: &str) -> bool {
+        client.is_some_and(|f| features::supports(f, o.abatement.algorithm()))
+            && o.delivered_to(from)
     }
 
     /// Host-routed request: the host OCS of Destination-Host. Diversion is not
@@ -298,7 +299,7 @@ impl Doic {
         &mut self,
         now: Instant,
         req: &RequestView<'_>,
-        client: Option<&SupportedFeatures>,
+        client: Option<&OcSupportedFeatures>,
         host: &str,
         priority: super::rate::Priority,
     ) -> FirstStep {
@@ -334,7 +335,7 @@ impl Doic {
         &mut self,
         now: Instant,
         req: &RequestView<'_>,
-        client: Option<&SupportedFeatures>,
+        client: Option<&OcSupportedFeatures>,
         candidates: &[Candidate<'_>],
         priority: super::rate::Priority,
     ) -> FirstStep {
@@ -485,14 +486,14 @@ impl Doic {
                     verdict,
                     Verdict::Created | Verdict::Updated | Verdict::Rollover | Verdict::Ended
                 ) {
-                    fresh[r.report_type.code() as usize] = true;
+                    fresh[super::report::slot(r.report_type)] = true;
                     changed |= r.report_type == ReportType::Host;
                 }
                 // Forward host and realm reports to a DOIC client that supports
                 // their algorithm; peer reports never (RFC 8581 §6.2.5).
                 if r.report_type != ReportType::Peer
                     && let Some(cf) = &tx.client_features
-                    && cf.supports(r.abatement.algorithm())
+                    && features::supports(cf, r.abatement.algorithm())
                     && accepted(&verdict)
                 {
                     let id = if r.report_type == ReportType::Host {
@@ -539,7 +540,7 @@ impl Doic {
                 (ReportType::Peer, from_peer),
             ];
             for (rt, id) in targets {
-                if !fresh[rt.code() as usize] {
+                if !fresh[super::report::slot(rt)] {
                     self.ocs
                         .note_answer(now, ans.app_id, rt, id, &mut self.audit);
                 }
@@ -551,7 +552,7 @@ impl Doic {
             return out;
         };
         let selected = match (&host_algo, trusted) {
-            (Ok(a), true) if cf.supports(*a) => *a,
+            (Ok(a), true) if features::supports(cf, *a) => *a,
             _ => Algorithm::Loss,
         };
         // OC-Peer-Algo: the algorithm of the agent's own peer report when one is
@@ -563,7 +564,7 @@ impl Doic {
             .filter(|(_, until)| now < *until)
             .map(|(r, _)| r);
         let wanted = own.map_or(self.cfg.peer_algo, |r| r.abatement.algorithm());
-        let peer_algo = if cf.supports(wanted) {
+        let peer_algo = if features::supports(cf, wanted) {
             wanted
         } else {
             Algorithm::Loss
@@ -580,7 +581,7 @@ impl Doic {
         let has_realm = out
             .forward_reports
             .iter()
-            .any(|o| o.report_type == ReportType::Realm.code());
+            .any(|o| o.report_type == ReportType::Realm);
         if !has_realm
             && selected == Algorithm::Loss
             && ans.origin_realm == tx.dest_realm
@@ -612,7 +613,7 @@ impl Doic {
         from_peer: &str,
         trusted: bool,
         ans: &AnswerView<'_>,
-        olr: &Olr,
+        olr: &OcOlr,
         host_algo: Result<Algorithm, features::SelectionError>,
         peer_algo: Result<Algorithm, features::SelectionError>,
     ) -> (Verdict, Option<Report>) {
@@ -624,13 +625,10 @@ impl Doic {
             // RFC 7683 §10.1: only a proper answer to a pending request counts.
             return (Verdict::OutOfScope, None);
         }
-        let Some(rt) = ReportType::from_code(olr.report_type) else {
-            return (
-                Verdict::Invalid(format!("unknown report type {}", olr.report_type)),
-                None,
-            );
-        };
-        let (algo, id) = match rt {
+        let (algo, id) = match olr.report_type {
+            ReportType::Other(v) => {
+                return (Verdict::Invalid(format!("unknown report type {v}")), None);
+            }
             ReportType::Host => (host_algo, ans.origin_host),
             ReportType::Realm => {
                 if ans.origin_realm != tx.dest_realm {
@@ -654,7 +652,7 @@ impl Doic {
             Ok(a) => a,
             Err(e) => return (Verdict::Invalid(e.to_string()), None),
         };
-        let report = match olr.normalise(algo) {
+        let report = match super::report::normalise(olr, algo) {
             Ok(r) => r,
             Err(e) => return (Verdict::Invalid(e.to_string()), None),
         };

@@ -7,12 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// OLR_DEFAULT_ALGO, the loss algorithm (RFC 7683 §7.2).
-pub const OLR_DEFAULT_ALGO: u64 = 0x0000_0000_0000_0001;
-/// OLR_RATE_ALGORITHM (RFC 8582 §7.1.1).
-pub const OLR_RATE_ALGORITHM: u64 = 0x0000_0000_0000_0004;
-/// OC_PEER_REPORT (RFC 8581 §7.1.1).
-pub const OC_PEER_REPORT: u64 = 0x0000_0000_0000_0010;
+pub use crate::codec::doic::OcSupportedFeatures;
+pub use crate::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
+
 /// The feature bits that name abatement algorithms.
 pub const ALGORITHM_BITS: u64 = OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM;
 
@@ -37,31 +34,12 @@ impl Algorithm {
     }
 }
 
-/// The content of an OC-Supported-Features AVP (RFC 7683 §7.1, RFC 8581 §7.1).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SupportedFeatures {
-    /// OC-Feature-Vector; `None` when the sub-AVP is absent (loss only).
-    pub vector: Option<u64>,
-    /// SourceID (RFC 8581 §7.3): the node that announces OC_PEER_REPORT.
-    pub source_id: Option<String>,
-    /// OC-Peer-Algo (RFC 8581 §7.1.2): the algorithm for peer reports.
-    pub peer_algo: Option<u64>,
-}
-
-impl SupportedFeatures {
-    /// The announced feature bits; an absent vector means loss only
-    /// (RFC 7683 §7.2: "only the default traffic abatement algorithm").
-    #[must_use]
-    pub fn bits(&self) -> u64 {
-        self.vector.unwrap_or(OLR_DEFAULT_ALGO)
-    }
-
-    /// Whether the announcing node supports `algo` (loss is always supported,
-    /// RFC 7683 §6.1).
-    #[must_use]
-    pub fn supports(&self, algo: Algorithm) -> bool {
-        algo == Algorithm::Loss || self.bits() & algo.bit() != 0
-    }
+/// Whether the node that sent `f` supports `algo`: loss always (RFC 7683
+/// §6.1 "must be supported by all Diameter nodes that support DOIC"), others
+/// when their OC-Feature-Vector bit is set.
+#[must_use]
+pub fn supports(f: &OcSupportedFeatures, algo: Algorithm) -> bool {
+    algo == Algorithm::Loss || f.features() & algo.bit() != 0
 }
 
 /// Why an answer's algorithm selection cannot be used.
@@ -98,10 +76,10 @@ pub enum SelectionError {
 /// [`SelectionError`] when the answer selects several algorithms, none, or one
 /// the agent did not offer in `offered`.
 pub fn selected_algorithm(
-    answer: Option<&SupportedFeatures>,
+    answer: Option<&OcSupportedFeatures>,
     offered: u64,
 ) -> Result<Algorithm, SelectionError> {
-    match answer.and_then(|f| f.vector) {
+    match answer.and_then(|f| f.feature_vector) {
         None => Ok(Algorithm::Loss),
         Some(v) => decode_single(v, offered),
     }
@@ -113,7 +91,7 @@ pub fn selected_algorithm(
 /// # Errors
 /// As [`selected_algorithm`].
 pub fn selected_peer_algorithm(
-    answer: Option<&SupportedFeatures>,
+    answer: Option<&OcSupportedFeatures>,
     offered: u64,
 ) -> Result<Algorithm, SelectionError> {
     match answer.and_then(|f| f.peer_algo) {
@@ -156,9 +134,9 @@ pub fn announced_vector(algorithms: &[Algorithm], peer_report: bool) -> u64 {
 /// without one and MAY modify it; RFC 8581 §6.1.1: a received SourceID MUST be
 /// replaced by the agent's own DiameterIdentity).
 #[must_use]
-pub fn request_features(vector: u64, own_identity: &str) -> SupportedFeatures {
-    SupportedFeatures {
-        vector: Some(vector),
+pub fn request_features(vector: u64, own_identity: &str) -> OcSupportedFeatures {
+    OcSupportedFeatures {
+        feature_vector: Some(vector),
         source_id: (vector & OC_PEER_REPORT != 0).then(|| own_identity.to_owned()),
         peer_algo: None,
     }
@@ -169,9 +147,9 @@ pub fn request_features(vector: u64, own_identity: &str) -> SupportedFeatures {
 /// matches the DiameterIdentity of the peer from which the request was
 /// received".
 #[must_use]
-pub fn peer_supports_peer_report(request: Option<&SupportedFeatures>, from_peer: &str) -> bool {
+pub fn peer_supports_peer_report(request: Option<&OcSupportedFeatures>, from_peer: &str) -> bool {
     request.is_some_and(|f| {
-        f.bits() & OC_PEER_REPORT != 0 && f.source_id.as_deref() == Some(from_peer)
+        f.features() & OC_PEER_REPORT != 0 && f.source_id.as_deref() == Some(from_peer)
     })
 }
 
@@ -185,12 +163,12 @@ pub fn peer_supports_peer_report(request: Option<&SupportedFeatures>, from_peer:
 /// reports the agent adds OC_PEER_REPORT, its SourceID and OC-Peer-Algo.
 #[must_use]
 pub fn answer_features(
-    request: Option<&SupportedFeatures>,
+    request: Option<&OcSupportedFeatures>,
     downstream_peer_report: bool,
     selected: Algorithm,
     own_peer_algo: Algorithm,
     own_identity: &str,
-) -> Option<SupportedFeatures> {
+) -> Option<OcSupportedFeatures> {
     request?;
     let mut vector = selected.bit();
     let (source_id, peer_algo) = if downstream_peer_report {
@@ -199,8 +177,8 @@ pub fn answer_features(
     } else {
         (None, None)
     };
-    Some(SupportedFeatures {
-        vector: Some(vector),
+    Some(OcSupportedFeatures {
+        feature_vector: Some(vector),
         source_id,
         peer_algo,
     })
@@ -212,10 +190,10 @@ mod tests {
 
     const OFFERED: u64 = OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT;
 
-    fn sf(vector: Option<u64>) -> SupportedFeatures {
-        SupportedFeatures {
-            vector,
-            ..SupportedFeatures::default()
+    fn sf(vector: Option<u64>) -> OcSupportedFeatures {
+        OcSupportedFeatures {
+            feature_vector: vector,
+            ..OcSupportedFeatures::default()
         }
     }
 
@@ -261,8 +239,8 @@ mod tests {
     #[test]
     fn peer_algo_selects_peer_report_algorithm() {
         // RFC 8581 §6.2.3: the algorithm comes from OC-Peer-Algo.
-        let f = SupportedFeatures {
-            vector: Some(OLR_DEFAULT_ALGO),
+        let f = OcSupportedFeatures {
+            feature_vector: Some(OLR_DEFAULT_ALGO),
             source_id: Some("a".into()),
             peer_algo: Some(OLR_RATE_ALGORITHM),
         };
@@ -278,8 +256,8 @@ mod tests {
     fn request_without_vector_means_loss_only() {
         // RFC 7683 §7.2: absence in requests means only loss is supported.
         let f = sf(None);
-        assert!(f.supports(Algorithm::Loss));
-        assert!(!f.supports(Algorithm::Rate));
+        assert!(supports(&f, Algorithm::Loss));
+        assert!(!supports(&f, Algorithm::Rate));
     }
 
     #[test]
@@ -300,8 +278,8 @@ mod tests {
     #[test]
     fn peer_report_support_needs_matching_source_id() {
         // RFC 8581 §6.1.2.
-        let f = SupportedFeatures {
-            vector: Some(0x11),
+        let f = OcSupportedFeatures {
+            feature_vector: Some(0x11),
             source_id: Some("c1".into()),
             peer_algo: None,
         };
@@ -335,6 +313,6 @@ mod tests {
             answer_features(Some(&sf(None)), true, Algorithm::Loss, Algorithm::Rate, "a").unwrap();
         assert_eq!(f.source_id.as_deref(), Some("a"));
         assert_eq!(f.peer_algo, Some(OLR_RATE_ALGORITHM));
-        assert_eq!(f.vector, Some(OLR_DEFAULT_ALGO | OC_PEER_REPORT));
+        assert_eq!(f.feature_vector, Some(OLR_DEFAULT_ALGO | OC_PEER_REPORT));
     }
 }

@@ -34,8 +34,8 @@ mod tests;
 
 pub use config::{DoicConfig, PeerPolicy, ThrottleResult};
 pub use engine::{AnswerView, Doic};
-pub use features::{Algorithm, SupportedFeatures};
-pub use report::{Olr, ReportType};
+pub use features::{Algorithm, OcSupportedFeatures};
+pub use report::{OcOlr, ReportType};
 pub use treatment::{
     AnswerActions, Candidate, Cause, PendingTx, RequestView, ThrottleAnswer, Treatment,
 };

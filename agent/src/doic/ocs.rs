@@ -21,7 +21,7 @@ const MAX_DELIVERED: usize = 1024;
 
 /// What an OCS entry is identified by: Application-ID, report type and the
 /// host's DiameterIdentity, the realm, or the peer's DiameterIdentity.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct OcsKey {
     /// Application-ID.
     pub app_id: u32,
@@ -532,7 +532,7 @@ pub enum Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doic::report::Olr;
+    use crate::doic::report::OcOlr;
 
     const ENDING: Ending = Ending {
         probe_interval: Duration::from_secs(1),
@@ -548,15 +548,10 @@ mod tests {
     }
 
     fn report(seq: u64, percent: u32, validity: Option<u32>) -> Report {
-        Olr {
-            sequence: seq,
-            report_type: 0,
-            reduction: Some(percent),
-            validity,
-            ..Olr::default()
-        }
-        .normalise(crate::doic::features::Algorithm::Loss)
-        .unwrap()
+        let mut o = OcOlr::new(seq, crate::doic::report::ReportType::Host);
+        o.reduction_percentage = Some(percent);
+        o.validity_duration = validity;
+        crate::doic::report::normalise(&o, crate::doic::features::Algorithm::Loss).unwrap()
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! Experimental-Result 5198 of seed 004).
 
 use super::config::ThrottleResult;
-use super::features::SupportedFeatures;
-use super::report::{Olr, ReportType};
+use super::features::OcSupportedFeatures;
+use super::report::{OcOlr, ReportType};
 
 /// DIAMETER_TOO_BUSY (RFC 6733 §7.1.3).
 pub const DIAMETER_TOO_BUSY: u32 = 3004;
@@ -27,7 +27,7 @@ pub struct RequestView<'a> {
     /// Destination-Host, when host-routed.
     pub dest_host: Option<&'a str>,
     /// OC-Supported-Features as received, if any.
-    pub features: Option<&'a SupportedFeatures>,
+    pub features: Option<&'a OcSupportedFeatures>,
     /// DRMP priority (RFC 7944), if present.
     pub drmp: Option<u8>,
 }
@@ -114,7 +114,7 @@ pub struct PendingTx {
     pub client: String,
     /// Its OC-Supported-Features when it is a DOIC node trusted for DOIC;
     /// `None` makes the agent the reacting node on its behalf.
-    pub client_features: Option<SupportedFeatures>,
+    pub client_features: Option<OcSupportedFeatures>,
     /// Whether it supports peer reports (RFC 8581 §6.1.2 transaction state).
     pub client_peer_report: bool,
     /// Destination-Realm of the request.
@@ -133,7 +133,7 @@ pub enum Treatment {
         /// Index into the candidates.
         index: usize,
         /// OC-Supported-Features replacing any received one.
-        add_features: SupportedFeatures,
+        add_features: OcSupportedFeatures,
         /// Transaction state to keep.
         tx: PendingTx,
     },
@@ -142,7 +142,7 @@ pub enum Treatment {
         /// Index into the candidates.
         index: usize,
         /// OC-Supported-Features replacing any received one.
-        add_features: SupportedFeatures,
+        add_features: OcSupportedFeatures,
         /// Transaction state to keep.
         tx: PendingTx,
     },
@@ -163,11 +163,11 @@ pub struct AnswerActions {
     /// Remove every OC-Supported-Features and OC-OLR AVP received.
     pub strip: bool,
     /// OC-Supported-Features to add (`None`: add none, RFC 7683 §5.1.2).
-    pub add_features: Option<SupportedFeatures>,
+    pub add_features: Option<OcSupportedFeatures>,
     /// OC-OLR AVPs to add: host and realm reports forwarded or made by the
     /// agent, and its own peer report. Upstream peer reports never appear
     /// (RFC 8581 §6.2.5).
-    pub forward_reports: Vec<Olr>,
+    pub forward_reports: Vec<OcOlr>,
     /// Whether the relay may retry the request on an alternate path; false
     /// after Experimental-Result 5198 (seed 004).
     pub retry_on_alternate: bool,

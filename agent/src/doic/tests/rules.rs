@@ -9,10 +9,10 @@ use crate::audit::{OcsEvent, Verdict};
 use crate::doic::config::ThrottleResult;
 use crate::doic::engine::AnswerView;
 use crate::doic::features::{
-    Algorithm, OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM, SupportedFeatures,
+    Algorithm, OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM, OcSupportedFeatures,
 };
 use crate::doic::ocs::Phase;
-use crate::doic::report::{Abatement, Olr, ReportType};
+use crate::doic::report::{Abatement, OcOlr, ReportType};
 use crate::doic::treatment::{Candidate, PendingTx, RequestView, Treatment};
 use crate::doic::{Doic, DoicConfig, PeerPolicy};
 
@@ -47,7 +47,7 @@ fn agent_inserts_features_for_non_doic_client() {
     assert_eq!(from, "a");
     let f = req.features.unwrap();
     assert_eq!(
-        f.vector,
+        f.feature_vector,
         Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT)
     );
     assert_eq!(f.source_id.as_deref(), Some("a"));
@@ -94,7 +94,7 @@ fn answer_features_toward_doic_client() {
     let f = a.features.unwrap();
     assert_eq!(f.source_id.as_deref(), Some("a"));
     assert!(f.peer_algo.is_some());
-    assert!(f.vector.unwrap() & OC_PEER_REPORT != 0);
+    assert!(f.feature_vector.unwrap() & OC_PEER_REPORT != 0);
 }
 
 #[test]
@@ -505,13 +505,10 @@ fn tx(upstream: &str) -> PendingTx {
     }
 }
 
-fn host_olr(seq: u64) -> Olr {
-    Olr {
-        sequence: seq,
-        report_type: 0,
-        reduction: Some(50),
-        ..Olr::default()
-    }
+fn host_olr(seq: u64) -> OcOlr {
+    let mut o = OcOlr::new(seq, ReportType::Host);
+    o.reduction_percentage = Some(50);
+    o
 }
 
 #[test]
@@ -562,8 +559,8 @@ fn reports_only_from_the_pending_requests_peer_and_realm() {
         core.ocs().is_empty(),
         "answer from a peer the request was not sent to"
     );
-    let realm_olr = [Olr {
-        report_type: 1,
+    let realm_olr = [OcOlr {
+        report_type: ReportType::Realm,
         ..host_olr(1)
     }];
     let other = AnswerView {
@@ -627,9 +624,9 @@ fn algorithm_selection_must_be_single_and_offered() {
     let mut core = core_with(&["s1"]);
     let now = Instant::now();
     let olrs = [host_olr(1)];
-    let both = SupportedFeatures {
-        vector: Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM),
-        ..SupportedFeatures::default()
+    let both = OcSupportedFeatures {
+        feature_vector: Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM),
+        ..OcSupportedFeatures::default()
     };
     let view = AnswerView {
         app_id: APP,
@@ -660,13 +657,13 @@ fn algorithm_selection_must_be_single_and_offered() {
     );
     let mut loss_only = Doic::new("a", cfg, 1, 0).unwrap();
     assert_eq!(loss_only.vector() & OLR_RATE_ALGORITHM, 0);
-    let rate = SupportedFeatures {
-        vector: Some(OLR_RATE_ALGORITHM),
-        ..SupportedFeatures::default()
+    let rate = OcSupportedFeatures {
+        feature_vector: Some(OLR_RATE_ALGORITHM),
+        ..OcSupportedFeatures::default()
     };
-    let rate_olr = [Olr {
-        max_rate: Some(10),
-        reduction: None,
+    let rate_olr = [OcOlr {
+        maximum_rate: Some(10),
+        reduction_percentage: None,
         ..host_olr(1)
     }];
     let view = AnswerView {
@@ -702,7 +699,7 @@ fn rate_report_not_forwarded_to_loss_only_client_agent_abates_instead() {
     let a = net.send(Req::host("c", REALM, "s1"));
     assert!(a.olrs.is_empty());
     assert_eq!(
-        a.features.unwrap().vector.map(|v| v & 0x5),
+        a.features.unwrap().feature_vector.map(|v| v & 0x5),
         Some(OLR_DEFAULT_ALGO)
     );
     let b = net.send(Req::host("c", REALM, "s1"));
@@ -718,13 +715,13 @@ fn rate_priority_from_drmp_admits_high_priority_first() {
     // requests get the band between TAU1 and TAU2.
     let mut core = core_with(&["s1"]);
     let t0 = Instant::now();
-    let rate = SupportedFeatures {
-        vector: Some(OLR_RATE_ALGORITHM),
-        ..SupportedFeatures::default()
+    let rate = OcSupportedFeatures {
+        feature_vector: Some(OLR_RATE_ALGORITHM),
+        ..OcSupportedFeatures::default()
     };
-    let olrs = [Olr {
-        max_rate: Some(100),
-        reduction: None,
+    let olrs = [OcOlr {
+        maximum_rate: Some(100),
+        reduction_percentage: None,
         ..host_olr(1)
     }];
     let view = AnswerView {

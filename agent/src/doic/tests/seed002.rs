@@ -51,7 +51,7 @@ fn seed002_mixed_host_and_realm_routing() {
     // (3)-(4): S1 answers with a host report; A records it and forwards it.
     let host = a1.reports(ReportType::Host);
     assert_eq!(host.len(), 1, "S1's host report is forwarded to the client");
-    assert_eq!(host[0].reduction, Some(30));
+    assert_eq!(host[0].reduction_percentage, Some(30));
     assert!(
         a1.reports(ReportType::Realm).is_empty(),
         "the realm is not overloaded yet"
@@ -136,7 +136,7 @@ fn seed002_mixed_host_and_realm_routing() {
     // (0.7 + 0.2 + 1.5) / 3 = 80 % of its traffic.
     let h2 = a2.reports(ReportType::Host);
     assert_eq!(h2.len(), 1);
-    assert_eq!(h2[0].reduction, Some(80));
+    assert_eq!(h2[0].reduction_percentage, Some(80));
     let realm = a2.reports(ReportType::Realm);
     assert_eq!(
         realm.len(),
@@ -144,8 +144,8 @@ fn seed002_mixed_host_and_realm_routing() {
         "A synthesises a realm report: {:?}",
         a2.olrs
     );
-    assert_eq!(realm[0].reduction, Some(20));
-    assert!(realm[0].validity.is_some_and(|v| v > 0));
+    assert_eq!(realm[0].reduction_percentage, Some(20));
+    assert!(realm[0].validity_duration.is_some_and(|v| v > 0));
 
     // The client throttles DH:S1, DH:S2 and DR:realm each at its own rate,
     // and does not throttle DH:S3.
@@ -241,9 +241,12 @@ fn seed002_realm_report_ends_when_capacity_returns() {
         .last()
         .unwrap();
     assert_eq!(
-        end.validity,
+        end.validity_duration,
         Some(0),
         "end of the realm overload is signalled"
     );
-    assert!(end.sequence > r.sequence, "with a greater sequence number");
+    assert!(
+        end.sequence_number > r.sequence,
+        "with a greater sequence number"
+    );
 }

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::doic::engine::{AnswerView, Doic};
 use crate::doic::features::{
-    self, Algorithm, OC_PEER_REPORT, SupportedFeatures, peer_supports_peer_report,
+    self, Algorithm, OC_PEER_REPORT, OcSupportedFeatures, peer_supports_peer_report,
 };
-use crate::doic::report::{Abatement, Olr, Report, ReportType};
+use crate::doic::report::{Abatement, OcOlr, Report, ReportType};
 use crate::doic::treatment::{Candidate, RequestView, Treatment};
 use crate::doic::{DoicConfig, PeerPolicy};
 
@@ -25,7 +25,7 @@ pub(crate) struct Req {
     pub(crate) origin_host: String,
     pub(crate) dest_realm: String,
     pub(crate) dest_host: Option<String>,
-    pub(crate) features: Option<SupportedFeatures>,
+    pub(crate) features: Option<OcSupportedFeatures>,
     pub(crate) drmp: Option<u8>,
 }
 
@@ -62,8 +62,8 @@ pub(crate) struct Ans {
     pub(crate) origin_realm: String,
     pub(crate) result_code: Option<u32>,
     pub(crate) experimental: Option<u32>,
-    pub(crate) features: Option<SupportedFeatures>,
-    pub(crate) olrs: Vec<Olr>,
+    pub(crate) features: Option<OcSupportedFeatures>,
+    pub(crate) olrs: Vec<OcOlr>,
     /// The nodes the request went through, for assertions (not on the wire).
     pub(crate) path: Vec<String>,
     /// What the last agent's core said about retrying elsewhere.
@@ -77,11 +77,8 @@ impl Ans {
     }
 
     /// The reports of type `rt`.
-    pub(crate) fn reports(&self, rt: ReportType) -> Vec<&Olr> {
-        self.olrs
-            .iter()
-            .filter(|o| o.report_type == rt.code())
-            .collect()
+    pub(crate) fn reports(&self, rt: ReportType) -> Vec<&OcOlr> {
+        self.olrs.iter().filter(|o| o.report_type == rt).collect()
     }
 
     /// The server that answered (last node of the path).
@@ -97,7 +94,7 @@ pub(crate) struct Server {
     /// Algorithm it selects for host/realm reports when offered.
     pub(crate) algo: Algorithm,
     /// Its reports, by type; sent in every answer to a DOIC request.
-    pub(crate) reports: BTreeMap<u32, Report>,
+    pub(crate) reports: BTreeMap<i32, Report>,
     /// Requests received.
     pub(crate) received: u64,
     /// Requests received per second of simulated time.
@@ -245,7 +242,7 @@ impl Net {
             s.algo = Algorithm::Rate;
         }
         s.reports.insert(
-            rt.code(),
+            rt.value(),
             Report {
                 report_type: rt,
                 sequence: seq,
@@ -419,7 +416,7 @@ fn server_answer(me: &str, from: &str, s: &Server, req: &Req) -> Ans {
     let Some(f) = &req.features else {
         return ans;
     };
-    let algo = if f.supports(s.algo) {
+    let algo = if crate::doic::features::supports(f, s.algo) {
         s.algo
     } else {
         Algorithm::Loss
@@ -429,8 +426,8 @@ fn server_answer(me: &str, from: &str, s: &Server, req: &Req) -> Ans {
     if pr {
         vector |= OC_PEER_REPORT;
     }
-    ans.features = Some(SupportedFeatures {
-        vector: Some(vector),
+    ans.features = Some(OcSupportedFeatures {
+        feature_vector: Some(vector),
         source_id: pr.then(|| me.to_owned()),
         peer_algo: pr.then(|| algo.bit()),
     });

@@ -35,7 +35,7 @@ fn single_agent_client_throttles_on_agent_peer_report() {
     // RFC 8581 §6.1.2: toward a supporting peer, SourceID and OC-Peer-Algo.
     let f = first.features.clone().unwrap();
     assert_eq!(f.source_id.as_deref(), Some("a"));
-    assert!(f.vector.unwrap() & OC_PEER_REPORT != 0);
+    assert!(f.feature_vector.unwrap() & OC_PEER_REPORT != 0);
     assert!(f.peer_algo.is_some());
     let peer = first.reports(ReportType::Peer);
     assert_eq!(peer.len(), 1);
@@ -244,7 +244,7 @@ fn agent_chain_both_next_agents_overloaded_previous_hop_throttles() {
         .features
         .unwrap();
     assert_eq!(
-        f.vector.map(|v| v & OLR_DEFAULT_ALGO),
+        f.feature_vector.map(|v| v & OLR_DEFAULT_ALGO),
         Some(OLR_DEFAULT_ALGO)
     );
 }
