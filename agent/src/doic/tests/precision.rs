@@ -30,6 +30,7 @@ fn loss_share_within_one_point_over_100k_requests() {
             .filter(|a: &Ans| a.path == ["a"] && a.code() == 5012)
             .count();
         let share = throttled as f64 * 100.0 / f64::from(n);
+        eprintln!("loss {percent} %: throttled {share:.3} % of {n}");
         assert!(
             (share - f64::from(percent)).abs() <= 1.0,
             "requested {percent} %, throttled {share:.3} %"
@@ -85,6 +86,7 @@ fn rate_at_ten_times_offered_load_within_two_percent_over_ten_seconds() {
         }
         let sent = (net.server_mut("s").received - before) as f64;
         let target = f64::from(rate) * 10.0;
+        eprintln!("rate {rate}/s at 10x offered: {sent} sent in 10 s (target {target})");
         assert!(
             (sent - target).abs() / target <= 0.02,
             "rate {rate}/s: {sent} sent in 10 s, target {target}"
