@@ -220,6 +220,22 @@ mod tests {
     }
 
     #[test]
+    fn rate_report_carries_maximum_rate_not_reduction() {
+        // RFC 8582 §6.5: OC-Maximum-Rate MUST be included and
+        // OC-Reduction-Percentage MUST NOT.
+        let r = Report {
+            report_type: ReportType::Peer,
+            sequence: 9,
+            validity: Duration::from_secs(5),
+            abatement: Abatement::Rate { per_second: 120 },
+            source_id: Some("agent".into()),
+        };
+        let o = r.to_olr();
+        assert_eq!((o.maximum_rate, o.reduction_percentage), (Some(120), None));
+        assert_eq!(o.source_id.as_deref(), Some("agent"));
+    }
+
+    #[test]
     fn to_olr_round_trips() {
         let mut o = olr(Some(40), Some(12));
         o.report_type = ReportType::Realm;
