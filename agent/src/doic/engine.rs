@@ -16,7 +16,7 @@ use super::realm::RealmSynth;
 use super::report::{Abatement, OcOlr, Report, ReportType};
 use super::treatment::{
     AnswerActions, Candidate, Cause, DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY, DIAMETER_TOO_BUSY,
-    PendingTx, RequestView, ThrottleAnswer, Treatment,
+    PendingTx, Replica, RequestView, ThrottleAnswer, Treatment,
 };
 use crate::audit::{Audit, ReportRecord, Verdict};
 
@@ -181,6 +181,36 @@ impl Doic {
                 validity
             };
         self.own_peer_report = Some((report, until));
+    }
+
+    /// Applies a report another worker's core accepted ([`AnswerActions::replicate`]),
+    /// so that every worker abates with the same states and, for the rate
+    /// algorithm, the same shared bucket. The sequence rules make replicas
+    /// idempotent and order-tolerant: an older replica is ignored.
+    pub fn replicate(&mut self, r: &Replica) {
+        let rt = r.report.report_type;
+        let v = self.ocs.apply_shared(
+            r.at,
+            r.app_id,
+            &r.id,
+            &r.report,
+            r.rate.as_ref(),
+            &mut self.audit,
+        );
+        if rt == ReportType::Host
+            && matches!(
+                v,
+                Verdict::Created | Verdict::Updated | Verdict::Rollover | Verdict::Ended
+            )
+        {
+            self.realms.invalidate();
+        }
+        if let Some(client) = &r.delivered_to
+            && let Some(o) = self.ocs.get_mut(r.app_id, rt, &r.id)
+            && o.sequence == r.report.sequence
+        {
+            o.mark_delivered(client);
+        }
     }
 
     /// Decides the treatment of a request (RFC 8581 §5 order). `candidates`
@@ -472,6 +502,7 @@ impl Doic {
             forward_reports: Vec::new(),
             retry_on_alternate: ans.experimental_result_code
                 != Some(DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY),
+            replicate: Vec::new(),
         };
         let trusted = self.cfg.peer(from_peer).trusted;
         let host_algo = features::selected_algorithm(ans.features, self.vector);
@@ -481,32 +512,49 @@ impl Doic {
         for olr in ans.olrs {
             let (verdict, report) =
                 self.judge(now, tx, from_peer, trusted, ans, olr, host_algo, peer_algo);
-            if let Some(r) = &report {
-                if matches!(
+            if let Some(r) = report {
+                let applied = matches!(
                     verdict,
                     Verdict::Created | Verdict::Updated | Verdict::Rollover | Verdict::Ended
-                ) {
+                );
+                if applied {
                     fresh[super::report::slot(r.report_type)] = true;
                     changed |= r.report_type == ReportType::Host;
                 }
+                let id = match r.report_type {
+                    ReportType::Host => ans.origin_host,
+                    ReportType::Realm => ans.origin_realm,
+                    _ => from_peer,
+                };
                 // Forward host and realm reports to a DOIC client that supports
                 // their algorithm; peer reports never (RFC 8581 §6.2.5).
+                let mut delivered_to = None;
                 if r.report_type != ReportType::Peer
                     && let Some(cf) = &tx.client_features
                     && features::supports(cf, r.abatement.algorithm())
                     && accepted(&verdict)
                 {
-                    let id = if r.report_type == ReportType::Host {
-                        ans.origin_host
-                    } else {
-                        ans.origin_realm
-                    };
                     if let Some(o) = self.ocs.get_mut(ans.app_id, r.report_type, id)
                         && o.sequence == r.sequence
                     {
                         o.mark_delivered(&tx.client);
+                        delivered_to = Some(tx.client.clone());
                     }
                     out.forward_reports.push(olr.clone());
+                }
+                if applied || delivered_to.is_some() {
+                    let rate = self
+                        .ocs
+                        .peek(ans.app_id, r.report_type, id)
+                        .and_then(|o| o.rate_control().cloned());
+                    out.replicate.push(Replica {
+                        at: now,
+                        app_id: ans.app_id,
+                        id: id.to_owned(),
+                        report: r,
+                        rate,
+                        delivered_to,
+                    });
                 }
             }
             self.audit.report(ReportRecord {

@@ -220,6 +220,12 @@ impl Ocs {
         }
     }
 
+    /// The rate control of a rate OCS (shared with other workers' tables).
+    #[must_use]
+    pub fn rate_control(&self) -> Option<&RateControl> {
+        self.bucket.as_ref()
+    }
+
     /// Whether `client` has been sent this version of the report.
     #[must_use]
     pub fn delivered_to(&self, client: &str) -> bool {
@@ -282,6 +288,20 @@ impl OcsTable {
         report: &Report,
         audit: &mut Audit,
     ) -> Verdict {
+        self.apply_shared(now, app_id, id, report, None, audit)
+    }
+
+    /// As [`OcsTable::apply`], with the rate control of another worker's
+    /// table for the same report (so that all workers share one bucket).
+    pub fn apply_shared(
+        &mut self,
+        now: Instant,
+        app_id: u32,
+        id: &str,
+        report: &Report,
+        shared: Option<&RateControl>,
+        audit: &mut Audit,
+    ) -> Verdict {
         let ending = self.ending;
         // Bring an existing entry up to date first, so an expiry is recorded
         // before the update that follows it.
@@ -332,6 +352,7 @@ impl OcsTable {
             o.throttled_first_step = 0;
             o.phase = Phase::Active;
             o.bucket = match (report.abatement, o.bucket.take()) {
+                (Abatement::Rate { .. }, _) if shared.is_some() => shared.cloned(),
                 // A new rate for an active rate OCS keeps the bucket's phase.
                 (Abatement::Rate { per_second }, Some(b)) => {
                     b.set_rate(now, per_second);
@@ -365,6 +386,7 @@ impl OcsTable {
             phase: Phase::Active,
             counts: Counters::default(),
             bucket: match report.abatement {
+                Abatement::Rate { .. } if shared.is_some() => shared.cloned(),
                 Abatement::Rate { per_second } => {
                     Some(RateControl::new(epoch, now, per_second, &rate))
                 }

@@ -4,7 +4,8 @@
 
 use super::config::ThrottleResult;
 use super::features::OcSupportedFeatures;
-use super::report::{OcOlr, ReportType};
+use super::rate::RateControl;
+use super::report::{OcOlr, Report, ReportType};
 
 /// DIAMETER_TOO_BUSY (RFC 6733 §7.1.3).
 pub const DIAMETER_TOO_BUSY: u32 = 3004;
@@ -157,8 +158,27 @@ pub enum Treatment {
     NoRoute,
 }
 
+/// A report one worker accepted, for the other workers' cores
+/// ([`crate::doic::Doic::replicate`]): the same sequence rules apply there, and
+/// a rate OCS shares the one bucket so the maximum rate holds across workers.
+#[derive(Clone, Debug)]
+pub struct Replica {
+    /// When the answer carrying it was handled.
+    pub at: std::time::Instant,
+    /// Application-ID.
+    pub app_id: u32,
+    /// Host, realm or peer the OCS is for.
+    pub id: String,
+    /// The accepted report.
+    pub report: Report,
+    /// The rate control to share, for a rate report.
+    pub rate: Option<RateControl>,
+    /// A DOIC client the report was forwarded to (it abates at the source).
+    pub delivered_to: Option<String>,
+}
+
 /// What to do with an answer before relaying it downstream.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct AnswerActions {
     /// Remove every OC-Supported-Features and OC-OLR AVP received.
     pub strip: bool,
@@ -171,6 +191,8 @@ pub struct AnswerActions {
     /// Whether the relay may retry the request on an alternate path; false
     /// after Experimental-Result 5198 (seed 004).
     pub retry_on_alternate: bool,
+    /// Reports accepted from this answer, to hand to the other workers.
+    pub replicate: Vec<Replica>,
 }
 
 #[cfg(test)]

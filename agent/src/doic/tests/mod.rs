@@ -6,3 +6,4 @@ mod rules;
 mod seed002;
 mod sim;
 mod topologies;
+mod workers;
