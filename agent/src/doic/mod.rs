@@ -18,6 +18,7 @@
 //! | [`treatment`] | request/answer views and decisions, RFC 7683 §8 codes |
 //! | [`engine`] | the core: treatment order of RFC 8581 §5, answer handling |
 //! | [`config`] | the `[doic]` configuration section |
+//! | [`wire`] | reading DOIC AVPs of scanned messages, applying decisions to relayed buffers |
 
 pub mod config;
 pub mod engine;
@@ -28,6 +29,7 @@ pub mod rate;
 pub mod realm;
 pub mod report;
 pub mod treatment;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;
