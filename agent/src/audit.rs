@@ -101,6 +101,9 @@ pub struct VersionRecord {
     pub at: Instant,
     /// Which OCS.
     pub key: OcsKey,
+    /// The agent's own report (reporting side, e.g. the realm report of seed
+    /// 002) rather than state made from a received one.
+    pub own: bool,
     /// The event.
     pub event: OcsEvent,
     /// OC-Sequence-Number of the version in force after the event.
@@ -196,6 +199,7 @@ mod tests {
             a.version(VersionRecord {
                 at: now,
                 key: OcsKey::new(1, ReportType::Host, "s1"),
+                own: false,
                 event: OcsEvent::Created,
                 sequence: seq,
                 abatement: Abatement::Loss { percent: 1 },

@@ -113,6 +113,7 @@ impl Ocs {
         VersionRecord {
             at,
             key: self.key.clone(),
+            own: false,
             event,
             sequence: self.sequence,
             abatement: self.abatement,

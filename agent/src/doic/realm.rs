@@ -182,6 +182,7 @@ impl RealmSynth {
         audit.version(VersionRecord {
             at: now,
             key: OcsKey::new(app_id, ReportType::Realm, realm),
+            own: true,
             event,
             sequence: st.sequence,
             abatement: Abatement::Loss { percent },

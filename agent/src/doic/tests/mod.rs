@@ -2,6 +2,7 @@
 //! and reporting servers with a simulated clock ([`sim`]).
 
 mod precision;
+mod props;
 mod rules;
 mod seed002;
 mod sim;
