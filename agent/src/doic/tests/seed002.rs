@@ -190,13 +190,10 @@ fn seed002_mixed_host_and_realm_routing() {
 
     // Evidence: A's own realm report is a recorded OCS version.
     let audit = net.agent_mut("a").core.audit();
-    assert!(
-        audit
-            .versions()
-            .any(|v| v.key.report_type == ReportType::Realm
-                && v.event == OcsEvent::Created
-                && v.abatement == Abatement::Loss { percent: 20 })
-    );
+    assert!(audit.versions().any(|v| v.own
+        && v.key.report_type == ReportType::Realm
+        && v.event == OcsEvent::Created
+        && v.abatement == Abatement::Loss { percent: 20 }));
 }
 
 #[test]
