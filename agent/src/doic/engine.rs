@@ -375,12 +375,13 @@ impl Doic {
         let servers: Vec<&str> = candidates.iter().filter_map(|c| c.server).collect();
         if !servers.is_empty() {
             let ocs = &self.ocs;
+            let ramp = self.cfg.ramp;
             self.realms.observe(
                 now,
                 app,
                 realm,
                 &servers,
-                |s| capacity(ocs, now, app, s),
+                |s| capacity(ocs, now, ramp, app, s),
                 &mut self.audit,
             );
         }
@@ -570,11 +571,12 @@ impl Doic {
         if changed {
             self.realms.invalidate();
             let ocs = &self.ocs;
+            let ramp = self.cfg.ramp;
             self.realms.refresh(
                 now,
                 ans.app_id,
                 ans.origin_realm,
-                |s| capacity(ocs, now, ans.app_id, s),
+                |s| capacity(ocs, now, ramp, ans.app_id, s),
                 &mut self.audit,
             );
         }
@@ -726,7 +728,7 @@ fn accepted(v: &Verdict) -> bool {
 
 /// A server's capacity as a share of its fair share, from its host OCS (see
 /// [`super::realm`]); `None` when it has no report.
-fn capacity(ocs: &OcsTable, now: Instant, app: u32, server: &str) -> Option<f64> {
+fn capacity(ocs: &OcsTable, now: Instant, ramp: Duration, app: u32, server: &str) -> Option<f64> {
     let o = ocs.peek(app, ReportType::Host, server)?;
     let abated = match o.phase {
         Phase::Active if now < o.expires_at => match o.abatement {
@@ -747,8 +749,9 @@ fn capacity(ocs: &OcsTable, now: Instant, app: u32, server: &str) -> Option<f64>
         Phase::Active => return None,
         Phase::Probing { .. } => 1.0,
         Phase::Ramping { since, from } => {
-            let _ = since;
-            from
+            let done = now.saturating_duration_since(since).as_secs_f64()
+                / ramp.as_secs_f64().max(f64::MIN_POSITIVE);
+            (from * (1.0 - done)).max(0.0)
         }
     };
     Some(1.0 - abated)

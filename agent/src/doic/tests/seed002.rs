@@ -227,10 +227,31 @@ fn seed002_realm_report_ends_when_capacity_returns() {
     // The servers recover: their reports end (validity 0, new sequence).
     net.overload("s1", ReportType::Host, 2, Abatement::Loss { percent: 0 }, 0);
     net.overload("s2", ReportType::Host, 2, Abatement::Loss { percent: 0 }, 0);
+    // Non-DOIC traffic reaches every server (a diverted request may miss one).
+    for _ in 0..30 {
+        net.send_via("a", Req::realm("n", REALM));
+    }
     net.server_mut("s1").reports.clear();
     net.server_mut("s2").reports.clear();
+    // RFC 7683 §5.2.3: the realm report decreases in a controlled fashion,
+    // following the servers' host OCS through their ramps.
+    net.advance(std::time::Duration::from_secs(5));
+    net.send_via("a", Req::realm("n", REALM));
+    let now = net.now();
+    let mid = net
+        .agent_mut("a")
+        .core
+        .own_realm_report(now, super::sim::APP, REALM)
+        .unwrap();
+    let Abatement::Loss { percent } = mid.abatement else {
+        panic!("loss expected")
+    };
+    assert!(
+        (1..34).contains(&percent),
+        "half way through the ramps: {percent} %"
+    );
     // After the host OCS ramps are over, the realm report ends with validity 0.
-    net.advance(std::time::Duration::from_secs(20));
+    net.advance(std::time::Duration::from_secs(15));
     let ans: Vec<Ans> = (0..6).map(|_| net.send(Req::realm("c", REALM))).collect();
     let end = ans
         .iter()
