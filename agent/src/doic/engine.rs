@@ -258,24 +258,21 @@ impl Doic {
         if let Some(selected) = self
             .ocs
             .select(now, key, priority, &mut self.rng, &mut self.audit)
+            && selected
         {
-            if selected {
-                let alt = (0..candidates.len()).filter(|i| *i != index).find(|i| {
-                    self.alternate_ok(now, app, &candidates[*i], req.dest_host.is_none(), priority)
-                });
-                match alt {
-                    Some(i) => {
-                        self.ocs.count(key, Outcome::Diverted);
-                        index = i;
-                    }
-                    None => {
-                        // RFC 8581 §6.2.5: not enough capacity to divert: throttle.
-                        self.ocs.count(key, Outcome::Throttled);
-                        return self.throttle(Cause::Peer);
-                    }
+            let alt = (0..candidates.len()).filter(|i| *i != index).find(|i| {
+                self.alternate_ok(now, app, &candidates[*i], req.dest_host.is_none(), priority)
+            });
+            match alt {
+                Some(i) => {
+                    self.ocs.count(key, Outcome::Diverted);
+                    index = i;
                 }
-            } else {
-                self.ocs.count(key, Outcome::Passed);
+                None => {
+                    // RFC 8581 §6.2.5: not enough capacity to divert: throttle.
+                    self.ocs.count(key, Outcome::Throttled);
+                    return self.throttle(Cause::Peer);
+                }
             }
         }
 
@@ -350,10 +347,7 @@ impl Doic {
                 self.ocs.count(key, Outcome::Throttled);
                 FirstStep::Throttle(ReportType::Host)
             }
-            Some(false) => {
-                self.ocs.count(key, Outcome::Passed);
-                FirstStep::Pass
-            }
+            Some(false) => FirstStep::Pass,
             None => FirstStep::Pass,
         }
     }
@@ -394,15 +388,12 @@ impl Doic {
                 o.counts.matched += 1;
                 o.counts.delegated += 1;
             } else {
-                match self
-                    .ocs
-                    .select(now, key, priority, &mut self.rng, &mut self.audit)
+                if let Some(true) =
+                    self.ocs
+                        .select(now, key, priority, &mut self.rng, &mut self.audit)
                 {
-                    Some(true) => {
-                        self.ocs.count(key, Outcome::Throttled);
-                        return FirstStep::Throttle(ReportType::Realm);
-                    }
-                    _ => self.ocs.count(key, Outcome::Passed),
+                    self.ocs.count(key, Outcome::Throttled);
+                    return FirstStep::Throttle(ReportType::Realm);
                 }
             }
         } else if let Some(st) = self.realms.state_mut(app, realm) {
@@ -430,10 +421,7 @@ impl Doic {
             .select(now, key, priority, &mut self.rng, &mut self.audit)
         {
             None => FirstStep::Pass,
-            Some(false) => {
-                self.ocs.count(key, Outcome::Passed);
-                FirstStep::Pass
-            }
+            Some(false) => FirstStep::Pass,
             Some(true) => {
                 let alt = (1..candidates.len())
                     .find(|i| self.alternate_ok(now, app, &candidates[*i], true, priority));
@@ -460,32 +448,31 @@ impl Doic {
         realm_routed: bool,
         priority: super::rate::Priority,
     ) -> bool {
-        if realm_routed && let Some(server) = c.server {
+        // Probing does not count: only where the request goes is counted.
+        let host = if realm_routed { c.server } else { None };
+        if let Some(server) = host {
             let key = (app, ReportType::Host, server);
-            match self
+            if self
                 .ocs
-                .select(now, key, priority, &mut self.rng, &mut self.audit)
+                .probe(now, key, priority, &mut self.rng, &mut self.audit)
+                == Some(true)
             {
-                Some(true) => {
-                    // Counted as matched; it is not sent there, so no outcome.
-                    return false;
-                }
-                Some(false) => self.ocs.count(key, Outcome::Passed),
-                None => {}
+                return false;
             }
         }
         let key = (app, ReportType::Peer, c.peer);
-        match self
+        if self
             .ocs
-            .select(now, key, priority, &mut self.rng, &mut self.audit)
+            .probe(now, key, priority, &mut self.rng, &mut self.audit)
+            == Some(true)
         {
-            Some(true) => false,
-            Some(false) => {
-                self.ocs.count(key, Outcome::Passed);
-                true
-            }
-            None => true,
+            return false;
         }
+        if let Some(server) = host {
+            self.ocs.count_passed((app, ReportType::Host, server));
+        }
+        self.ocs.count_passed(key);
+        true
     }
 
     /// Handles an answer to the pending request `tx`, received from `from_peer`,

@@ -16,6 +16,65 @@ use super::report::{Abatement, Report, ReportType};
 use crate::audit::{Audit, Counters, OcsEvent, Verdict, VersionRecord};
 use crate::bucket::BucketConfig;
 
+/// A fast multiplicative hasher (the Fx hash of rustc) for the OCS tables:
+/// the per-request lookups are the core's main cost, and the keys come only
+/// from trusted peers into a bounded table, so hash flooding is not a concern.
+#[derive(Clone, Copy, Default)]
+pub struct FxHasher(u64);
+
+const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
+    }
+}
+
+impl std::hash::Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().unwrap_or([0; 8])));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(last));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// `HashMap` with [`FxHasher`].
+pub type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+
 /// Clients remembered per OCS version as having received the report.
 const MAX_DELIVERED: usize = 1024;
 
@@ -245,7 +304,7 @@ impl Ocs {
 /// The reacting node's OCS tables for host, realm and peer reports, bounded.
 #[derive(Debug)]
 pub struct OcsTable {
-    map: HashMap<(u32, ReportType), HashMap<String, Ocs>>,
+    map: FxMap<(u32, ReportType), FxMap<String, Ocs>>,
     len: usize,
     max: usize,
     ending: Ending,
@@ -258,7 +317,7 @@ impl OcsTable {
     #[must_use]
     pub fn new(max: usize, ending: Ending, rate: BucketConfig) -> Self {
         Self {
-            map: HashMap::new(),
+            map: FxMap::default(),
             len: 0,
             max,
             ending,
@@ -430,7 +489,8 @@ impl OcsTable {
     }
 
     /// Whether a matching request is selected for abatement; counts it as
-    /// matched. The caller records the outcome with [`OcsTable::count`].
+    /// matched, and as passed when not selected. The caller records the
+    /// outcome of a selected request with [`OcsTable::count`].
     pub fn select(
         &mut self,
         now: Instant,
@@ -442,7 +502,40 @@ impl OcsTable {
         let ending = self.ending;
         let o = self.lookup(now, key.0, key.1, key.2, audit)?;
         o.counts.matched += 1;
+        let selected = o.select(now, priority, ending, rng);
+        if !selected {
+            o.counts.passed += 1;
+        }
+        Some(selected)
+    }
+
+    /// Whether a request would be selected, without counting it (an
+    /// alternate being considered for diversion). A rate OCS that lets it
+    /// through has admitted it.
+    pub fn probe(
+        &mut self,
+        now: Instant,
+        key: (u32, ReportType, &str),
+        priority: Priority,
+        rng: &mut Prng,
+        audit: &mut Audit,
+    ) -> Option<bool> {
+        let ending = self.ending;
+        let o = self.lookup(now, key.0, key.1, key.2, audit)?;
         Some(o.select(now, priority, ending, rng))
+    }
+
+    /// Counts a request sent under this OCS after a [`OcsTable::probe`] let
+    /// it through: matched and passed.
+    pub fn count_passed(&mut self, key: (u32, ReportType, &str)) {
+        if let Some(o) = self
+            .map
+            .get_mut(&(key.0, key.1))
+            .and_then(|m| m.get_mut(key.2))
+        {
+            o.counts.matched += 1;
+            o.counts.passed += 1;
+        }
     }
 
     /// Records the outcome of a matched request.
@@ -519,7 +612,7 @@ impl OcsTable {
     pub fn next_deadline(&self) -> Option<Instant> {
         self.map
             .values()
-            .flat_map(HashMap::values)
+            .flat_map(FxMap::values)
             .map(|o| match o.phase {
                 Phase::Active => o.expires_at,
                 Phase::Probing { next_probe } => next_probe,
@@ -530,7 +623,7 @@ impl OcsTable {
 
     /// All entries, for inspection.
     pub fn iter(&self) -> impl Iterator<Item = &Ocs> {
-        self.map.values().flat_map(HashMap::values)
+        self.map.values().flat_map(FxMap::values)
     }
 
     /// Mutable entry without advancing (for delivery bookkeeping).

@@ -117,6 +117,11 @@ proptest! {
             let t = core.treat(now, &req, &c);
             let ok = matches!(t, Treatment::Forward { .. } | Treatment::Divert { .. } | Treatment::Throttle { .. });
             prop_assert!(ok);
+            // Seed 003 denominators: every matched request has one outcome.
+            for o in core.ocs().iter() {
+                let c = o.counts;
+                prop_assert_eq!(c.matched, c.passed + c.diverted + c.throttled + c.delegated, "{:?}", o.key);
+            }
         }
         // Along each OCS's recorded history, every new version has a newer
         // sequence (greater, or rolled over), until the entry is removed.
