@@ -330,25 +330,24 @@ impl Doic {
         host: &str,
         priority: super::rate::Priority,
     ) -> FirstStep {
-        let key = (req.app_id, ReportType::Host, host);
-        let Some(o) = self.ocs.lookup(now, key.0, key.1, key.2, &mut self.audit) else {
+        let ending = self.ocs.ending();
+        let Some(o) = self
+            .ocs
+            .lookup(now, req.app_id, ReportType::Host, host, &mut self.audit)
+        else {
             return FirstStep::Pass;
         };
+        // One lookup: decide and count on the entry itself.
+        o.counts.matched += 1;
         if Self::delegated(client, o, req.from_peer) {
-            o.counts.matched += 1;
             o.counts.delegated += 1;
-            return FirstStep::Pass;
-        }
-        match self
-            .ocs
-            .select(now, key, priority, &mut self.rng, &mut self.audit)
-        {
-            Some(true) => {
-                self.ocs.count(key, Outcome::Throttled);
-                FirstStep::Throttle(ReportType::Host)
-            }
-            Some(false) => FirstStep::Pass,
-            None => FirstStep::Pass,
+            FirstStep::Pass
+        } else if o.decide(now, priority, ending, &mut self.rng) {
+            o.counts.throttled += 1;
+            FirstStep::Throttle(ReportType::Host)
+        } else {
+            o.counts.passed += 1;
+            FirstStep::Pass
         }
     }
 

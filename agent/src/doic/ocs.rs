@@ -286,6 +286,18 @@ impl Ocs {
         self.bucket.as_ref()
     }
 
+    /// Whether a request matching this OCS at `now` is selected for abatement
+    /// (not counted; the caller counts the outcome on the entry).
+    pub fn decide(
+        &mut self,
+        now: Instant,
+        priority: Priority,
+        ending: Ending,
+        rng: &mut Prng,
+    ) -> bool {
+        self.select(now, priority, ending, rng)
+    }
+
     /// Whether `client` has been sent this version of the report.
     #[must_use]
     pub fn delivered_to(&self, client: &str) -> bool {
@@ -324,6 +336,12 @@ impl OcsTable {
             rate,
             epoch: None,
         }
+    }
+
+    /// The controlled-ending parameters.
+    #[must_use]
+    pub fn ending(&self) -> Ending {
+        self.ending
     }
 
     /// Number of entries (active or ending).
