@@ -591,27 +591,8 @@ impl Doic {
             (Ok(a), true) if features::supports(cf, *a) => *a,
             _ => Algorithm::Loss,
         };
-        // OC-Peer-Algo: the algorithm of the agent's own peer report when one is
-        // in force, else the configured one; always one the peer offered
-        // (RFC 8582 §5, RFC 7683 §5.1.2).
-        let own = self
-            .own_peer_report
-            .as_ref()
-            .filter(|(_, until)| now < *until)
-            .map(|(r, _)| r);
-        let wanted = own.map_or(self.cfg.peer_algo, |r| r.abatement.algorithm());
-        let peer_algo = if features::supports(cf, wanted) {
-            wanted
-        } else {
-            Algorithm::Loss
-        };
-        out.add_features = features::answer_features(
-            Some(cf),
-            tx.client_peer_report,
-            selected,
-            peer_algo,
-            &self.identity,
-        );
+        let (add, own) = self.own_features(now, cf, tx.client_peer_report, selected);
+        out.add_features = Some(add);
         // The agent's own realm report (seed 002), when no realm report came
         // from upstream and the answer speaks for that realm with loss.
         let has_realm = out
@@ -628,12 +609,66 @@ impl Doic {
                 .mark_delivered(ans.app_id, ans.origin_realm, &tx.client);
         }
         // The agent's own peer report (RFC 8581 §6.2.4).
-        if tx.client_peer_report
-            && let Some(r) = own
-            && r.abatement.algorithm() == peer_algo
-        {
-            out.forward_reports.push(r.to_olr());
-        }
+        out.forward_reports.extend(own);
+        out
+    }
+
+    /// The agent's OC-Supported-Features toward a DOIC peer, and its own peer
+    /// report if one is in force and the peer supports peer reports and its
+    /// algorithm. OC-Peer-Algo names the algorithm of that report, else the
+    /// configured one, always one the peer offered (RFC 8581 §6.1.2,
+    /// RFC 8582 §5, RFC 7683 §5.1.2).
+    fn own_features(
+        &self,
+        now: Instant,
+        peer: &OcSupportedFeatures,
+        peer_report: bool,
+        selected: Algorithm,
+    ) -> (OcSupportedFeatures, Option<OcOlr>) {
+        let own = self
+            .own_peer_report
+            .as_ref()
+            .filter(|(_, until)| now < *until)
+            .map(|(r, _)| r);
+        let wanted = own.map_or(self.cfg.peer_algo, |r| r.abatement.algorithm());
+        let peer_algo = if features::supports(peer, wanted) {
+            wanted
+        } else {
+            Algorithm::Loss
+        };
+        let add =
+            features::answer_features(Some(peer), peer_report, selected, peer_algo, &self.identity)
+                .unwrap_or_default();
+        let report = own
+            .filter(|r| peer_report && r.abatement.algorithm() == peer_algo)
+            .map(Report::to_olr);
+        (add, report)
+    }
+
+    /// The DOIC AVPs of an answer the agent makes itself to `req` (a throttle
+    /// answer, 3002, ...): nothing for a request without OC-Supported-Features
+    /// (RFC 7683 §5.1.2) or from a peer not trusted or not authorised for DOIC
+    /// (§10.4); otherwise the agent's OC-Supported-Features and, toward a peer
+    /// supporting peer reports, its own peer report, which goes in all answers
+    /// to such peers (RFC 8581 §6.2.4).
+    #[must_use]
+    pub fn local_answer(&self, now: Instant, req: &RequestView<'_>) -> AnswerActions {
+        let policy = self.cfg.peer(req.from_peer);
+        let mut out = AnswerActions {
+            retry_on_alternate: true,
+            ..AnswerActions::default()
+        };
+        let Some(cf) = req
+            .features
+            .filter(|_| policy.trusted && policy.receive_reports)
+        else {
+            return out;
+        };
+        let pr =
+            self.cfg.peer_report && features::peer_supports_peer_report(Some(cf), req.from_peer);
+        let (add, own) = self.own_features(now, cf, pr, Algorithm::Loss);
+        out.add_features = Some(add);
+        out.forward_reports.extend(own);
         out
     }
 

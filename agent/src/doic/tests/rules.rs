@@ -808,3 +808,43 @@ fn evidence_counters_add_up() {
         totals.forwarded + totals.diverted + totals.throttled
     );
 }
+
+#[test]
+fn agent_made_answers_carry_its_doic_avps() {
+    // RFC 7683 §5.1.2 and RFC 8581 §6.2.4: the agent's own answers (throttles)
+    // carry its OC-Supported-Features and its peer report toward a supporting
+    // peer, and nothing toward a request without OC-Supported-Features.
+    let mut net = net();
+    net.host_route("a", "s1", &["s1"]);
+    net.overload(
+        "s1",
+        ReportType::Peer,
+        1,
+        Abatement::Loss { percent: 100 },
+        60,
+    );
+    host_n(&mut net, "s1");
+    let now = net.now();
+    net.agent_mut("a").core.set_own_peer_report(
+        now,
+        Some(Abatement::Loss { percent: 5 }),
+        Duration::from_secs(60),
+    );
+    // c's host-routed request to s1 is throttled by a (s1's peer report, no
+    // alternate): 3004, with a's features and a's peer report.
+    let t = net.send(Req::host("c", REALM, "s1"));
+    assert_eq!(
+        (t.path.as_slice(), t.code()),
+        (&["c".to_owned(), "a".to_owned()][..], 3004)
+    );
+    let f = t.features.clone().unwrap();
+    assert_eq!(f.source_id.as_deref(), Some("a"));
+    let own = t.reports(ReportType::Peer);
+    assert_eq!((own.len(), own[0].source_id.as_deref()), (1, Some("a")));
+    // The non-DOIC client's throttle answer has no DOIC AVP.
+    let n = host_n(&mut net, "s1");
+    assert_eq!(
+        (n.code(), n.features.is_none(), n.olrs.is_empty()),
+        (3004, true, true)
+    );
+}

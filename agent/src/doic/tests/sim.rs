@@ -346,13 +346,20 @@ impl Net {
                 tx,
             } => (index, add_features, tx),
             Treatment::Throttle { result, .. } => {
+                // The agent's own answer carries its DOIC AVPs (RFC 8581 §6.2.4).
+                let local = a.core.local_answer(now, &view);
+                let keep = !a.is_client;
                 return Ans {
                     origin_host: me.into(),
                     origin_realm: "agents".into(),
                     result_code: (!result.is_experimental()).then_some(result.code()),
                     experimental: result.is_experimental().then_some(result.code()),
-                    features: None,
-                    olrs: Vec::new(),
+                    features: local.add_features.filter(|_| keep),
+                    olrs: if keep {
+                        local.forward_reports
+                    } else {
+                        Vec::new()
+                    },
                     path: vec![me.into()],
                     retry_on_alternate: true,
                 };
