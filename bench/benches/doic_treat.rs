@@ -18,7 +18,10 @@ const APP: u32 = 16_777_238;
 const N: u32 = 1_000_000;
 const RUNS: usize = 7;
 
-fn core(report: Option<(OcOlr, Option<OcSupportedFeatures>)>, t0: Instant) -> Doic {
+/// A report to install before measuring, with the answer's features.
+type Setup = Option<(OcOlr, Option<OcSupportedFeatures>)>;
+
+fn core(report: Setup, t0: Instant) -> Doic {
     let mut cfg = DoicConfig::default();
     cfg.peers.insert(
         "s1".into(),
@@ -92,7 +95,7 @@ fn main() {
         feature_vector: Some(OLR_RATE_ALGORITHM),
         ..OcSupportedFeatures::default()
     };
-    let cases: [(&str, Option<(OcOlr, Option<OcSupportedFeatures>)>); 3] = [
+    let cases: [(&str, Setup); 3] = [
         ("no overload state (anchor)", None),
         ("loss host report 30 %", Some((loss, None))),
         ("rate host report 100k/s", Some((rate, Some(rate_features)))),
