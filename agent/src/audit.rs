@@ -184,6 +184,64 @@ impl Audit {
     pub fn versions(&self) -> impl Iterator<Item = &VersionRecord> {
         self.versions.iter()
     }
+
+    /// The trail as JSON for operators (CLI queries, metrics endpoints), with
+    /// times in seconds since `origin`.
+    #[must_use]
+    pub fn to_json(&self, origin: Instant) -> serde_json::Value {
+        use serde_json::json;
+        let secs = |t: Instant| t.saturating_duration_since(origin).as_secs_f64();
+        let abatement = |a: Abatement| match a {
+            Abatement::Loss { percent } => json!({ "loss_percent": percent }),
+            Abatement::Rate { per_second } => json!({ "max_rate": per_second }),
+        };
+        let counts = |c: Counters| {
+            json!({
+                "matched": c.matched, "passed": c.passed, "diverted": c.diverted,
+                "throttled": c.throttled, "delegated": c.delegated,
+            })
+        };
+        let reports: Vec<_> = self
+            .reports
+            .iter()
+            .map(|r| {
+                json!({
+                    "at": secs(r.at), "from_peer": r.from_peer, "app_id": r.app_id,
+                    "origin_host": r.origin_host, "origin_realm": r.origin_realm,
+                    "sequence": r.olr.sequence_number, "report_type": r.olr.report_type.value(),
+                    "reduction_percentage": r.olr.reduction_percentage,
+                    "maximum_rate": r.olr.maximum_rate,
+                    "validity_duration": r.olr.validity_duration,
+                    "source_id": r.olr.source_id,
+                    "verdict": format!("{:?}", r.verdict),
+                })
+            })
+            .collect();
+        let versions: Vec<_> = self
+            .versions
+            .iter()
+            .map(|v| {
+                json!({
+                    "at": secs(v.at), "app_id": v.key.app_id,
+                    "report_type": v.key.report_type.value(), "id": v.key.id, "own": v.own,
+                    "event": format!("{:?}", v.event), "sequence": v.sequence,
+                    "abatement": abatement(v.abatement),
+                    "validity": v.validity.as_secs_f64(),
+                    "closed_counts": counts(v.closed_counts),
+                })
+            })
+            .collect();
+        let t = self.totals;
+        json!({
+            "reports": reports,
+            "versions": versions,
+            "dropped": self.dropped,
+            "totals": {
+                "requests": t.requests, "forwarded": t.forwarded,
+                "diverted": t.diverted, "throttled": t.throttled,
+            },
+        })
+    }
 }
 
 #[cfg(test)]
@@ -210,5 +268,11 @@ mod tests {
         assert_eq!(a.versions().count(), 2);
         assert_eq!(a.versions().next().unwrap().sequence, 3);
         assert_eq!(a.dropped, 3);
+        let j = a.to_json(now);
+        assert_eq!(j["versions"].as_array().unwrap().len(), 2);
+        assert_eq!(j["versions"][0]["sequence"], 3);
+        assert_eq!(j["versions"][0]["event"], "Created");
+        assert_eq!(j["versions"][0]["abatement"]["loss_percent"], 1);
+        assert_eq!(j["dropped"], 3);
     }
 }
