@@ -11,7 +11,6 @@ use crate::doic::engine::AnswerView;
 use crate::doic::features::{
     Algorithm, OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM, OcSupportedFeatures,
 };
-use crate::doic::ocs::Phase;
 use crate::doic::report::{Abatement, OcOlr, ReportType};
 use crate::doic::treatment::{Candidate, PendingTx, RequestView, Treatment};
 use crate::doic::{Doic, DoicConfig, PeerPolicy};
@@ -197,6 +196,79 @@ fn peer_reports_are_never_relayed() {
             .ocs_entry(APP, ReportType::Peer, "s1")
             .is_none()
     );
+    // RFC 7683 §5.2.1.3 / RFC 8581 §6.2.5: every report of the answer is
+    // processed by the agent.
+    let core = &net.agent_mut("a").core;
+    assert!(core.ocs_entry(APP, ReportType::Peer, "s1").is_some());
+    assert!(core.ocs_entry(APP, ReportType::Host, "s1").is_some());
+}
+
+#[test]
+fn reports_only_to_peers_authorized_and_supporting_them() {
+    // RFC 7683 §10.4: a node MUST NOT send an overload report to a peer not
+    // authorized to receive it, and an agent MUST remove reports inserted by
+    // others; RFC 7683 §5.2.3: no report type the peer did not advertise.
+    let mut net = net();
+    let no_pr = DoicConfig {
+        peer_report: false,
+        ..DoicConfig::default()
+    };
+    net.agent("c2", no_pr, &["a"], true);
+    net.host_route("c2", "s1", &["a"]);
+    net.agent("c3", DoicConfig::default(), &["a"], true);
+    net.host_route("c3", "s1", &["a"]);
+    let mut cfg = DoicConfig::default();
+    for p in ["s1", "s2", "c", "c2"] {
+        cfg.peers.insert(
+            p.into(),
+            PeerPolicy {
+                trusted: true,
+                receive_reports: true,
+            },
+        );
+    }
+    cfg.peers.insert(
+        "c3".into(),
+        PeerPolicy {
+            trusted: true,
+            receive_reports: false,
+        },
+    );
+    net.agent_mut("a").core = Doic::new("a", cfg, 3, 0).unwrap();
+    let now = net.now();
+    net.agent_mut("a").core.set_own_peer_report(
+        now,
+        Some(Abatement::Loss { percent: 1 }),
+        Duration::from_secs(60),
+    );
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 1 },
+        60,
+    );
+    let counts = |a: &Ans| {
+        (
+            a.reports(ReportType::Host).len(),
+            a.reports(ReportType::Peer).len(),
+        )
+    };
+    // c supports peer reports: the host report and a's peer report.
+    let to_c = net.send(Req::host("c", REALM, "s1"));
+    assert_eq!(counts(&to_c), (1, 1));
+    // c2 does not announce OC_PEER_REPORT: the host report only.
+    let to_c2 = net.send(Req::host("c2", REALM, "s1"));
+    assert_eq!(counts(&to_c2), (1, 0));
+    // c3 may not receive reports: no DOIC AVP at all, and a abates for it.
+    let to_c3 = net.send(Req::host("c3", REALM, "s1"));
+    assert!(to_c3.olrs.is_empty() && to_c3.features.is_none());
+    assert!(net.agent_mut("c3").core.ocs().is_empty());
+    // An untrusted client's OC-Supported-Features is ignored the same way.
+    net.agent("c4", DoicConfig::default(), &["a"], true);
+    net.host_route("c4", "s1", &["a"]);
+    let to_c4 = net.send(Req::host("c4", REALM, "s1"));
+    assert!(to_c4.olrs.is_empty() && to_c4.features.is_none());
 }
 
 #[test]
@@ -254,207 +326,6 @@ fn peer_report_diverts_realm_traffic_before_throttling() {
     );
     let audit = net.agent_mut("a").core.audit().totals;
     assert!(audit.diverted >= 100);
-}
-
-#[test]
-fn answer_without_olr_changes_nothing() {
-    // RFC 7683 §5.2.1.3: absence of OLR means no change.
-    let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        7,
-        Abatement::Loss { percent: 100 },
-        60,
-    );
-    net.send(Req::realm("c", REALM));
-    net.server_mut("s1").reports.clear();
-    // Realm traffic (not affected by a host report for DR requests to s2).
-    for _ in 0..20 {
-        net.send_via("a", Req::realm("n", REALM));
-    }
-    let o = net
-        .agent_mut("a")
-        .core
-        .ocs_entry(APP, ReportType::Host, "s1")
-        .unwrap();
-    assert_eq!(
-        (o.sequence, o.abatement),
-        (7, Abatement::Loss { percent: 100 })
-    );
-    assert_eq!(host_n(&mut net, "s1").code(), 5012, "still abated");
-}
-
-#[test]
-fn sequence_update_and_stale_reports_through_the_agent() {
-    // RFC 7683 §5.2.1.3: greater sequence updates, equal/smaller ignored.
-    let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        5,
-        Abatement::Loss { percent: 10 },
-        60,
-    );
-    host_n(&mut net, "s1");
-    net.overload(
-        "s1",
-        ReportType::Host,
-        6,
-        Abatement::Loss { percent: 100 },
-        60,
-    );
-    host_n(&mut net, "s1");
-    assert_eq!(host_n(&mut net, "s1").code(), 5012);
-    // A report with the old sequence (e.g. from a restarted node's backlog).
-    net.overload(
-        "s1",
-        ReportType::Host,
-        5,
-        Abatement::Loss { percent: 0 },
-        60,
-    );
-    // Host-routed requests are all throttled; use realm traffic to reach s1.
-    net.realm_route("a", REALM, &[("s1", None)]);
-    net.send_via("a", Req::realm("n", REALM));
-    let core = &net.agent_mut("a").core;
-    assert_eq!(
-        core.ocs_entry(APP, ReportType::Host, "s1")
-            .unwrap()
-            .sequence,
-        6
-    );
-    assert_eq!(
-        core.audit().reports().last().unwrap().verdict,
-        Verdict::Stale
-    );
-}
-
-#[test]
-fn expiry_probes_then_ramps_to_full_traffic() {
-    // RFC 7683 §5.2.2 / §6.3: after a 100 % report times out, end in a
-    // controlled fashion: probes, then a ramp (docs/doic.md).
-    let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 100 },
-        2,
-    );
-    host_n(&mut net, "s1");
-    net.server_mut("s1").reports.clear();
-    let per_100ms = |net: &mut Net, secs: u64| -> Vec<u32> {
-        (0..secs * 10)
-            .map(|_| {
-                net.advance(Duration::from_millis(100));
-                (0..10)
-                    .map(|_| u32::from(host_n(net, "s1").code() == 2001))
-                    .sum()
-            })
-            .collect()
-    };
-    // Active for 2 s: nothing passes.
-    let active = per_100ms(&mut net, 1);
-    assert!(active.iter().all(|x| *x == 0), "{active:?}");
-    net.advance(Duration::from_secs(1));
-    // Expired: the first request is a probe; its clean answer starts the ramp.
-    let ramp = per_100ms(&mut net, 12);
-    let first_second: u32 = ramp[..10].iter().sum();
-    let last_second: u32 = ramp[90..100].iter().sum();
-    assert!(first_second < 30, "slow start: {first_second} of 100");
-    assert!(
-        last_second > 80,
-        "near full at the end of the ramp: {last_second} of 100"
-    );
-    assert!(
-        ramp[100..].iter().all(|x| *x == 10),
-        "full traffic after the ramp"
-    );
-    let core = &net.agent_mut("a").core;
-    // Expiry is recorded at the instant the validity ran out (2 s after the
-    // report), even though it was noticed later.
-    let expired = core
-        .audit()
-        .versions()
-        .find(|v| v.event == OcsEvent::Expired)
-        .unwrap();
-    let received = core
-        .audit()
-        .versions()
-        .find(|v| v.event == OcsEvent::Created)
-        .unwrap();
-    assert_eq!(expired.at - received.at, Duration::from_secs(2));
-    assert!(
-        core.audit()
-            .versions()
-            .any(|v| v.event == OcsEvent::Ramping)
-    );
-    assert!(
-        core.audit()
-            .versions()
-            .any(|v| v.event == OcsEvent::Removed)
-    );
-    assert!(core.ocs().is_empty());
-}
-
-#[test]
-fn probes_continue_while_the_target_still_reports() {
-    let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 100 },
-        1,
-    );
-    host_n(&mut net, "s1");
-    net.advance(Duration::from_secs(2));
-    // The probe's answer carries a new 100 % report: active again.
-    net.overload(
-        "s1",
-        ReportType::Host,
-        2,
-        Abatement::Loss { percent: 100 },
-        30,
-    );
-    assert_eq!(host_n(&mut net, "s1").code(), 2001, "probe");
-    let o = net
-        .agent_mut("a")
-        .core
-        .ocs_entry(APP, ReportType::Host, "s1")
-        .unwrap();
-    assert_eq!((o.sequence, o.phase), (2, Phase::Active));
-    assert_eq!(host_n(&mut net, "s1").code(), 5012);
-}
-
-#[test]
-fn zero_validity_ends_with_a_ramp() {
-    // RFC 7683 §5.2.1.3 / RFC 8581 §6.2.5: validity 0 expires the OCS; the
-    // ending is controlled.
-    let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 60 },
-        30,
-    );
-    host_n(&mut net, "s1");
-    net.overload(
-        "s1",
-        ReportType::Host,
-        2,
-        Abatement::Loss { percent: 60 },
-        0,
-    );
-    while host_n(&mut net, "s1").code() != 2001 {}
-    let o = net
-        .agent_mut("a")
-        .core
-        .ocs_entry(APP, ReportType::Host, "s1")
-        .unwrap();
-    assert!(matches!(o.phase, Phase::Ramping { from, .. } if (from - 0.6).abs() < 1e-9));
 }
 
 #[test]
