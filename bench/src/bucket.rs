@@ -1,0 +1,481 @@
+//! Benchmark of the RFC 8582 §8.3 leaky bucket ([`doic_agent::bucket`])
+//! against `governor` (GCRA on one `AtomicU64`), measured in the same run.
+//!
+//! Both contenders read time from the same kind of clock (governor's
+//! `FakeRelativeClock`: one atomic load per decision, advanced by the harness
+//! once per batch of [`BATCH`] decisions), see the same arrivals (an offered
+//! load of twice the rate, so about half the decisions admit and write), and
+//! run in alternating order round after round so that machine noise hits
+//! both; the figure of a case is the median over the rounds. The agent's
+//! bucket is configured to do strictly more than governor: two priority
+//! levels (TAU1 = 5T, TAU2 = 10T, every fourth request priority) and the
+//! randomised phase of §8.3.3.
+//!
+//! Cases: one thread on one bucket; two threads on one shared bucket
+//! (contended); two threads on a bucket each (uncontended).
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use doic_agent::bucket::{Bucket, BucketConfig, interval_ns};
+use governor::clock::{Clock, FakeRelativeClock};
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+
+/// Decisions between two advances of the fake clock (the "batch" a worker
+/// would read its coarse clock once for).
+pub const BATCH: u64 = 8;
+
+/// OC-Maximum-Rate of the benchmark (T = 1 us).
+pub const RATE: u32 = 1_000_000;
+
+/// Offered load as a multiple of the rate.
+pub const LOAD: u64 = 2;
+
+/// The governor rate limiter with a manual clock, as the benchmark uses it.
+type Governor = RateLimiter<NotKeyed, InMemoryState, FakeRelativeClock, NoOpMiddleware<Nanos>>;
+
+/// One side of the comparison: decides requests against a clock it owns.
+pub trait Contender: Sync {
+    /// The time a batch of decisions is stamped with, read once per batch
+    /// (0 for contenders that read their clock inside each decision).
+    fn batch_time(&self) -> u64;
+    /// Decides request number `i` of a batch stamped `now`.
+    fn decide(&self, now: u64, i: u64) -> bool;
+    /// Moves the clock forward by `ns` nanoseconds.
+    fn advance(&self, ns: u64);
+}
+
+/// The agent's bucket, two priority levels, randomised.
+#[repr(align(128))]
+pub struct AgentSide {
+    bucket: Bucket,
+    clock: FakeRelativeClock,
+}
+
+impl AgentSide {
+    /// A bucket at [`RATE`] with the RFC 8582 §8.3.2 default thresholds.
+    ///
+    /// # Panics
+    ///
+    /// Never: the configuration is the RFC default, which is valid.
+    #[must_use]
+    pub fn new() -> AgentSide {
+        let clock = FakeRelativeClock::default();
+        let bucket = Bucket::new(clock.now().as_u64(), RATE, &BucketConfig::two_priorities())
+            .expect("the RFC default configuration is valid");
+        AgentSide { bucket, clock }
+    }
+}
+
+impl Default for AgentSide {
+    fn default() -> AgentSide {
+        AgentSide::new()
+    }
+}
+
+impl Contender for AgentSide {
+    /// The bucket's call contract: the caller reads the clock once per batch.
+    #[inline]
+    fn batch_time(&self) -> u64 {
+        self.clock.now().as_u64()
+    }
+
+    #[inline]
+    fn decide(&self, now: u64, i: u64) -> bool {
+        let level = u8::from(i.is_multiple_of(4));
+        self.bucket.try_admit(now, level)
+    }
+
+    fn advance(&self, ns: u64) {
+        self.clock.advance(Duration::from_nanos(ns));
+    }
+}
+
+/// The agent's bucket read exactly as governor is: one clock read inside
+/// every decision. Not the bucket's call contract; reported for comparison.
+#[repr(align(128))]
+#[derive(Default)]
+pub struct AgentClockPerDecision(AgentSide);
+
+impl Contender for AgentClockPerDecision {
+    #[inline]
+    fn batch_time(&self) -> u64 {
+        0
+    }
+
+    #[inline]
+    fn decide(&self, _now: u64, i: u64) -> bool {
+        let level = u8::from(i.is_multiple_of(4));
+        self.0.bucket.try_admit(self.0.clock.now().as_u64(), level)
+    }
+
+    fn advance(&self, ns: u64) {
+        self.0.advance(ns);
+    }
+}
+
+/// governor's direct rate limiter with a burst of 5 (tolerance 4T, the RFC
+/// 8582 §8.3.1 default TAU).
+#[repr(align(128))]
+pub struct GovernorSide {
+    limiter: Governor,
+    clock: FakeRelativeClock,
+}
+
+impl GovernorSide {
+    /// A limiter at [`RATE`] per second, burst 5.
+    #[must_use]
+    pub fn new() -> GovernorSide {
+        let clock = FakeRelativeClock::default();
+        let quota = Quota::per_second(NonZeroU32::new(RATE).unwrap_or(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN));
+        let limiter = RateLimiter::direct_with_clock(quota, clock.clone());
+        GovernorSide { limiter, clock }
+    }
+}
+
+impl Default for GovernorSide {
+    fn default() -> GovernorSide {
+        GovernorSide::new()
+    }
+}
+
+impl Contender for GovernorSide {
+    /// governor's API has no way to pass a time: it reads its clock in
+    /// every `check`.
+    #[inline]
+    fn batch_time(&self) -> u64 {
+        0
+    }
+
+    #[inline]
+    fn decide(&self, _now: u64, _i: u64) -> bool {
+        self.limiter.check().is_ok()
+    }
+
+    fn advance(&self, ns: u64) {
+        self.clock.advance(Duration::from_nanos(ns));
+    }
+}
+
+/// The clock step per decision for the offered load [`LOAD`].
+#[must_use]
+pub fn step_ns() -> u64 {
+    interval_ns(RATE) / LOAD
+}
+
+/// Runs `iters` decisions on `c`, advancing its clock every [`BATCH`];
+/// returns the start and end of the run and the number admitted.
+#[inline(never)]
+pub fn run<C: Contender>(c: &C, iters: u64) -> (Instant, Instant, u64) {
+    let c = black_box(c);
+    let advance = BATCH * step_ns();
+    let start = Instant::now();
+    let mut admitted = 0u64;
+    let mut i = 0u64;
+    while i < iters {
+        let now = c.batch_time();
+        for _ in 0..BATCH {
+            admitted += u64::from(c.decide(now, i));
+            i += 1;
+        }
+        c.advance(advance);
+    }
+    (start, Instant::now(), black_box(admitted))
+}
+
+/// A reusable start line for threads: they spin until all have arrived,
+/// so that their timed loops overlap.
+struct StartLine {
+    waiting: AtomicUsize,
+    generation: AtomicUsize,
+    threads: usize,
+}
+
+impl StartLine {
+    fn new(threads: usize) -> StartLine {
+        StartLine {
+            waiting: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+            threads,
+        }
+    }
+
+    fn wait(&self) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.waiting.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
+            self.waiting.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == generation {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) {
+                thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// The three cases of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Case {
+    /// One thread on one bucket.
+    Single,
+    /// Two threads on one shared bucket.
+    Contended,
+    /// Two threads, each on its own bucket.
+    Uncontended,
+}
+
+impl Case {
+    /// Every case, in report order.
+    pub const ALL: [Case; 3] = [Case::Single, Case::Contended, Case::Uncontended];
+
+    /// The name printed in the report.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::Single => "single",
+            Case::Contended => "contended",
+            Case::Uncontended => "uncontended",
+        }
+    }
+
+    fn threads(self) -> usize {
+        match self {
+            Case::Single => 1,
+            Case::Contended | Case::Uncontended => 2,
+        }
+    }
+}
+
+/// Time and admissions of one side in one round.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sample {
+    /// Nanoseconds per decision per thread.
+    pub ns: f64,
+    /// Fraction of decisions admitted.
+    pub admitted: f64,
+}
+
+/// Runs `chunks` alternating pairs of chunk runs, agent then governor and
+/// governor then agent in turn, each of `chunk` decisions per thread.
+/// Returns every run's side (true for the agent), start, end and admitted
+/// count as this thread saw it.
+fn alternate<A: Contender, G: Contender>(
+    a: &A,
+    g: &G,
+    chunk: u64,
+    chunks: usize,
+    line: &StartLine,
+) -> Vec<ChunkRun> {
+    let mut out = Vec::with_capacity(2 * chunks);
+    for k in 0..chunks {
+        for agent_turn in [k % 2 == 0, k % 2 == 1] {
+            line.wait();
+            let (start, end, admitted) = if agent_turn {
+                run(a, chunk)
+            } else {
+                run(g, chunk)
+            };
+            out.push((agent_turn, start, end, admitted));
+        }
+    }
+    out
+}
+
+/// One thread's run of one chunk: agent side?, start, end, admitted.
+type ChunkRun = (bool, Instant, Instant, u64);
+
+/// One round of `case`: `iters` decisions per thread and side, split in
+/// chunks that alternate between the agent (contender `A`) and governor so
+/// that noise from the shared machine hits both alike. Each chunk counts
+/// the wall time from the first thread's start to the last thread's end (so
+/// threads that fail to overlap count as slower, not as uncontended); each
+/// side's figure is the median chunk.
+pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) -> (Sample, Sample) {
+    let chunk = (iters / chunks as u64).max(BATCH);
+    let threads = case.threads();
+    let line = StartLine::new(threads);
+    let per_thread: Vec<Vec<ChunkRun>> = match case {
+        Case::Single => {
+            let (a, g) = (A::default(), GovernorSide::default());
+            vec![alternate(&a, &g, chunk, chunks, &line)]
+        }
+        Case::Contended => {
+            let (a, g) = (A::default(), GovernorSide::default());
+            thread::scope(|s| {
+                let handles: Vec<_> = (0..threads)
+                    .map(|_| s.spawn(|| alternate(&a, &g, chunk, chunks, &line)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_default())
+                    .collect()
+            })
+        }
+        Case::Uncontended => thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        // Built on its own thread (its own allocation arena),
+                        // so the two threads' buckets share no cache line.
+                        let (a, g) = (A::default(), GovernorSide::default());
+                        alternate(&a, &g, chunk, chunks, &line)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_default())
+                .collect()
+        }),
+    };
+    // Per chunk run: wall ns per decision per thread. A round's figure is
+    // the median over its chunks, so a chunk that lost its core to another
+    // process does not decide the result.
+    let (mut agent_ns, mut governor_ns) = (Vec::new(), Vec::new());
+    let (mut agent_admitted, mut governor_admitted) = (0u64, 0u64);
+    for run in 0..2 * chunks {
+        let runs: Vec<&ChunkRun> = per_thread.iter().filter_map(|t| t.get(run)).collect();
+        let (Some(first), Some(start), Some(end)) = (
+            runs.first(),
+            runs.iter().map(|r| r.1).min(),
+            runs.iter().map(|r| r.2).max(),
+        ) else {
+            continue;
+        };
+        let admitted: u64 = runs.iter().map(|r| r.3).sum();
+        let ns = end.duration_since(start).as_nanos() as f64 / chunk as f64;
+        if first.0 {
+            agent_ns.push(ns);
+            agent_admitted += admitted;
+        } else {
+            governor_ns.push(ns);
+            governor_admitted += admitted;
+        }
+    }
+    let decisions = (chunk * chunks as u64 * threads as u64) as f64;
+    (
+        Sample {
+            ns: median(&agent_ns),
+            admitted: agent_admitted as f64 / decisions,
+        },
+        Sample {
+            ns: median(&governor_ns),
+            admitted: governor_admitted as f64 / decisions,
+        },
+    )
+}
+
+/// The outcome of one case over all rounds.
+#[derive(Clone, Debug)]
+pub struct CaseReport {
+    /// The case's name in the report.
+    pub name: String,
+    /// Median ns per decision of the agent's bucket.
+    pub agent_ns: f64,
+    /// Median ns per decision of governor.
+    pub governor_ns: f64,
+    /// Every round's agent figure.
+    pub agent_runs: Vec<f64>,
+    /// Every round's governor figure.
+    pub governor_runs: Vec<f64>,
+    /// Fraction admitted by the agent (last round).
+    pub agent_admitted: f64,
+    /// Fraction admitted by governor (last round).
+    pub governor_admitted: f64,
+}
+
+impl CaseReport {
+    /// agent_ns / governor_ns.
+    #[must_use]
+    pub fn ratio(&self) -> f64 {
+        self.agent_ns / self.governor_ns
+    }
+
+    /// The report line: `bucket <case> agent_ns=<x> governor_ns=<y> ratio=<x/y>`.
+    #[must_use]
+    pub fn line(&self) -> String {
+        format!(
+            "bucket {} agent_ns={:.3} governor_ns={:.3} ratio={:.3}",
+            self.name,
+            self.agent_ns,
+            self.governor_ns,
+            self.ratio()
+        )
+    }
+
+    /// The case as a JSON object.
+    #[must_use]
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "case": self.name,
+            "agent_ns": self.agent_ns,
+            "governor_ns": self.governor_ns,
+            "ratio": self.ratio(),
+            "agent_runs": self.agent_runs,
+            "governor_runs": self.governor_runs,
+            "agent_admitted_fraction": self.agent_admitted,
+            "governor_admitted_fraction": self.governor_admitted,
+        })
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+#[must_use]
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Runs `case` for `rounds` rounds of `iters` decisions per thread and side
+/// (agent contender `A` against governor, interleaved in `chunks` chunks),
+/// after a warm-up round. `name` labels the report line.
+#[must_use]
+pub fn compare<A: Contender + Default>(
+    name: &str,
+    case: Case,
+    iters: u64,
+    rounds: usize,
+    chunks: usize,
+) -> CaseReport {
+    let _ = measure::<A>(case, iters / 4, chunks);
+    let mut agent_runs = Vec::with_capacity(rounds);
+    let mut governor_runs = Vec::with_capacity(rounds);
+    let (mut agent_admitted, mut governor_admitted) = (0.0, 0.0);
+    for _ in 0..rounds {
+        let (a, g) = measure::<A>(case, iters, chunks);
+        agent_runs.push(a.ns);
+        governor_runs.push(g.ns);
+        (agent_admitted, governor_admitted) = (a.admitted, g.admitted);
+    }
+    CaseReport {
+        name: name.to_owned(),
+        agent_ns: median(&agent_runs),
+        governor_ns: median(&governor_runs),
+        agent_runs,
+        governor_runs,
+        agent_admitted,
+        governor_admitted,
+    }
+}
