@@ -25,6 +25,7 @@
 //!
 //! * `now_ns` is monotonic nanoseconds ([`monotonic_ns`] or [`coarse_ns`]),
 //!   read by the caller once per batch of requests; the bucket reads no clock.
+//!   Times must stay below 2^63 ns (292 years), as monotonic clocks do.
 //!   Callers on several threads may pass slightly different or even slightly
 //!   older times: the bucket stays safe (never admits more than the bound of
 //!   §8.3.1), it just cannot tell which arrival came "first".
@@ -188,7 +189,7 @@ impl Bucket {
         if t != 0 {
             self.tat
                 .0
-                .fetch_min(now_ns.saturating_add(self.capacity_ns(t)), Relaxed);
+                .fetch_min(now_ns.saturating_add(self.capacity_for(t)), Relaxed);
         }
     }
 
@@ -235,11 +236,15 @@ impl Bucket {
         scale(self.interval(), self.multipliers[index])
     }
 
-    /// The largest content an admission can leave for interval `t`:
-    /// TAU + T, plus T/2 with randomisation (§8.3.3: "The maximum occupancy
-    /// is TAU + (3/2)T").
+    /// The largest content an admission can leave at the interval in
+    /// force: TAU + T, plus T/2 with randomisation (§8.3.3: "The maximum
+    /// occupancy is TAU + (3/2)T").
     #[must_use]
-    pub fn capacity_ns(&self, t: u64) -> u64 {
+    pub fn capacity_ns(&self) -> u64 {
+        self.capacity_for(self.interval())
+    }
+
+    fn capacity_for(&self, t: u64) -> u64 {
         let tau = scale(t, self.multipliers[MAX_LEVELS - 1]);
         tau + t + if self.randomise { t / 2 } else { 0 }
     }

@@ -410,7 +410,7 @@ proptest! {
                 admitted.push(now);
                 // §8.3.3: "The maximum occupancy is TAU + (3/2)T, rather
                 // than TAU + T without randomization".
-                prop_assert!(bucket.content_ns(now) <= bucket.capacity_ns(t));
+                prop_assert!(bucket.content_ns(now) <= bucket.capacity_ns());
             }
         }
         for i in 0..admitted.len() {
