@@ -83,8 +83,12 @@ fn main() -> ExitCode {
     let show = |r: &CaseReport| {
         println!("{}", r.line());
         eprintln!(
-            "  admitted: agent {:.3} governor {:.3}; agent runs {:.3?}; governor runs {:.3?}",
-            r.agent_admitted, r.governor_admitted, r.agent_runs, r.governor_runs
+            "  admitted: agent {:.3} governor {:.3}; thread overlap: agent {:.2} governor {:.2}",
+            r.agent_admitted, r.governor_admitted, r.overlap.0, r.overlap.1
+        );
+        eprintln!(
+            "  rounds: agent {:.3?} governor {:.3?}",
+            r.agent_runs, r.governor_runs
         );
     };
     let mut failed = Vec::new();

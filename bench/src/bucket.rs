@@ -170,13 +170,38 @@ pub fn step_ns() -> u64 {
     interval_ns(RATE) / LOAD
 }
 
-/// Runs `iters` decisions on `c`, advancing its clock every [`BATCH`];
-/// returns the start and end of the run and the number admitted.
+/// CPU time consumed by the calling thread, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// One thread's run of one chunk.
+#[derive(Clone, Copy, Debug)]
+pub struct RunTimes {
+    /// Wall-clock start.
+    pub start: Instant,
+    /// Wall-clock end.
+    pub end: Instant,
+    /// CPU time the thread spent in the run (time preempted by other
+    /// processes does not count).
+    pub cpu_ns: u64,
+    /// Decisions admitted.
+    pub admitted: u64,
+}
+
+/// Runs `iters` decisions on `c`, advancing its clock every [`BATCH`].
 #[inline(never)]
-pub fn run<C: Contender>(c: &C, iters: u64) -> (Instant, Instant, u64) {
+pub fn run<C: Contender>(c: &C, iters: u64) -> RunTimes {
     let c = black_box(c);
     let advance = BATCH * step_ns();
     let start = Instant::now();
+    let cpu = thread_cpu_ns();
     let mut admitted = 0u64;
     let mut i = 0u64;
     while i < iters {
@@ -187,7 +212,13 @@ pub fn run<C: Contender>(c: &C, iters: u64) -> (Instant, Instant, u64) {
         }
         c.advance(advance);
     }
-    (start, Instant::now(), black_box(admitted))
+    let cpu_ns = thread_cpu_ns().saturating_sub(cpu);
+    RunTimes {
+        start,
+        end: Instant::now(),
+        cpu_ns,
+        admitted: black_box(admitted),
+    }
 }
 
 /// A reusable start line for threads: they spin until all have arrived,
@@ -266,12 +297,14 @@ pub struct Sample {
     pub ns: f64,
     /// Fraction of decisions admitted.
     pub admitted: f64,
+    /// Median share of a chunk's span during which all threads ran.
+    pub overlap: f64,
 }
 
 /// Runs `chunks` alternating pairs of chunk runs, agent then governor and
 /// governor then agent in turn, each of `chunk` decisions per thread.
-/// Returns every run's side (true for the agent), start, end and admitted
-/// count as this thread saw it.
+/// Returns every run's side (true for the agent) and times as this thread
+/// saw them.
 fn alternate<A: Contender, G: Contender>(
     a: &A,
     g: &G,
@@ -283,26 +316,27 @@ fn alternate<A: Contender, G: Contender>(
     for k in 0..chunks {
         for agent_turn in [k % 2 == 0, k % 2 == 1] {
             line.wait();
-            let (start, end, admitted) = if agent_turn {
+            let times = if agent_turn {
                 run(a, chunk)
             } else {
                 run(g, chunk)
             };
-            out.push((agent_turn, start, end, admitted));
+            out.push((agent_turn, times));
         }
     }
     out
 }
 
-/// One thread's run of one chunk: agent side?, start, end, admitted.
-type ChunkRun = (bool, Instant, Instant, u64);
+/// One thread's run of one chunk: agent side?, times.
+type ChunkRun = (bool, RunTimes);
 
 /// One round of `case`: `iters` decisions per thread and side, split in
 /// chunks that alternate between the agent (contender `A`) and governor so
-/// that noise from the shared machine hits both alike. Each chunk counts
-/// the wall time from the first thread's start to the last thread's end (so
-/// threads that fail to overlap count as slower, not as uncontended); each
-/// side's figure is the median chunk.
+/// that noise from the shared machine hits both alike. A chunk costs the
+/// CPU time its threads spent per decision (preemption by other processes
+/// does not count; spinning on a contended cache line does); each side's
+/// figure is the median chunk. The overlap of the threads' runs is reported
+/// to show whether the two-thread cases really ran concurrently.
 pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) -> (Sample, Sample) {
     let chunk = (iters / chunks as u64).max(BATCH);
     let threads = case.threads();
@@ -341,41 +375,67 @@ pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) ->
                 .collect()
         }),
     };
-    // Per chunk run: wall ns per decision per thread. A round's figure is
-    // the median over its chunks, so a chunk that lost its core to another
-    // process does not decide the result.
-    let (mut agent_ns, mut governor_ns) = (Vec::new(), Vec::new());
-    let (mut agent_admitted, mut governor_admitted) = (0u64, 0u64);
+    let mut agent = Tally::default();
+    let mut governor = Tally::default();
     for run in 0..2 * chunks {
-        let runs: Vec<&ChunkRun> = per_thread.iter().filter_map(|t| t.get(run)).collect();
-        let (Some(first), Some(start), Some(end)) = (
-            runs.first(),
-            runs.iter().map(|r| r.1).min(),
-            runs.iter().map(|r| r.2).max(),
-        ) else {
+        let runs: Vec<&RunTimes> = per_thread
+            .iter()
+            .filter_map(|t| t.get(run))
+            .map(|r| &r.1)
+            .collect();
+        let Some(agent_turn) = per_thread[0].get(run).map(|r| r.0) else {
             continue;
         };
-        let admitted: u64 = runs.iter().map(|r| r.3).sum();
-        let ns = end.duration_since(start).as_nanos() as f64 / chunk as f64;
-        if first.0 {
-            agent_ns.push(ns);
-            agent_admitted += admitted;
+        let tally = if agent_turn {
+            &mut agent
         } else {
-            governor_ns.push(ns);
-            governor_admitted += admitted;
-        }
+            &mut governor
+        };
+        let cpu: u64 = runs.iter().map(|r| r.cpu_ns).sum();
+        tally
+            .ns
+            .push(cpu as f64 / (chunk as f64 * runs.len() as f64));
+        tally.admitted += runs.iter().map(|r| r.admitted).sum::<u64>();
+        tally.overlap.push(overlap(&runs));
     }
     let decisions = (chunk * chunks as u64 * threads as u64) as f64;
-    (
+    (agent.sample(decisions), governor.sample(decisions))
+}
+
+/// One side's chunk figures within a round.
+#[derive(Default)]
+struct Tally {
+    ns: Vec<f64>,
+    admitted: u64,
+    overlap: Vec<f64>,
+}
+
+impl Tally {
+    fn sample(&self, decisions: f64) -> Sample {
         Sample {
-            ns: median(&agent_ns),
-            admitted: agent_admitted as f64 / decisions,
-        },
-        Sample {
-            ns: median(&governor_ns),
-            admitted: governor_admitted as f64 / decisions,
-        },
-    )
+            ns: median(&self.ns),
+            admitted: self.admitted as f64 / decisions,
+            overlap: median(&self.overlap),
+        }
+    }
+}
+
+/// The share of the runs' span during which all of them were running
+/// (1 for a single thread).
+fn overlap(runs: &[&RunTimes]) -> f64 {
+    let (Some(first_start), Some(last_start), Some(first_end), Some(last_end)) = (
+        runs.iter().map(|r| r.start).min(),
+        runs.iter().map(|r| r.start).max(),
+        runs.iter().map(|r| r.end).min(),
+        runs.iter().map(|r| r.end).max(),
+    ) else {
+        return 0.0;
+    };
+    let span = last_end.duration_since(first_start).as_secs_f64();
+    let common = first_end
+        .saturating_duration_since(last_start)
+        .as_secs_f64();
+    if span > 0.0 { common / span } else { 1.0 }
 }
 
 /// The outcome of one case over all rounds.
@@ -395,6 +455,8 @@ pub struct CaseReport {
     pub agent_admitted: f64,
     /// Fraction admitted by governor (last round).
     pub governor_admitted: f64,
+    /// Median overlap of the threads' runs over the rounds (agent, governor).
+    pub overlap: (f64, f64),
 }
 
 impl CaseReport {
@@ -428,6 +490,8 @@ impl CaseReport {
             "governor_runs": self.governor_runs,
             "agent_admitted_fraction": self.agent_admitted,
             "governor_admitted_fraction": self.governor_admitted,
+            "agent_thread_overlap": self.overlap.0,
+            "governor_thread_overlap": self.overlap.1,
         })
     }
 }
@@ -463,10 +527,13 @@ pub fn compare<A: Contender + Default>(
     let mut agent_runs = Vec::with_capacity(rounds);
     let mut governor_runs = Vec::with_capacity(rounds);
     let (mut agent_admitted, mut governor_admitted) = (0.0, 0.0);
+    let (mut agent_overlap, mut governor_overlap) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let (a, g) = measure::<A>(case, iters, chunks);
         agent_runs.push(a.ns);
         governor_runs.push(g.ns);
+        agent_overlap.push(a.overlap);
+        governor_overlap.push(g.overlap);
         (agent_admitted, governor_admitted) = (a.admitted, g.admitted);
     }
     CaseReport {
@@ -477,5 +544,6 @@ pub fn compare<A: Contender + Default>(
         governor_runs,
         agent_admitted,
         governor_admitted,
+        overlap: (median(&agent_overlap), median(&governor_overlap)),
     }
 }
