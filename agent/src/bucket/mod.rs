@@ -23,9 +23,12 @@
 //!
 //! # Call contract
 //!
-//! * `now_ns` is monotonic nanoseconds ([`monotonic_ns`] or [`coarse_ns`]),
-//!   read by the caller once per batch of requests; the bucket reads no clock.
-//!   Times must stay below 2^63 ns (292 years), as monotonic clocks do.
+//! * `now_ns` is monotonic nanoseconds ([`monotonic_ns`], or [`coarse_ns`]
+//!   when its tick is short enough), read by the caller once per batch of
+//!   requests; the bucket reads no clock. Times must stay below 2^63 ns
+//!   (292 years), as monotonic clocks do. Successive batch times should be
+//!   at most [`Bucket::max_time_step_ns`] (TAU1) apart while requests keep
+//!   arriving, or the admitted rate falls short of OC-Maximum-Rate.
 //!   Callers on several threads may pass slightly different or even slightly
 //!   older times: the bucket stays safe (never admits more than the bound of
 //!   §8.3.1), it just cannot tell which arrival came "first".
@@ -234,6 +237,19 @@ impl Bucket {
     pub fn threshold_ns(&self, level: u8) -> u64 {
         let index = usize::from(level).min(MAX_LEVELS - 1);
         scale(self.interval(), self.multipliers[index])
+    }
+
+    /// The largest step by which the caller's `now` may advance between
+    /// batches without costing admitted rate: the lowest threshold TAU1 at
+    /// the interval in force. Requests of one batch share one arrival time;
+    /// after a step longer than TAU the bucket has emptied and the time
+    /// beyond is lost to the long-run rate (with TAU = 4T and a 4 ms clock
+    /// tick that caps a bucket at 1250/s). Compare with
+    /// [`coarse_resolution_ns`] to decide whether [`coarse_ns`] will do;
+    /// otherwise read [`monotonic_ns`] once per batch.
+    #[must_use]
+    pub fn max_time_step_ns(&self) -> u64 {
+        scale(self.interval(), self.multipliers[0])
     }
 
     /// The largest content an admission can leave at the interval in
