@@ -1,4 +1,4 @@
-//! `cargo bench -p bench --bench bucket [-- --check] [--rounds N] [--iters N] [--chunks N] [--limit R]`
+//! `cargo bench -p bench --bench bucket [-- --check] [--rounds N] [--iters N] [--chunks N] [--limit R] [--only CASE]`
 //!
 //! The RFC 8582 §8.3 leaky bucket against governor, case by case (see
 //! `bench::bucket`). Prints one line per case,
@@ -17,6 +17,7 @@ struct Options {
     iters: u64,
     chunks: usize,
     limit: f64,
+    only: Option<String>,
 }
 
 fn parse() -> Result<Options, String> {
@@ -26,6 +27,7 @@ fn parse() -> Result<Options, String> {
         iters: 2_000_000,
         chunks: 40,
         limit: 1.0,
+        only: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -52,6 +54,7 @@ fn parse() -> Result<Options, String> {
                     .parse()
                     .map_err(|e| format!("--limit: {e}"))?;
             }
+            "--only" => o.only = Some(value("--only")?),
             // cargo bench passes --bench to every harness.
             "--bench" => {}
             other => return Err(format!("unknown argument {other:?}")),
@@ -83,8 +86,17 @@ fn main() -> ExitCode {
     let show = |r: &CaseReport| {
         println!("{}", r.line());
         eprintln!(
-            "  admitted: agent {:.3} governor {:.3}; thread overlap: agent {:.2} governor {:.2}",
-            r.agent_admitted, r.governor_admitted, r.overlap.0, r.overlap.1
+            "  paired ratio {:.3}; admitted: agent {:.3} governor {:.3}; chunk pairs with threads together: {} of {}{}",
+            r.paired_ratio,
+            r.agent_admitted,
+            r.governor_admitted,
+            r.together.0,
+            r.together.1,
+            if r.contention_measured {
+                " (medians over those)"
+            } else {
+                " (too few: medians over all)"
+            }
         );
         eprintln!(
             "  rounds: agent {:.3?} governor {:.3?}",
@@ -94,7 +106,15 @@ fn main() -> ExitCode {
     let mut failed = Vec::new();
     let mut cases = Vec::new();
     let mut informational = Vec::new();
-    for case in Case::ALL {
+    let cases_run: Vec<Case> = Case::ALL
+        .into_iter()
+        .filter(|c| o.only.as_deref().is_none_or(|n| n == c.name()))
+        .collect();
+    if cases_run.is_empty() {
+        eprintln!("bench-bucket: --only takes single, contended or uncontended");
+        return ExitCode::from(2);
+    }
+    for &case in &cases_run {
         // The bucket as its call contract says: time read once per batch.
         let r = compare::<AgentSide>(case.name(), case, o.iters, o.rounds, o.chunks);
         show(&r);
@@ -103,7 +123,7 @@ fn main() -> ExitCode {
         }
         cases.push(r.json());
     }
-    for case in Case::ALL {
+    for &case in &cases_run {
         // For comparison only: the bucket reading the clock in every
         // decision, as governor must.
         let name = format!("{}-clock-per-decision", case.name());

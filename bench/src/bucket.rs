@@ -222,7 +222,9 @@ pub fn run<C: Contender>(c: &C, iters: u64) -> RunTimes {
 }
 
 /// A reusable start line for threads: they spin until all have arrived,
-/// so that their timed loops overlap.
+/// so that their timed loops overlap. Waiters yield only after about a
+/// million spins: a thread that yields on a busy machine loses its core for
+/// a whole time slice and misses the start of the chunk.
 struct StartLine {
     waiting: AtomicUsize,
     generation: AtomicUsize,
@@ -248,7 +250,7 @@ impl StartLine {
         let mut spins = 0u32;
         while self.generation.load(Ordering::Acquire) == generation {
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(1024) {
+            if spins.is_multiple_of(1 << 20) {
                 thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -290,16 +292,26 @@ impl Case {
     }
 }
 
-/// Time and admissions of one side in one round.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Sample {
-    /// Nanoseconds per decision per thread.
-    pub ns: f64,
-    /// Fraction of decisions admitted.
-    pub admitted: f64,
-    /// Median share of a chunk's span during which all threads ran.
-    pub overlap: f64,
+/// What one round measured: per chunk pair, each side's CPU ns per decision
+/// and whether the threads of both runs really ran together.
+#[derive(Clone, Debug, Default)]
+pub struct Round {
+    /// Agent ns per decision, per chunk pair.
+    pub agent: Vec<f64>,
+    /// Governor ns per decision, per chunk pair.
+    pub governor: Vec<f64>,
+    /// Per chunk pair: both runs' threads overlapped for at least
+    /// [`MIN_OVERLAP`] of their span (always true for one thread).
+    pub together: Vec<bool>,
+    /// Fraction of the agent's decisions admitted.
+    pub agent_admitted: f64,
+    /// Fraction of governor's decisions admitted.
+    pub governor_admitted: f64,
 }
+
+/// Threads that ran together for less than this share of a chunk's span
+/// did not measure contention (another process had one of the cores).
+pub const MIN_OVERLAP: f64 = 0.5;
 
 /// Runs `chunks` alternating pairs of chunk runs, agent then governor and
 /// governor then agent in turn, each of `chunk` decisions per thread.
@@ -327,17 +339,25 @@ fn alternate<A: Contender, G: Contender>(
     out
 }
 
+/// Pins the calling thread to the `k`-th core, so that the two threads of
+/// a case never share one (where the machine has two).
+fn pin(k: usize) {
+    if let Some(ids) = core_affinity::get_core_ids()
+        && ids.len() > 1
+    {
+        core_affinity::set_for_current(ids[k % ids.len()]);
+    }
+}
+
 /// One thread's run of one chunk: agent side?, times.
 type ChunkRun = (bool, RunTimes);
 
 /// One round of `case`: `iters` decisions per thread and side, split in
 /// chunks that alternate between the agent (contender `A`) and governor so
 /// that noise from the shared machine hits both alike. A chunk costs the
-/// CPU time its threads spent per decision (preemption by other processes
-/// does not count; spinning on a contended cache line does); each side's
-/// figure is the median chunk. The overlap of the threads' runs is reported
-/// to show whether the two-thread cases really ran concurrently.
-pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) -> (Sample, Sample) {
+/// CPU time its threads spent per decision: preemption by other processes
+/// does not count, spinning on a contended cache line does.
+pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) -> Round {
     let chunk = (iters / chunks as u64).max(BATCH);
     let threads = case.threads();
     let line = StartLine::new(threads);
@@ -350,7 +370,13 @@ pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) ->
             let (a, g) = (A::default(), GovernorSide::default());
             thread::scope(|s| {
                 let handles: Vec<_> = (0..threads)
-                    .map(|_| s.spawn(|| alternate(&a, &g, chunk, chunks, &line)))
+                    .map(|k| {
+                        let (a, g, line) = (&a, &g, &line);
+                        s.spawn(move || {
+                            pin(k);
+                            alternate(a, g, chunk, chunks, line)
+                        })
+                    })
                     .collect();
                 handles
                     .into_iter()
@@ -360,8 +386,10 @@ pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) ->
         }
         Case::Uncontended => thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    s.spawn(|| {
+                .map(|k| {
+                    let line = &line;
+                    s.spawn(move || {
+                        pin(k);
                         // Built on its own thread (its own allocation arena),
                         // so the two threads' buckets share no cache line.
                         let (a, g) = (A::default(), GovernorSide::default());
@@ -375,49 +403,40 @@ pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) ->
                 .collect()
         }),
     };
-    let mut agent = Tally::default();
-    let mut governor = Tally::default();
-    for run in 0..2 * chunks {
-        let runs: Vec<&RunTimes> = per_thread
-            .iter()
-            .filter_map(|t| t.get(run))
-            .map(|r| &r.1)
-            .collect();
-        let Some(agent_turn) = per_thread[0].get(run).map(|r| r.0) else {
-            continue;
-        };
-        let tally = if agent_turn {
-            &mut agent
-        } else {
-            &mut governor
-        };
-        let cpu: u64 = runs.iter().map(|r| r.cpu_ns).sum();
-        tally
-            .ns
-            .push(cpu as f64 / (chunk as f64 * runs.len() as f64));
-        tally.admitted += runs.iter().map(|r| r.admitted).sum::<u64>();
-        tally.overlap.push(overlap(&runs));
+    let mut round = Round::default();
+    let (mut agent_admitted, mut governor_admitted) = (0u64, 0u64);
+    for k in 0..chunks {
+        let mut pair = [(0.0, 0.0); 2];
+        for run in [2 * k, 2 * k + 1] {
+            let runs: Vec<&RunTimes> = per_thread
+                .iter()
+                .filter_map(|t| t.get(run))
+                .map(|r| &r.1)
+                .collect();
+            let Some(agent_turn) = per_thread[0].get(run).map(|r| r.0) else {
+                continue;
+            };
+            let cpu: u64 = runs.iter().map(|r| r.cpu_ns).sum();
+            let ns = cpu as f64 / (chunk as f64 * runs.len() as f64);
+            let admitted: u64 = runs.iter().map(|r| r.admitted).sum();
+            if agent_turn {
+                pair[0] = (ns, overlap(&runs));
+                agent_admitted += admitted;
+            } else {
+                pair[1] = (ns, overlap(&runs));
+                governor_admitted += admitted;
+            }
+        }
+        round.agent.push(pair[0].0);
+        round.governor.push(pair[1].0);
+        round
+            .together
+            .push(pair[0].1 >= MIN_OVERLAP && pair[1].1 >= MIN_OVERLAP);
     }
     let decisions = (chunk * chunks as u64 * threads as u64) as f64;
-    (agent.sample(decisions), governor.sample(decisions))
-}
-
-/// One side's chunk figures within a round.
-#[derive(Default)]
-struct Tally {
-    ns: Vec<f64>,
-    admitted: u64,
-    overlap: Vec<f64>,
-}
-
-impl Tally {
-    fn sample(&self, decisions: f64) -> Sample {
-        Sample {
-            ns: median(&self.ns),
-            admitted: self.admitted as f64 / decisions,
-            overlap: median(&self.overlap),
-        }
-    }
+    round.agent_admitted = agent_admitted as f64 / decisions;
+    round.governor_admitted = governor_admitted as f64 / decisions;
+    round
 }
 
 /// The share of the runs' span during which all of them were running
@@ -447,17 +466,27 @@ pub struct CaseReport {
     pub agent_ns: f64,
     /// Median ns per decision of governor.
     pub governor_ns: f64,
-    /// Every round's agent figure.
+    /// Every round's agent median (all chunks).
     pub agent_runs: Vec<f64>,
-    /// Every round's governor figure.
+    /// Every round's governor median (all chunks).
     pub governor_runs: Vec<f64>,
     /// Fraction admitted by the agent (last round).
     pub agent_admitted: f64,
     /// Fraction admitted by governor (last round).
     pub governor_admitted: f64,
-    /// Median overlap of the threads' runs over the rounds (agent, governor).
-    pub overlap: (f64, f64),
+    /// Chunk pairs whose threads ran together, and all chunk pairs.
+    pub together: (usize, usize),
+    /// Whether the medians are over the chunk pairs whose threads ran
+    /// together (true) or, there being too few, over all of them.
+    pub contention_measured: bool,
+    /// Median over the same chunk pairs of agent / governor within a pair
+    /// (a cross-check of `ratio`, insensitive to conditions that change
+    /// from pair to pair).
+    pub paired_ratio: f64,
 }
+
+/// Chunk pairs with threads together needed to report them alone.
+pub const MIN_TOGETHER: usize = 10;
 
 impl CaseReport {
     /// agent_ns / governor_ns.
@@ -490,8 +519,10 @@ impl CaseReport {
             "governor_runs": self.governor_runs,
             "agent_admitted_fraction": self.agent_admitted,
             "governor_admitted_fraction": self.governor_admitted,
-            "agent_thread_overlap": self.overlap.0,
-            "governor_thread_overlap": self.overlap.1,
+            "chunk_pairs_threads_together": self.together.0,
+            "chunk_pairs": self.together.1,
+            "medians_over_pairs_together": self.contention_measured,
+            "paired_ratio": self.paired_ratio,
         })
     }
 }
@@ -513,8 +544,15 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// Runs `case` for `rounds` rounds of `iters` decisions per thread and side
-/// (agent contender `A` against governor, interleaved in `chunks` chunks),
-/// after a warm-up round. `name` labels the report line.
+/// (agent contender `A` against governor, interleaved in `chunks` chunk
+/// pairs), after a warm-up round. `name` labels the report line.
+///
+/// The figures are medians over all chunk pairs of all rounds. In the
+/// two-thread cases only the pairs in which both sides' threads really ran
+/// together count, if there are at least [`MIN_TOGETHER`] of them: on a busy
+/// machine one thread often waits for a core, and such a chunk measures no
+/// contention. Pairs are kept or dropped whole, so both sides are always
+/// compared under the same conditions.
 #[must_use]
 pub fn compare<A: Contender + Default>(
     name: &str,
@@ -526,24 +564,40 @@ pub fn compare<A: Contender + Default>(
     let _ = measure::<A>(case, iters / 4, chunks);
     let mut agent_runs = Vec::with_capacity(rounds);
     let mut governor_runs = Vec::with_capacity(rounds);
+    let (mut agent_all, mut governor_all) = (Vec::new(), Vec::new());
+    let (mut agent_together, mut governor_together) = (Vec::new(), Vec::new());
     let (mut agent_admitted, mut governor_admitted) = (0.0, 0.0);
-    let (mut agent_overlap, mut governor_overlap) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let (a, g) = measure::<A>(case, iters, chunks);
-        agent_runs.push(a.ns);
-        governor_runs.push(g.ns);
-        agent_overlap.push(a.overlap);
-        governor_overlap.push(g.overlap);
-        (agent_admitted, governor_admitted) = (a.admitted, g.admitted);
+        let r = measure::<A>(case, iters, chunks);
+        agent_runs.push(median(&r.agent));
+        governor_runs.push(median(&r.governor));
+        for ((&a, &g), &together) in r.agent.iter().zip(&r.governor).zip(&r.together) {
+            agent_all.push(a);
+            governor_all.push(g);
+            if together {
+                agent_together.push(a);
+                governor_together.push(g);
+            }
+        }
+        (agent_admitted, governor_admitted) = (r.agent_admitted, r.governor_admitted);
     }
+    let contention_measured = agent_together.len() >= MIN_TOGETHER;
+    let (agent, governor) = if contention_measured {
+        (&agent_together, &governor_together)
+    } else {
+        (&agent_all, &governor_all)
+    };
+    let paired: Vec<f64> = agent.iter().zip(governor).map(|(a, g)| a / g).collect();
     CaseReport {
         name: name.to_owned(),
-        agent_ns: median(&agent_runs),
-        governor_ns: median(&governor_runs),
+        agent_ns: median(agent),
+        governor_ns: median(governor),
         agent_runs,
         governor_runs,
         agent_admitted,
         governor_admitted,
-        overlap: (median(&agent_overlap), median(&governor_overlap)),
+        together: (agent_together.len(), agent_all.len()),
+        contention_measured,
+        paired_ratio: median(&paired),
     }
 }
