@@ -393,7 +393,7 @@ pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) ->
                         // Built on its own thread (its own allocation arena),
                         // so the two threads' buckets share no cache line.
                         let (a, g) = (A::default(), GovernorSide::default());
-                        alternate(&a, &g, chunk, chunks, &line)
+                        alternate(&a, &g, chunk, chunks, line)
                     })
                 })
                 .collect();
