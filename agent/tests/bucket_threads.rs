@@ -168,3 +168,73 @@ fn free_running_threads_stay_within_the_burst_bound() {
         "admitted {admitted} of a possible {bound}"
     );
 }
+
+#[test]
+fn rate_changes_under_load_keep_the_bound_of_the_highest_rate() {
+    // Workers hammer the bucket while a control thread applies newer
+    // reports (between 10^4 and 10^5 per second, and 0). Whatever the
+    // interleaving, no more is admitted than the highest rate allows, and
+    // nothing at all while the rate is 0.
+    let config = BucketConfig::default().with_randomise(false);
+    let t_min = interval_ns(100_000);
+    let tau = config.max_threshold().nanos(interval_ns(10_000));
+    let dt = t_min / 20;
+    let start = 1_000_000;
+    let clock = Arc::new(AtomicU64::new(start));
+    let bucket = Arc::new(Bucket::new(start, 100_000, &config).unwrap());
+    let stop = Arc::new(AtomicUsize::new(0));
+    let control = {
+        let (bucket, clock, stop) = (bucket.clone(), clock.clone(), stop.clone());
+        thread::spawn(move || {
+            let rates = [10_000, 100_000, 30_000, 70_000, 50_000];
+            let mut k = 0;
+            while stop.load(Ordering::Relaxed) == 0 {
+                bucket.set_rate(clock.load(Ordering::Relaxed), rates[k % rates.len()]);
+                k += 1;
+                thread::yield_now();
+            }
+            k
+        })
+    };
+    let workers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (bucket, clock) = (bucket.clone(), clock.clone());
+            thread::spawn(move || {
+                let mut admitted = 0u64;
+                for _ in 0..100_000 {
+                    let now = clock.fetch_add(dt, Ordering::Relaxed);
+                    admitted += u64::from(bucket.try_admit(now, 0));
+                }
+                admitted
+            })
+        })
+        .collect();
+    let admitted: u64 = workers.into_iter().map(|h| h.join().unwrap()).sum();
+    stop.store(1, Ordering::Relaxed);
+    let changes = control.join().unwrap();
+    assert!(changes > 0, "the control thread must have changed the rate");
+    let window = clock.load(Ordering::Relaxed) - start;
+    // At most the bound of the highest rate, with the largest TAU seen.
+    let bound = (window + tau) / t_min + 1;
+    assert!(admitted <= bound, "admitted {admitted} > bound {bound}");
+    // And at least what the lowest rate guarantees over the window.
+    let floor = window / interval_ns(10_000);
+    assert!(admitted >= floor, "admitted {admitted} < floor {floor}");
+
+    // Rate 0 shuts the bucket for every thread at once.
+    bucket.set_rate(clock.load(Ordering::Relaxed), 0);
+    let zero: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (bucket, clock) = (bucket.clone(), clock.clone());
+            thread::spawn(move || {
+                (0..10_000)
+                    .filter(|_| bucket.try_admit(clock.fetch_add(dt, Ordering::Relaxed), 9))
+                    .count()
+            })
+        })
+        .collect();
+    assert_eq!(
+        zero.into_iter().map(|h| h.join().unwrap()).sum::<usize>(),
+        0
+    );
+}

@@ -33,6 +33,11 @@ const STAGES: &[Stage] = &[
         about: "unit, property, simulation and integration tests of the workspace",
         run: unit,
     },
+    Stage {
+        name: "bench-bucket",
+        about: "leaky bucket against governor; fails if any ratio is above 1.0",
+        run: bench_bucket,
+    },
 ];
 
 /// Runs the selected stages in order; stops at the first failure.
@@ -89,4 +94,17 @@ fn unit() -> anyhow::Result<()> {
         run("cargo", &["test", "--workspace", "--no-fail-fast"])?;
     }
     run("cargo", &["test", "--workspace", "--doc"])
+}
+
+/// The RFC 8582 §8.3 bucket against governor (bench/benches/bucket.rs):
+/// medians of interleaved runs; the bench exits non-zero when the agent is
+/// slower in any case. Figures land in target/bench-bucket.json.
+fn bench_bucket() -> anyhow::Result<()> {
+    run(
+        "cargo",
+        &[
+            "bench", "-p", "bench", "--bench", "bucket", "--", "--check", "--rounds", "7",
+            "--iters", "1000000",
+        ],
+    )
 }

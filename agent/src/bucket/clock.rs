@@ -16,9 +16,10 @@ pub fn monotonic_ns() -> u64 {
 /// tick, cheaper to read than [`monotonic_ns`] but only as fine as
 /// [`coarse_resolution_ns`] (1 to 4 ms on usual kernels).
 ///
-/// Suitable as the per-batch `now` when the tick is small against the
-/// interval T = 1 / OC-Maximum-Rate; arrivals of one tick then share one
-/// arrival time, which the bucket handles exactly (see `docs/bucket.md`).
+/// Suitable as the per-batch `now` only when the tick is at most the
+/// bucket's lowest tolerance ([`Bucket::max_time_step_ns`](super::Bucket::max_time_step_ns)):
+/// arrivals of one tick share one arrival time, and a longer tick empties
+/// the bucket between ticks, losing admitted rate (see `docs/bucket.md`).
 #[must_use]
 pub fn coarse_ns() -> u64 {
     read(libc::CLOCK_MONOTONIC_COARSE)

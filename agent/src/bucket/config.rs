@@ -77,10 +77,11 @@ impl Tolerance {
         f64::from(self.0) / f64::from(1u32 << FRACTION_BITS)
     }
 
-    /// The tolerance in nanoseconds for an interval of `t_ns` nanoseconds.
+    /// The tolerance in nanoseconds for an interval of `t_ns` nanoseconds
+    /// (saturating at `u64::MAX` for intervals no rate produces).
     #[must_use]
     pub const fn nanos(self, t_ns: u64) -> u64 {
-        scale(t_ns, self.0)
+        t_ns.saturating_mul(self.0 as u64) >> FRACTION_BITS
     }
 
     /// The raw fixed-point multiplier (units of T / 65536).
@@ -89,11 +90,13 @@ impl Tolerance {
     }
 }
 
-/// `t · q / 2^16` without overflow for every interval a `u32` rate yields
-/// (T <= 10^9 ns < 2^30, q < 2^32, so the product is below 2^62).
+/// `t · q / 2^16`, exact for every interval a `u32` rate yields: T <= 10^9
+/// ns < 2^30 and q < 2^32, so the product stays below 2^62 (callers never
+/// pass a larger `t`; the multiplication wraps rather than checks, as it is
+/// on every decision).
 #[inline(always)]
 pub(crate) const fn scale(t_ns: u64, q: u32) -> u64 {
-    (t_ns.saturating_mul(q as u64)) >> FRACTION_BITS
+    t_ns.wrapping_mul(q as u64) >> FRACTION_BITS
 }
 
 impl fmt::Debug for Tolerance {

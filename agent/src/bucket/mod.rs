@@ -23,8 +23,12 @@
 //!
 //! # Call contract
 //!
-//! * `now_ns` is monotonic nanoseconds ([`monotonic_ns`] or [`coarse_ns`]),
-//!   read by the caller once per batch of requests; the bucket reads no clock.
+//! * `now_ns` is monotonic nanoseconds ([`monotonic_ns`], or [`coarse_ns`]
+//!   when its tick is short enough), read by the caller once per batch of
+//!   requests; the bucket reads no clock. Times must stay below 2^63 ns
+//!   (292 years), as monotonic clocks do. Successive batch times should be
+//!   at most [`Bucket::max_time_step_ns`] (TAU1) apart while requests keep
+//!   arriving, or the admitted rate falls short of OC-Maximum-Rate.
 //!   Callers on several threads may pass slightly different or even slightly
 //!   older times: the bucket stays safe (never admits more than the bound of
 //!   §8.3.1), it just cannot tell which arrival came "first".
@@ -188,7 +192,7 @@ impl Bucket {
         if t != 0 {
             self.tat
                 .0
-                .fetch_min(now_ns.saturating_add(self.capacity_ns(t)), Relaxed);
+                .fetch_min(now_ns.saturating_add(self.capacity_for(t)), Relaxed);
         }
     }
 
@@ -235,11 +239,28 @@ impl Bucket {
         scale(self.interval(), self.multipliers[index])
     }
 
-    /// The largest content an admission can leave for interval `t`:
-    /// TAU + T, plus T/2 with randomisation (§8.3.3: "The maximum occupancy
-    /// is TAU + (3/2)T").
+    /// The largest step by which the caller's `now` may advance between
+    /// batches without costing admitted rate: the lowest threshold TAU1 at
+    /// the interval in force. Requests of one batch share one arrival time;
+    /// after a step longer than TAU the bucket has emptied and the time
+    /// beyond is lost to the long-run rate (with TAU = 4T and a 4 ms clock
+    /// tick that caps a bucket at 1250/s). Compare with
+    /// [`coarse_resolution_ns`] to decide whether [`coarse_ns`] will do;
+    /// otherwise read [`monotonic_ns`] once per batch.
     #[must_use]
-    pub fn capacity_ns(&self, t: u64) -> u64 {
+    pub fn max_time_step_ns(&self) -> u64 {
+        scale(self.interval(), self.multipliers[0])
+    }
+
+    /// The largest content an admission can leave at the interval in
+    /// force: TAU + T, plus T/2 with randomisation (§8.3.3: "The maximum
+    /// occupancy is TAU + (3/2)T").
+    #[must_use]
+    pub fn capacity_ns(&self) -> u64 {
+        self.capacity_for(self.interval())
+    }
+
+    fn capacity_for(&self, t: u64) -> u64 {
         let tau = scale(t, self.multipliers[MAX_LEVELS - 1]);
         tau + t + if self.randomise { t / 2 } else { 0 }
     }
