@@ -56,6 +56,7 @@ pub struct Doic {
     rng: Prng,
     audit: Audit,
     own_peer_report: Option<(Report, Instant)>,
+    own_peer_reports: super::fxhash::FxMap<String, (Report, Instant)>,
     own_sequence: u64,
 }
 
@@ -100,6 +101,7 @@ impl Doic {
             vector,
             cfg,
             own_peer_report: None,
+            own_peer_reports: super::fxhash::FxMap::default(),
             own_sequence: sequence_base,
         })
     }
@@ -147,22 +149,52 @@ impl Doic {
         }
     }
 
-    /// Sets (or with `None` ends) the agent's own peer report, sent in answers
-    /// to peers that support peer reports (RFC 8581 §6.2.4). The control path
-    /// calls this when the agent itself is overloaded.
+    /// Sets (or with `None` ends) the agent's own peer report for every
+    /// downstream peer that supports peer reports (RFC 8581 §6.2.4). The
+    /// control path calls this when the agent itself is overloaded.
     pub fn set_own_peer_report(
         &mut self,
         now: Instant,
         abatement: Option<Abatement>,
         validity: Duration,
     ) {
+        let prev = self.own_peer_report.as_ref().map(|(r, _)| r.abatement);
+        self.own_peer_report = Some(self.own_report(now, prev, abatement, validity));
+    }
+
+    /// Sets (or with `None` ends) the agent's own peer report for one
+    /// downstream peer, overriding the one for all peers: RFC 8582 §6.1, a rate
+    /// allocated to each reacting node, kept as a separate reporting-node OCS
+    /// per peer (RFC 8581 §6.2.1.1). At most `max_ocs` peers are kept.
+    pub fn set_own_peer_report_for(
+        &mut self,
+        now: Instant,
+        peer: &str,
+        abatement: Option<Abatement>,
+        validity: Duration,
+    ) {
+        let prev = self.own_peer_reports.get(peer).map(|(r, _)| r.abatement);
+        if prev.is_none() && self.own_peer_reports.len() >= self.cfg.max_ocs {
+            return;
+        }
+        let entry = self.own_report(now, prev, abatement, validity);
+        self.own_peer_reports.insert(peer.to_owned(), entry);
+    }
+
+    /// A new version of an own peer report; sequence numbers come from one
+    /// counter, so every new version is greater (RFC 7683 §5.2.1.4).
+    fn own_report(
+        &mut self,
+        now: Instant,
+        prev: Option<Abatement>,
+        abatement: Option<Abatement>,
+        validity: Duration,
+    ) -> (Report, Instant) {
         self.own_sequence += 1;
         let (abatement, validity) = match abatement {
             Some(a) => (a, validity),
             None => (
-                self.own_peer_report
-                    .as_ref()
-                    .map_or(Abatement::Loss { percent: 0 }, |(r, _)| r.abatement),
+                prev.unwrap_or(Abatement::Loss { percent: 0 }),
                 Duration::ZERO,
             ),
         };
@@ -180,7 +212,7 @@ impl Doic {
             } else {
                 validity
             };
-        self.own_peer_report = Some((report, until));
+        (report, until)
     }
 
     /// Applies a report another worker's core accepted ([`AnswerActions::replicate`]),
@@ -591,7 +623,7 @@ impl Doic {
             (Ok(a), true) if features::supports(cf, *a) => *a,
             _ => Algorithm::Loss,
         };
-        let (add, own) = self.own_features(now, cf, tx.client_peer_report, selected);
+        let (add, own) = self.own_features(now, &tx.client, cf, tx.client_peer_report, selected);
         out.add_features = Some(add);
         // The agent's own realm report (seed 002), when no realm report came
         // from upstream and the answer speaks for that realm with loss.
@@ -621,13 +653,15 @@ impl Doic {
     fn own_features(
         &self,
         now: Instant,
+        peer_id: &str,
         peer: &OcSupportedFeatures,
         peer_report: bool,
         selected: Algorithm,
     ) -> (OcSupportedFeatures, Option<OcOlr>) {
         let own = self
-            .own_peer_report
-            .as_ref()
+            .own_peer_reports
+            .get(peer_id)
+            .or(self.own_peer_report.as_ref())
             .filter(|(_, until)| now < *until)
             .map(|(r, _)| r);
         let wanted = own.map_or(self.cfg.peer_algo, |r| r.abatement.algorithm());
@@ -666,7 +700,7 @@ impl Doic {
         };
         let pr =
             self.cfg.peer_report && features::peer_supports_peer_report(Some(cf), req.from_peer);
-        let (add, own) = self.own_features(now, cf, pr, Algorithm::Loss);
+        let (add, own) = self.own_features(now, req.from_peer, cf, pr, Algorithm::Loss);
         out.add_features = Some(add);
         out.forward_reports.extend(own);
         out

@@ -248,3 +248,66 @@ fn agent_chain_both_next_agents_overloaded_previous_hop_throttles() {
         Some(OLR_DEFAULT_ALGO)
     );
 }
+
+#[test]
+fn agent_allocates_a_rate_to_each_downstream_peer() {
+    // RFC 8582 §6.1 / RFC 8581 §6.2.1.1: the agent as reporting node sends each
+    // reacting peer its own OC-Maximum-Rate; each client holds it to that rate.
+    let mut net = Net::new();
+    net.server("s", REALM);
+    net.agent("a", DoicConfig::default(), &["c1", "c2", "s"], false);
+    net.realm_route("a", REALM, &[("s", Some("s"))]);
+    for c in ["c1", "c2"] {
+        net.agent(c, DoicConfig::default(), &["a"], true);
+        net.realm_route(c, REALM, &[("a", None)]);
+    }
+    let now = net.now();
+    let a = &mut net.agent_mut("a").core;
+    a.set_own_peer_report_for(
+        now,
+        "c1",
+        Some(Abatement::Rate { per_second: 100 }),
+        Duration::from_secs(60),
+    );
+    a.set_own_peer_report_for(
+        now,
+        "c2",
+        Some(Abatement::Rate { per_second: 300 }),
+        Duration::from_secs(60),
+    );
+    for (c, rate) in [("c1", 100u32), ("c2", 300)] {
+        let first = net.send(Req::realm(c, REALM));
+        let peer = first.reports(ReportType::Peer);
+        assert_eq!(peer.len(), 1);
+        assert_eq!(
+            (peer[0].maximum_rate, peer[0].reduction_percentage),
+            (Some(rate), None)
+        );
+        assert_eq!(
+            first.features.clone().unwrap().peer_algo,
+            Some(crate::doic::features::OLR_RATE_ALGORITHM)
+        );
+        let o = net
+            .agent_mut(c)
+            .core
+            .ocs_entry(APP, ReportType::Peer, "a")
+            .unwrap()
+            .abatement;
+        assert_eq!(o, Abatement::Rate { per_second: rate });
+    }
+    // Offered 10x for 5 s each: each client sends about its own rate.
+    for (c, rate) in [("c1", 100u64), ("c2", 300)] {
+        let before = net.server_mut("s").received;
+        let gap = Duration::from_nanos(1_000_000_000 / (rate * 10));
+        for _ in 0..rate * 50 {
+            net.advance(gap);
+            net.send(Req::realm(c, REALM));
+        }
+        let sent = net.server_mut("s").received - before;
+        let target = rate * 5;
+        assert!(
+            sent.abs_diff(target) * 50 <= target,
+            "{c}: {sent} sent, target {target}"
+        );
+    }
+}
