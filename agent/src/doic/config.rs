@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::features::Algorithm;
-use super::rate::{Priority, RateParams};
+use super::rate::{Priority, RateParams, RateParamsError};
 
 /// How throttled requests are answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,7 +125,58 @@ impl Default for DoicConfig {
     }
 }
 
+/// Why a `[doic]` section is unusable; one precise line each.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DoicConfigError {
+    /// The rate bucket parameters break RFC 8582 §8.3.
+    #[error("doic.rate: {0}")]
+    Rate(#[from] RateParamsError),
+    /// `divert_headroom` below 1 would declare realms overloaded with no report.
+    #[error("doic.divert_headroom = {value}: must be a number of at least 1")]
+    Headroom {
+        /// The value given.
+        value: f64,
+    },
+    /// A zero probe interval would send every request as a probe.
+    #[error("doic.probe_interval must be greater than 0")]
+    ProbeInterval,
+    /// No room for any overload control state.
+    #[error("doic.max_ocs must be at least 1")]
+    MaxOcs,
+    /// Realm reports need a validity within RFC 7683 §7.5 (1..=86400 s).
+    #[error("doic.realm_report_validity = {value}: must be 1..=86400 seconds")]
+    RealmValidity {
+        /// The value given.
+        value: u32,
+    },
+}
+
 impl DoicConfig {
+    /// Checks the section.
+    ///
+    /// # Errors
+    /// The first [`DoicConfigError`] found.
+    pub fn validate(&self) -> Result<(), DoicConfigError> {
+        self.rate.bucket_config()?;
+        if !(self.divert_headroom >= 1.0 && self.divert_headroom.is_finite()) {
+            return Err(DoicConfigError::Headroom {
+                value: self.divert_headroom,
+            });
+        }
+        if self.probe_interval.is_zero() {
+            return Err(DoicConfigError::ProbeInterval);
+        }
+        if self.max_ocs == 0 {
+            return Err(DoicConfigError::MaxOcs);
+        }
+        if !(1..=crate::dictionary::doic::MAX_VALIDITY_SECS).contains(&self.realm_report_validity) {
+            return Err(DoicConfigError::RealmValidity {
+                value: self.realm_report_validity,
+            });
+        }
+        Ok(())
+    }
+
     /// The policy for `peer`.
     #[must_use]
     pub fn peer(&self, peer: &str) -> PeerPolicy {
@@ -191,6 +242,31 @@ mod tests {
         assert_eq!(c.priority(16_777_238, 272, None), Priority::High);
         assert_eq!(c.priority(16_777_238, 271, Some(9)), Priority::Normal);
         assert_eq!(c.priority(4, 271, Some(2)), Priority::High);
+    }
+
+    #[test]
+    fn validation_names_the_bad_key() {
+        assert_eq!(DoicConfig::default().validate(), Ok(()));
+        let c: DoicConfig = toml::from_str("divert_headroom = 0.5").unwrap();
+        let e = c.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "doic.divert_headroom = 0.5: must be a number of at least 1"
+        );
+        let c: DoicConfig = toml::from_str("[rate]\ntau1 = 20.0\ntau2 = 10.0").unwrap();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("doic.rate: ")
+        );
+        let c: DoicConfig = toml::from_str("probe_interval = 0").unwrap();
+        assert_eq!(c.validate(), Err(DoicConfigError::ProbeInterval));
+        let c: DoicConfig = toml::from_str("realm_report_validity = 0").unwrap();
+        assert!(matches!(
+            c.validate(),
+            Err(DoicConfigError::RealmValidity { value: 0 })
+        ));
     }
 
     #[test]

@@ -7,11 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::config::DoicConfig;
+use super::config::{DoicConfig, DoicConfigError};
 use super::features::{self, Algorithm, OcSupportedFeatures};
 use super::loss::Prng;
 use super::ocs::{Ending, Ocs, OcsTable, Outcome, Phase};
-use super::rate::RateParamsError;
 use super::realm::RealmSynth;
 use super::report::{Abatement, OcOlr, Report, ReportType};
 use super::treatment::{
@@ -74,13 +73,15 @@ impl Doic {
     /// RFC 7683 §5.2.1.4 across restarts).
     ///
     /// # Errors
-    /// [`RateParamsError`] when the rate bucket parameters break RFC 8582 §8.3.
+    /// [`DoicConfigError`] when the configuration is unusable
+    /// ([`DoicConfig::validate`]).
     pub fn new(
         identity: &str,
         cfg: DoicConfig,
         seed: u64,
         sequence_base: u64,
-    ) -> Result<Self, RateParamsError> {
+    ) -> Result<Self, DoicConfigError> {
+        cfg.validate()?;
         let vector = features::announced_vector(&cfg.algorithms, cfg.peer_report);
         let ending = Ending {
             probe_interval: cfg.probe_interval,

@@ -36,7 +36,7 @@ pub mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use config::{DoicConfig, PeerPolicy, ThrottleResult};
+pub use config::{DoicConfig, DoicConfigError, PeerPolicy, ThrottleResult};
 pub use engine::{AnswerView, Doic};
 pub use features::{Algorithm, OcSupportedFeatures};
 pub use report::{OcOlr, ReportType};
