@@ -270,6 +270,27 @@ mod tests {
     }
 
     #[test]
+    fn design_note_example_is_valid() {
+        // The `[doic]` example of docs/doic.md parses and validates.
+        let doc = include_str!("../../../docs/doic.md");
+        let start = doc.find("```toml\n[doic]").unwrap() + "```toml\n".len();
+        let len = doc[start..].find("```").unwrap();
+        #[derive(Deserialize)]
+        struct File {
+            doic: DoicConfig,
+        }
+        let f: File = toml::from_str(&doc[start..start + len]).unwrap();
+        assert_eq!(f.doic.validate(), Ok(()));
+        assert!(f.doic.peer("hss1.example").trusted);
+        let defaults = DoicConfig {
+            priority_rules: f.doic.priority_rules.clone(),
+            peers: f.doic.peers.clone(),
+            ..DoicConfig::default()
+        };
+        assert_eq!(f.doic, defaults, "the example shows the defaults");
+    }
+
+    #[test]
     fn unknown_keys_are_rejected() {
         let e = toml::from_str::<DoicConfig>("algoritms = []").unwrap_err();
         assert!(e.to_string().contains("algoritms"), "{e}");

@@ -45,6 +45,56 @@ pub struct AnswerView<'a> {
 /// relay matches hop-by-hop identifiers and transport connection, RFC 7683
 /// §10.1). [`Doic::poll_timeout`] / [`Doic::handle_timeout`] only tidy up:
 /// expiry is evaluated against `now` on every call.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use doic_agent::codec::doic::{OcOlr, ReportType};
+/// use doic_agent::doic::{
+///     AnswerView, Candidate, Doic, DoicConfig, PeerPolicy, RequestView, Treatment,
+/// };
+///
+/// let mut cfg = DoicConfig::default();
+/// cfg.peers.insert("s1.example".into(), PeerPolicy { trusted: true, receive_reports: true });
+/// let mut core = Doic::new("agent.example", cfg, 42, 1_700_000_000).unwrap();
+/// let t0 = Instant::now();
+/// let req = RequestView {
+///     app_id: 4,
+///     command_code: 272,
+///     from_peer: "client.example",
+///     dest_realm: "example",
+///     dest_host: Some("s1.example"),
+///     features: None,
+///     drmp: None,
+/// };
+/// let route = [Candidate { peer: "s1.example", server: Some("s1.example") }];
+/// // No overload state: forward, with the agent's OC-Supported-Features.
+/// let Treatment::Forward { tx, add_features, .. } = core.treat(t0, &req, &route) else {
+///     unreachable!()
+/// };
+/// assert_eq!(add_features.source_id.as_deref(), Some("agent.example"));
+/// // The answer carries a 100 % host report.
+/// let mut olr = OcOlr::new(1, ReportType::Host);
+/// olr.reduction_percentage = Some(100);
+/// let olrs = [olr];
+/// let answer = AnswerView {
+///     app_id: 4,
+///     origin_host: "s1.example",
+///     origin_realm: "example",
+///     result_code: Some(2001),
+///     experimental_result_code: None,
+///     features: None,
+///     olrs: &olrs,
+/// };
+/// let act = core.on_answer(t0, &tx, "s1.example", &answer);
+/// // The client sent no OC-Supported-Features: nothing DOIC goes back to it.
+/// assert!(act.strip && act.add_features.is_none() && act.forward_reports.is_empty());
+/// // The next request to s1 is throttled by the agent with 5012.
+/// let t1 = t0 + Duration::from_millis(1);
+/// let Treatment::Throttle { result, .. } = core.treat(t1, &req, &route) else {
+///     unreachable!()
+/// };
+/// assert_eq!(result.code(), 5012);
+/// ```
 #[derive(Debug)]
 pub struct Doic {
     cfg: DoicConfig,
