@@ -128,6 +128,9 @@ pub struct Totals {
     pub diverted: u64,
     /// Answered locally with an error.
     pub throttled: u64,
+    /// Without any candidate next hop (answered 3002 by the relay); requests
+    /// = forwarded + diverted + throttled + no_route.
+    pub no_route: u64,
 }
 
 /// The evidence trail.
@@ -238,7 +241,7 @@ impl Audit {
             "dropped": self.dropped,
             "totals": {
                 "requests": t.requests, "forwarded": t.forwarded,
-                "diverted": t.diverted, "throttled": t.throttled,
+                "diverted": t.diverted, "throttled": t.throttled, "no_route": t.no_route,
             },
         })
     }

@@ -306,6 +306,7 @@ impl Doic {
     ) -> Treatment {
         self.audit.totals.requests += 1;
         if candidates.is_empty() {
+            self.audit.totals.no_route += 1;
             return Treatment::NoRoute;
         }
         let policy = self.cfg.peer(req.from_peer);

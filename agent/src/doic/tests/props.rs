@@ -114,8 +114,14 @@ proptest! {
                 drmp: Some(3),
             };
             let c = [Candidate { peer: "s1", server: Some("s1") }, Candidate { peer: "s2", server: Some("s2") }];
-            let t = core.treat(now, &req, &c);
-            let ok = matches!(t, Treatment::Forward { .. } | Treatment::Divert { .. } | Treatment::Throttle { .. });
+            // Now and then no route at all.
+            let route: &[Candidate<'_>] = if dt % 7 == 0 { &[] } else { &c };
+            let t = core.treat(now, &req, route);
+            let ok = match t {
+                Treatment::NoRoute => route.is_empty(),
+                Treatment::Forward { index, .. } | Treatment::Divert { index, .. } => index < route.len(),
+                Treatment::Throttle { .. } => true,
+            };
             prop_assert!(ok);
             // Seed 003 denominators: every matched request has one outcome.
             for o in core.ocs().iter() {
@@ -146,6 +152,9 @@ proptest! {
             }
         }
         let totals = core.audit().totals;
-        prop_assert_eq!(totals.requests, totals.forwarded + totals.diverted + totals.throttled);
+        prop_assert_eq!(
+            totals.requests,
+            totals.forwarded + totals.diverted + totals.throttled + totals.no_route
+        );
     }
 }
