@@ -8,6 +8,9 @@
 //! | --- | --- |
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
 //! | [`ebpf`] | kernel telemetry: loads and attaches the XDP/TC program, reads per-peer Diameter counters, renders them for Prometheus |
+//! | [`doic`] | DOIC overload control core, sans-io (RFC 7683, RFC 8581, RFC 8582) |
+//! | [`audit`] | evidence trail: reports, OCS versions, treatment counters |
+//! | [`bucket`] | RFC 8582 §8.3 leaky bucket: lock-free, shared by all workers, priorities and randomised phase |
 //! | [`codec`] | Diameter wire format: header, AVPs, typed values, messages, builders (RFC 6733 §3-4, §7) |
 //! | [`inspect`] | the `decode` / `encode` subcommands: message <-> JSON, one-line errors |
 //! | [`dictionary`] | command and AVP codes, types, flag rules, enumerations (RFC 6733, 7683, 8581, 8582) |
@@ -17,8 +20,11 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod audit;
+pub mod bucket;
 pub mod cli;
 pub mod codec;
 pub mod dictionary;
+pub mod doic;
 pub mod ebpf;
 pub mod inspect;

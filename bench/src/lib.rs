@@ -2,4 +2,5 @@
 //! anchor (another implementation of the same job) in the same run and
 //! reports their ratio, because the machines are shared and noisy.
 
+pub mod bucket;
 pub mod codec;

@@ -58,6 +58,11 @@ const STAGES: &[Stage] = &[
         about: "time the codec (relay fast path, full walk, encode) and check the targets",
         run: bench_codec,
     },
+    Stage {
+        name: "bench-bucket",
+        about: "leaky bucket against governor; fails if any ratio is above 1.0",
+        run: bench_bucket,
+    },
 ];
 
 /// Runs the selected stages in order; stops at the first failure.
@@ -300,6 +305,19 @@ fn bench_codec() -> anyhow::Result<()> {
             "codec-check",
             "--",
             "--check",
+        ],
+    )
+}
+
+/// The RFC 8582 §8.3 bucket against governor (bench/benches/bucket.rs):
+/// medians of interleaved runs; the bench exits non-zero when the agent is
+/// slower in any case. Figures land in target/bench-bucket.json.
+fn bench_bucket() -> anyhow::Result<()> {
+    run(
+        "cargo",
+        &[
+            "bench", "-p", "bench", "--bench", "bucket", "--", "--check", "--rounds", "7",
+            "--iters", "1000000",
         ],
     )
 }

@@ -1,0 +1,11 @@
+//! Simulation tests of the DOIC core: an in-memory network of clients, agents
+//! and reporting servers with a simulated clock ([`sim`]).
+
+mod lifecycle;
+mod precision;
+mod props;
+mod rules;
+mod seed002;
+mod sim;
+mod topologies;
+mod workers;

@@ -1,0 +1,162 @@
+//! `cargo bench -p bench --bench bucket [-- --check] [--rounds N] [--iters N] [--chunks N] [--limit R] [--only CASE]`
+//!
+//! The RFC 8582 §8.3 leaky bucket against governor, case by case (see
+//! `bench::bucket`). Prints one line per case,
+//! `bucket <case> agent_ns=<x> governor_ns=<y> ratio=<x/y>`, writes them as
+//! JSON to `target/bench-bucket.json`, and with `--check` exits non-zero
+//! when a ratio is above 1.0.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use bench::bucket::{AgentClockPerDecision, AgentSide, Case, CaseReport, compare};
+
+struct Options {
+    check: bool,
+    rounds: usize,
+    iters: u64,
+    chunks: usize,
+    limit: f64,
+    only: Option<String>,
+}
+
+fn parse() -> Result<Options, String> {
+    let mut o = Options {
+        check: false,
+        rounds: 15,
+        iters: 2_000_000,
+        chunks: 40,
+        limit: 1.0,
+        only: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--check" => o.check = true,
+            "--rounds" => {
+                o.rounds = value("--rounds")?
+                    .parse()
+                    .map_err(|e| format!("--rounds: {e}"))?;
+            }
+            "--iters" => {
+                o.iters = value("--iters")?
+                    .parse()
+                    .map_err(|e| format!("--iters: {e}"))?;
+            }
+            "--chunks" => {
+                o.chunks = value("--chunks")?
+                    .parse()
+                    .map_err(|e| format!("--chunks: {e}"))?;
+            }
+            "--limit" => {
+                o.limit = value("--limit")?
+                    .parse()
+                    .map_err(|e| format!("--limit: {e}"))?;
+            }
+            "--only" => o.only = Some(value("--only")?),
+            // cargo bench passes --bench to every harness.
+            "--bench" => {}
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if o.rounds == 0 || o.chunks == 0 || o.iters < 1024 * o.chunks as u64 {
+        return Err(
+            "--rounds and --chunks must be positive, --iters at least 1024 per chunk".into(),
+        );
+    }
+    Ok(o)
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        PathBuf::from,
+    )
+}
+
+fn main() -> ExitCode {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("bench-bucket: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let show = |r: &CaseReport| {
+        println!("{}", r.line());
+        eprintln!(
+            "  paired ratio {:.3}; admitted: agent {:.3} governor {:.3}; chunk pairs with threads together: {} of {}{}",
+            r.paired_ratio,
+            r.agent_admitted,
+            r.governor_admitted,
+            r.together.0,
+            r.together.1,
+            if r.contention_measured {
+                " (medians over those)"
+            } else {
+                " (too few: medians over all)"
+            }
+        );
+        eprintln!(
+            "  rounds: agent {:.3?} governor {:.3?}",
+            r.agent_runs, r.governor_runs
+        );
+    };
+    let mut failed = Vec::new();
+    let mut cases = Vec::new();
+    let mut informational = Vec::new();
+    let cases_run: Vec<Case> = Case::ALL
+        .into_iter()
+        .filter(|c| o.only.as_deref().is_none_or(|n| n == c.name()))
+        .collect();
+    if cases_run.is_empty() {
+        eprintln!("bench-bucket: --only takes single, contended or uncontended");
+        return ExitCode::from(2);
+    }
+    for &case in &cases_run {
+        // The bucket as its call contract says: time read once per batch.
+        let r = compare::<AgentSide>(case.name(), case, o.iters, o.rounds, o.chunks);
+        show(&r);
+        if r.ratio() > o.limit {
+            failed.push(case.name());
+        }
+        cases.push(r.json());
+    }
+    for &case in &cases_run {
+        // For comparison only: the bucket reading the clock in every
+        // decision, as governor must.
+        let name = format!("{}-clock-per-decision", case.name());
+        let r = compare::<AgentClockPerDecision>(&name, case, o.iters, o.rounds, o.chunks);
+        show(&r);
+        informational.push(r.json());
+    }
+    let report = serde_json::json!({
+        "rate_per_s": bench::bucket::RATE,
+        "offered_load": bench::bucket::LOAD,
+        "batch": bench::bucket::BATCH,
+        "iters_per_thread": o.iters,
+        "rounds": o.rounds,
+        "chunks": o.chunks,
+        "cases": cases,
+        "informational": informational,
+    });
+    let path = target_dir().join("bench-bucket.json");
+    match serde_json::to_string_pretty(&report) {
+        Ok(text) => {
+            if let Err(e) = std::fs::write(&path, text) {
+                eprintln!("bench-bucket: cannot write {}: {e}", path.display());
+            }
+        }
+        Err(e) => eprintln!("bench-bucket: cannot encode the report: {e}"),
+    }
+    if o.check && !failed.is_empty() {
+        eprintln!(
+            "bench-bucket: ratio above {} in: {}",
+            o.limit,
+            failed.join(", ")
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

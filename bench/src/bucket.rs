@@ -1,0 +1,603 @@
+//! Benchmark of the RFC 8582 §8.3 leaky bucket ([`doic_agent::bucket`])
+//! against `governor` (GCRA on one `AtomicU64`), measured in the same run.
+//!
+//! Both contenders read time from the same kind of clock (governor's
+//! `FakeRelativeClock`: one atomic load per decision, advanced by the harness
+//! once per batch of [`BATCH`] decisions), see the same arrivals (an offered
+//! load of twice the rate, so about half the decisions admit and write), and
+//! run in alternating order round after round so that machine noise hits
+//! both; the figure of a case is the median over the rounds. The agent's
+//! bucket is configured to do strictly more than governor: two priority
+//! levels (TAU1 = 5T, TAU2 = 10T, every fourth request priority) and the
+//! randomised phase of §8.3.3.
+//!
+//! Cases: one thread on one bucket; two threads on one shared bucket
+//! (contended); two threads on a bucket each (uncontended).
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use doic_agent::bucket::{Bucket, BucketConfig, interval_ns};
+use governor::clock::{Clock, FakeRelativeClock};
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+
+/// Decisions between two advances of the fake clock (the "batch" a worker
+/// would read its coarse clock once for).
+pub const BATCH: u64 = 8;
+
+/// OC-Maximum-Rate of the benchmark (T = 1 us).
+pub const RATE: u32 = 1_000_000;
+
+/// Offered load as a multiple of the rate.
+pub const LOAD: u64 = 2;
+
+/// The governor rate limiter with a manual clock, as the benchmark uses it.
+type Governor = RateLimiter<NotKeyed, InMemoryState, FakeRelativeClock, NoOpMiddleware<Nanos>>;
+
+/// One side of the comparison: decides requests against a clock it owns.
+pub trait Contender: Sync {
+    /// The time a batch of decisions is stamped with, read once per batch
+    /// (0 for contenders that read their clock inside each decision).
+    fn batch_time(&self) -> u64;
+    /// Decides request number `i` of a batch stamped `now`.
+    fn decide(&self, now: u64, i: u64) -> bool;
+    /// Moves the clock forward by `ns` nanoseconds.
+    fn advance(&self, ns: u64);
+}
+
+/// The agent's bucket, two priority levels, randomised.
+#[repr(align(128))]
+pub struct AgentSide {
+    bucket: Bucket,
+    clock: FakeRelativeClock,
+}
+
+impl AgentSide {
+    /// A bucket at [`RATE`] with the RFC 8582 §8.3.2 default thresholds.
+    ///
+    /// # Panics
+    ///
+    /// Never: the configuration is the RFC default, which is valid.
+    #[must_use]
+    pub fn new() -> AgentSide {
+        let clock = FakeRelativeClock::default();
+        let bucket = Bucket::new(clock.now().as_u64(), RATE, &BucketConfig::two_priorities())
+            .expect("the RFC default configuration is valid");
+        AgentSide { bucket, clock }
+    }
+}
+
+impl Default for AgentSide {
+    fn default() -> AgentSide {
+        AgentSide::new()
+    }
+}
+
+impl Contender for AgentSide {
+    /// The bucket's call contract: the caller reads the clock once per batch.
+    #[inline]
+    fn batch_time(&self) -> u64 {
+        self.clock.now().as_u64()
+    }
+
+    #[inline]
+    fn decide(&self, now: u64, i: u64) -> bool {
+        let level = u8::from(i.is_multiple_of(4));
+        self.bucket.try_admit(now, level)
+    }
+
+    fn advance(&self, ns: u64) {
+        self.clock.advance(Duration::from_nanos(ns));
+    }
+}
+
+/// The agent's bucket read exactly as governor is: one clock read inside
+/// every decision. Not the bucket's call contract; reported for comparison.
+#[repr(align(128))]
+#[derive(Default)]
+pub struct AgentClockPerDecision(AgentSide);
+
+impl Contender for AgentClockPerDecision {
+    #[inline]
+    fn batch_time(&self) -> u64 {
+        0
+    }
+
+    #[inline]
+    fn decide(&self, _now: u64, i: u64) -> bool {
+        let level = u8::from(i.is_multiple_of(4));
+        self.0.bucket.try_admit(self.0.clock.now().as_u64(), level)
+    }
+
+    fn advance(&self, ns: u64) {
+        self.0.advance(ns);
+    }
+}
+
+/// governor's direct rate limiter with a burst of 5 (tolerance 4T, the RFC
+/// 8582 §8.3.1 default TAU).
+#[repr(align(128))]
+pub struct GovernorSide {
+    limiter: Governor,
+    clock: FakeRelativeClock,
+}
+
+impl GovernorSide {
+    /// A limiter at [`RATE`] per second, burst 5.
+    #[must_use]
+    pub fn new() -> GovernorSide {
+        let clock = FakeRelativeClock::default();
+        let quota = Quota::per_second(NonZeroU32::new(RATE).unwrap_or(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN));
+        let limiter = RateLimiter::direct_with_clock(quota, clock.clone());
+        GovernorSide { limiter, clock }
+    }
+}
+
+impl Default for GovernorSide {
+    fn default() -> GovernorSide {
+        GovernorSide::new()
+    }
+}
+
+impl Contender for GovernorSide {
+    /// governor's API has no way to pass a time: it reads its clock in
+    /// every `check`.
+    #[inline]
+    fn batch_time(&self) -> u64 {
+        0
+    }
+
+    #[inline]
+    fn decide(&self, _now: u64, _i: u64) -> bool {
+        self.limiter.check().is_ok()
+    }
+
+    fn advance(&self, ns: u64) {
+        self.clock.advance(Duration::from_nanos(ns));
+    }
+}
+
+/// The clock step per decision for the offered load [`LOAD`].
+#[must_use]
+pub fn step_ns() -> u64 {
+    interval_ns(RATE) / LOAD
+}
+
+/// CPU time consumed by the calling thread, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// One thread's run of one chunk.
+#[derive(Clone, Copy, Debug)]
+pub struct RunTimes {
+    /// Wall-clock start.
+    pub start: Instant,
+    /// Wall-clock end.
+    pub end: Instant,
+    /// CPU time the thread spent in the run (time preempted by other
+    /// processes does not count).
+    pub cpu_ns: u64,
+    /// Decisions admitted.
+    pub admitted: u64,
+}
+
+/// Runs `iters` decisions on `c`, advancing its clock every [`BATCH`].
+#[inline(never)]
+pub fn run<C: Contender>(c: &C, iters: u64) -> RunTimes {
+    let c = black_box(c);
+    let advance = BATCH * step_ns();
+    let start = Instant::now();
+    let cpu = thread_cpu_ns();
+    let mut admitted = 0u64;
+    let mut i = 0u64;
+    while i < iters {
+        let now = c.batch_time();
+        for _ in 0..BATCH {
+            admitted += u64::from(c.decide(now, i));
+            i += 1;
+        }
+        c.advance(advance);
+    }
+    let cpu_ns = thread_cpu_ns().saturating_sub(cpu);
+    RunTimes {
+        start,
+        end: Instant::now(),
+        cpu_ns,
+        admitted: black_box(admitted),
+    }
+}
+
+/// A reusable start line for threads: they spin until all have arrived,
+/// so that their timed loops overlap. Waiters yield only after about a
+/// million spins: a thread that yields on a busy machine loses its core for
+/// a whole time slice and misses the start of the chunk.
+struct StartLine {
+    waiting: AtomicUsize,
+    generation: AtomicUsize,
+    threads: usize,
+}
+
+impl StartLine {
+    fn new(threads: usize) -> StartLine {
+        StartLine {
+            waiting: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+            threads,
+        }
+    }
+
+    fn wait(&self) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.waiting.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
+            self.waiting.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == generation {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1 << 20) {
+                thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// The three cases of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Case {
+    /// One thread on one bucket.
+    Single,
+    /// Two threads on one shared bucket.
+    Contended,
+    /// Two threads, each on its own bucket.
+    Uncontended,
+}
+
+impl Case {
+    /// Every case, in report order.
+    pub const ALL: [Case; 3] = [Case::Single, Case::Contended, Case::Uncontended];
+
+    /// The name printed in the report.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::Single => "single",
+            Case::Contended => "contended",
+            Case::Uncontended => "uncontended",
+        }
+    }
+
+    fn threads(self) -> usize {
+        match self {
+            Case::Single => 1,
+            Case::Contended | Case::Uncontended => 2,
+        }
+    }
+}
+
+/// What one round measured: per chunk pair, each side's CPU ns per decision
+/// and whether the threads of both runs really ran together.
+#[derive(Clone, Debug, Default)]
+pub struct Round {
+    /// Agent ns per decision, per chunk pair.
+    pub agent: Vec<f64>,
+    /// Governor ns per decision, per chunk pair.
+    pub governor: Vec<f64>,
+    /// Per chunk pair: both runs' threads overlapped for at least
+    /// [`MIN_OVERLAP`] of their span (always true for one thread).
+    pub together: Vec<bool>,
+    /// Fraction of the agent's decisions admitted.
+    pub agent_admitted: f64,
+    /// Fraction of governor's decisions admitted.
+    pub governor_admitted: f64,
+}
+
+/// Threads that ran together for less than this share of a chunk's span
+/// did not measure contention (another process had one of the cores).
+pub const MIN_OVERLAP: f64 = 0.5;
+
+/// Runs `chunks` alternating pairs of chunk runs, agent then governor and
+/// governor then agent in turn, each of `chunk` decisions per thread.
+/// Returns every run's side (true for the agent) and times as this thread
+/// saw them.
+fn alternate<A: Contender, G: Contender>(
+    a: &A,
+    g: &G,
+    chunk: u64,
+    chunks: usize,
+    line: &StartLine,
+) -> Vec<ChunkRun> {
+    let mut out = Vec::with_capacity(2 * chunks);
+    for k in 0..chunks {
+        for agent_turn in [k % 2 == 0, k % 2 == 1] {
+            line.wait();
+            let times = if agent_turn {
+                run(a, chunk)
+            } else {
+                run(g, chunk)
+            };
+            out.push((agent_turn, times));
+        }
+    }
+    out
+}
+
+/// Pins the calling thread to the `k`-th core, so that the two threads of
+/// a case never share one (where the machine has two).
+fn pin(k: usize) {
+    if let Some(ids) = core_affinity::get_core_ids()
+        && ids.len() > 1
+    {
+        core_affinity::set_for_current(ids[k % ids.len()]);
+    }
+}
+
+/// One thread's run of one chunk: agent side?, times.
+type ChunkRun = (bool, RunTimes);
+
+/// One round of `case`: `iters` decisions per thread and side, split in
+/// chunks that alternate between the agent (contender `A`) and governor so
+/// that noise from the shared machine hits both alike. A chunk costs the
+/// CPU time its threads spent per decision: preemption by other processes
+/// does not count, spinning on a contended cache line does.
+pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) -> Round {
+    let chunk = (iters / chunks as u64).max(BATCH);
+    let threads = case.threads();
+    let line = StartLine::new(threads);
+    let per_thread: Vec<Vec<ChunkRun>> = match case {
+        Case::Single => {
+            let (a, g) = (A::default(), GovernorSide::default());
+            vec![alternate(&a, &g, chunk, chunks, &line)]
+        }
+        Case::Contended => {
+            let (a, g) = (A::default(), GovernorSide::default());
+            thread::scope(|s| {
+                let handles: Vec<_> = (0..threads)
+                    .map(|k| {
+                        let (a, g, line) = (&a, &g, &line);
+                        s.spawn(move || {
+                            pin(k);
+                            alternate(a, g, chunk, chunks, line)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_default())
+                    .collect()
+            })
+        }
+        Case::Uncontended => thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|k| {
+                    let line = &line;
+                    s.spawn(move || {
+                        pin(k);
+                        // Built on its own thread (its own allocation arena),
+                        // so the two threads' buckets share no cache line.
+                        let (a, g) = (A::default(), GovernorSide::default());
+                        alternate(&a, &g, chunk, chunks, line)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_default())
+                .collect()
+        }),
+    };
+    let mut round = Round::default();
+    let (mut agent_admitted, mut governor_admitted) = (0u64, 0u64);
+    for k in 0..chunks {
+        let mut pair = [(0.0, 0.0); 2];
+        for run in [2 * k, 2 * k + 1] {
+            let runs: Vec<&RunTimes> = per_thread
+                .iter()
+                .filter_map(|t| t.get(run))
+                .map(|r| &r.1)
+                .collect();
+            let Some(agent_turn) = per_thread[0].get(run).map(|r| r.0) else {
+                continue;
+            };
+            let cpu: u64 = runs.iter().map(|r| r.cpu_ns).sum();
+            let ns = cpu as f64 / (chunk as f64 * runs.len() as f64);
+            let admitted: u64 = runs.iter().map(|r| r.admitted).sum();
+            if agent_turn {
+                pair[0] = (ns, overlap(&runs));
+                agent_admitted += admitted;
+            } else {
+                pair[1] = (ns, overlap(&runs));
+                governor_admitted += admitted;
+            }
+        }
+        round.agent.push(pair[0].0);
+        round.governor.push(pair[1].0);
+        round
+            .together
+            .push(pair[0].1 >= MIN_OVERLAP && pair[1].1 >= MIN_OVERLAP);
+    }
+    let decisions = (chunk * chunks as u64 * threads as u64) as f64;
+    round.agent_admitted = agent_admitted as f64 / decisions;
+    round.governor_admitted = governor_admitted as f64 / decisions;
+    round
+}
+
+/// The share of the runs' span during which all of them were running
+/// (1 for a single thread).
+fn overlap(runs: &[&RunTimes]) -> f64 {
+    let (Some(first_start), Some(last_start), Some(first_end), Some(last_end)) = (
+        runs.iter().map(|r| r.start).min(),
+        runs.iter().map(|r| r.start).max(),
+        runs.iter().map(|r| r.end).min(),
+        runs.iter().map(|r| r.end).max(),
+    ) else {
+        return 0.0;
+    };
+    let span = last_end.duration_since(first_start).as_secs_f64();
+    let common = first_end
+        .saturating_duration_since(last_start)
+        .as_secs_f64();
+    if span > 0.0 { common / span } else { 1.0 }
+}
+
+/// The outcome of one case over all rounds.
+#[derive(Clone, Debug)]
+pub struct CaseReport {
+    /// The case's name in the report.
+    pub name: String,
+    /// Median ns per decision of the agent's bucket.
+    pub agent_ns: f64,
+    /// Median ns per decision of governor.
+    pub governor_ns: f64,
+    /// Every round's agent median (all chunks).
+    pub agent_runs: Vec<f64>,
+    /// Every round's governor median (all chunks).
+    pub governor_runs: Vec<f64>,
+    /// Fraction admitted by the agent (last round).
+    pub agent_admitted: f64,
+    /// Fraction admitted by governor (last round).
+    pub governor_admitted: f64,
+    /// Chunk pairs whose threads ran together, and all chunk pairs.
+    pub together: (usize, usize),
+    /// Whether the medians are over the chunk pairs whose threads ran
+    /// together (true) or, there being too few, over all of them.
+    pub contention_measured: bool,
+    /// Median over the same chunk pairs of agent / governor within a pair
+    /// (a cross-check of `ratio`, insensitive to conditions that change
+    /// from pair to pair).
+    pub paired_ratio: f64,
+}
+
+/// Chunk pairs with threads together needed to report them alone.
+pub const MIN_TOGETHER: usize = 10;
+
+impl CaseReport {
+    /// agent_ns / governor_ns.
+    #[must_use]
+    pub fn ratio(&self) -> f64 {
+        self.agent_ns / self.governor_ns
+    }
+
+    /// The report line: `bucket <case> agent_ns=<x> governor_ns=<y> ratio=<x/y>`.
+    #[must_use]
+    pub fn line(&self) -> String {
+        format!(
+            "bucket {} agent_ns={:.3} governor_ns={:.3} ratio={:.3}",
+            self.name,
+            self.agent_ns,
+            self.governor_ns,
+            self.ratio()
+        )
+    }
+
+    /// The case as a JSON object.
+    #[must_use]
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "case": self.name,
+            "agent_ns": self.agent_ns,
+            "governor_ns": self.governor_ns,
+            "ratio": self.ratio(),
+            "agent_runs": self.agent_runs,
+            "governor_runs": self.governor_runs,
+            "agent_admitted_fraction": self.agent_admitted,
+            "governor_admitted_fraction": self.governor_admitted,
+            "chunk_pairs_threads_together": self.together.0,
+            "chunk_pairs": self.together.1,
+            "medians_over_pairs_together": self.contention_measured,
+            "paired_ratio": self.paired_ratio,
+        })
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+#[must_use]
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Runs `case` for `rounds` rounds of `iters` decisions per thread and side
+/// (agent contender `A` against governor, interleaved in `chunks` chunk
+/// pairs), after a warm-up round. `name` labels the report line.
+///
+/// The figures are medians over all chunk pairs of all rounds. In the
+/// two-thread cases only the pairs in which both sides' threads really ran
+/// together count, if there are at least [`MIN_TOGETHER`] of them: on a busy
+/// machine one thread often waits for a core, and such a chunk measures no
+/// contention. Pairs are kept or dropped whole, so both sides are always
+/// compared under the same conditions.
+#[must_use]
+pub fn compare<A: Contender + Default>(
+    name: &str,
+    case: Case,
+    iters: u64,
+    rounds: usize,
+    chunks: usize,
+) -> CaseReport {
+    let _ = measure::<A>(case, iters / 4, chunks);
+    let mut agent_runs = Vec::with_capacity(rounds);
+    let mut governor_runs = Vec::with_capacity(rounds);
+    let (mut agent_all, mut governor_all) = (Vec::new(), Vec::new());
+    let (mut agent_together, mut governor_together) = (Vec::new(), Vec::new());
+    let (mut agent_admitted, mut governor_admitted) = (0.0, 0.0);
+    for _ in 0..rounds {
+        let r = measure::<A>(case, iters, chunks);
+        agent_runs.push(median(&r.agent));
+        governor_runs.push(median(&r.governor));
+        for ((&a, &g), &together) in r.agent.iter().zip(&r.governor).zip(&r.together) {
+            agent_all.push(a);
+            governor_all.push(g);
+            if together {
+                agent_together.push(a);
+                governor_together.push(g);
+            }
+        }
+        (agent_admitted, governor_admitted) = (r.agent_admitted, r.governor_admitted);
+    }
+    let contention_measured = agent_together.len() >= MIN_TOGETHER;
+    let (agent, governor) = if contention_measured {
+        (&agent_together, &governor_together)
+    } else {
+        (&agent_all, &governor_all)
+    };
+    let paired: Vec<f64> = agent.iter().zip(governor).map(|(a, g)| a / g).collect();
+    CaseReport {
+        name: name.to_owned(),
+        agent_ns: median(agent),
+        governor_ns: median(governor),
+        agent_runs,
+        governor_runs,
+        agent_admitted,
+        governor_admitted,
+        together: (agent_together.len(), agent_all.len()),
+        contention_measured,
+        paired_ratio: median(&paired),
+    }
+}
