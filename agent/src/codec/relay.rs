@@ -111,8 +111,11 @@ impl<'a> Routing<'a> {
             let w1 = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
             let length = (w1 & 0x00ff_ffff) as usize;
             let vendor = w1 & (u32::from(super::avp::AvpFlags::VENDOR) << 24) != 0;
-            let padded = (length + 3) & !3;
-            if length < 8 + 4 * usize::from(vendor) || padded > end - pos {
+            // rounded up to 4 in one step less than (length + 3) & !3: a carry
+            // into the flags byte is masked off, which wraps only lengths near
+            // 2^24; `padded < length` catches those
+            let padded = (w1.wrapping_add(3) & 0x00ff_fffc) as usize;
+            if length < 8 + 4 * usize::from(vendor) || padded < length || padded > end - pos {
                 // the slow path names the defect
                 parse_one(&buf[pos..], pos)?;
             }
