@@ -145,12 +145,27 @@ impl<'a> Routing<'a> {
         Ok(r)
     }
 
+    /// The AVP of a slot, rebuilt from the header `scan` already checked
+    /// (no vendor, length within the message).
+    #[inline]
     fn get(&self, slot: Slot) -> Option<RawAvp<'a>> {
         let off = self.first[slot as usize] as usize;
         if off == 0 {
             return None;
         }
-        parse_one(&self.buf[off..], off).ok()
+        let h = self.buf.get(off..off + 8)?;
+        let length = super::header::u24(&h[5..8]) as usize;
+        let padded = (length + 3) & !3;
+        let raw = self.buf.get(off..off + padded)?;
+        Some(RawAvp {
+            code: u32::from_be_bytes([h[0], h[1], h[2], h[3]]),
+            flags: super::avp::AvpFlags(h[4]),
+            vendor_id: None,
+            data: raw.get(8..length)?,
+            padding: &raw[length..],
+            offset: off,
+            raw,
+        })
     }
 
     /// The value of a slot's AVP; `scan` checked its header (no vendor, so
