@@ -592,10 +592,42 @@ pub fn avp(code: u32, vendor_id: u32) -> Option<&'static AvpDef> {
     if vendor_id == vendor::NONE && (code as usize) < DIRECT {
         return AVPS.get(usize::from(DIRECT_INDEX[code as usize]));
     }
+    if vendor_id != vendor::NONE {
+        // few vendor AVPs: a short scan beats a binary search over all
+        return OTHER_INDEX
+            .iter()
+            .map(|&i| &AVPS[usize::from(i)])
+            .find(|a| a.code == code && a.vendor_id == vendor_id);
+    }
     AVPS.binary_search_by(|a| (a.code, a.vendor_id).cmp(&(code, vendor_id)))
         .ok()
         .map(|i| &AVPS[i])
 }
+
+const fn count_others() -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < AVP_TABLE.len() {
+        if AVP_TABLE[i].vendor_id != vendor::NONE {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// Indices into [`AVPS`] of the vendor AVPs, built at compile time.
+static OTHER_INDEX: [u16; count_others()] = {
+    let mut t = [0u16; count_others()];
+    let (mut n, mut i) = (0, 0);
+    while i < AVP_TABLE.len() {
+        if AVP_TABLE[i].vendor_id != vendor::NONE {
+            t[n] = i as u16;
+            n += 1;
+        }
+        i += 1;
+    }
+    t
+};
 
 /// Looks an AVP up by name (exact spelling).
 pub fn avp_by_name(name: &str) -> Option<&'static AvpDef> {

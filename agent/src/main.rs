@@ -1,11 +1,10 @@
 //! `doic-agent`: parse the command line, run it, map errors to an exit code.
 
-use clap::Parser;
 use doic_agent::cli::Cli;
 use doic_agent::cli::Command;
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_or_exit();
     match cli.command {
         None => std::process::ExitCode::SUCCESS,
         Some(command) => match command {

@@ -241,3 +241,12 @@ fn the_readme_sample_decodes_and_round_trips() {
     assert_eq!(j["header"]["command"], "Capabilities-Exchange-Request");
     assert_eq!(ok_stdout(&run(&["encode"], json.as_bytes())).trim(), hex);
 }
+
+#[test]
+fn a_bad_command_line_is_one_line() {
+    let o = run(&["decode", "--bogus"], b"");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--bogus"), "{err}");
+}

@@ -37,9 +37,12 @@ fn check_avps(buf: &[u8], base: usize, depth: usize, lenient: bool) -> Result<()
         let length = (w1 & 0x00ff_ffff) as usize;
         let vendor = w1 & (u32::from(super::avp::AvpFlags::VENDOR) << 24) != 0;
         let hlen = if vendor { 12 } else { 8 };
-        let padded = (length + 3) & !3;
+        // rounded up to 4 in one step less than (length + 3) & !3: a carry
+        // into the flags byte is masked off, which wraps only lengths near
+        // 2^24; `padded < length` catches those
+        let padded = (w1.wrapping_add(3) & 0x00ff_fffc) as usize;
         let slow = |pos: usize| super::avp::parse_one(&buf[pos..], base + pos);
-        if length < hlen || padded > end - pos {
+        if length < hlen || padded < length || padded > end - pos {
             slow(pos)?;
         }
         let vendor_id = match buf.get(pos + 8..pos + 12) {

@@ -111,8 +111,11 @@ impl<'a> Routing<'a> {
             let w1 = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
             let length = (w1 & 0x00ff_ffff) as usize;
             let vendor = w1 & (u32::from(super::avp::AvpFlags::VENDOR) << 24) != 0;
-            let padded = (length + 3) & !3;
-            if length < 8 + 4 * usize::from(vendor) || padded > end - pos {
+            // rounded up to 4 in one step less than (length + 3) & !3: a carry
+            // into the flags byte is masked off, which wraps only lengths near
+            // 2^24; `padded < length` catches those
+            let padded = (w1.wrapping_add(3) & 0x00ff_fffc) as usize;
+            if length < 8 + 4 * usize::from(vendor) || padded < length || padded > end - pos {
                 // the slow path names the defect
                 parse_one(&buf[pos..], pos)?;
             }
@@ -142,12 +145,27 @@ impl<'a> Routing<'a> {
         Ok(r)
     }
 
+    /// The AVP of a slot, rebuilt from the header `scan` already checked
+    /// (no vendor, length within the message).
+    #[inline]
     fn get(&self, slot: Slot) -> Option<RawAvp<'a>> {
         let off = self.first[slot as usize] as usize;
         if off == 0 {
             return None;
         }
-        parse_one(&self.buf[off..], off).ok()
+        let h = self.buf.get(off..off + 8)?;
+        let length = super::header::u24(&h[5..8]) as usize;
+        let padded = (length + 3) & !3;
+        let raw = self.buf.get(off..off + padded)?;
+        Some(RawAvp {
+            code: u32::from_be_bytes([h[0], h[1], h[2], h[3]]),
+            flags: super::avp::AvpFlags(h[4]),
+            vendor_id: None,
+            data: raw.get(8..length)?,
+            padding: &raw[length..],
+            offset: off,
+            raw,
+        })
     }
 
     /// The value of a slot's AVP; `scan` checked its header (no vendor, so
