@@ -1,12 +1,14 @@
 //! Benchmark of the RFC 8582 §8.3 leaky bucket ([`doic_agent::bucket`])
 //! against `governor` (GCRA on one `AtomicU64`), measured in the same run.
 //!
-//! Both contenders read time from the same kind of clock (governor's
-//! `FakeRelativeClock`: one atomic load per decision, advanced by the harness
-//! once per batch of [`BATCH`] decisions), see the same arrivals (an offered
+//! Both contenders take time from the same kind of clock (governor's
+//! `FakeRelativeClock`, advanced by the harness once per batch of [`BATCH`]
+//! decisions; governor reads it in every check, the bucket once per batch
+//! as its call contract says, or in every decision for the
+//! [`AgentClockPerDecision`] comparison), see the same arrivals (an offered
 //! load of twice the rate, so about half the decisions admit and write), and
-//! run in alternating order round after round so that machine noise hits
-//! both; the figure of a case is the median over the rounds. The agent's
+//! run in alternating chunks so that machine noise hits both; a case's
+//! figure is the median over chunk pairs (see [`compare`]). The agent's
 //! bucket is configured to do strictly more than governor: two priority
 //! levels (TAU1 = 5T, TAU2 = 10T, every fourth request priority) and the
 //! randomised phase of §8.3.3.
