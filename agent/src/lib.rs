@@ -8,6 +8,10 @@
 //! | --- | --- |
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
 //! | [`bucket`] | RFC 8582 §8.3 leaky bucket: lock-free, shared by all workers, priorities and randomised phase |
+//! | [`ebpf`] | kernel telemetry: loads and attaches the XDP/TC program, reads per-peer Diameter counters, renders them for Prometheus |
+//! | [`codec`] | Diameter wire format: header, AVPs, typed values, messages, builders (RFC 6733 §3-4, §7) |
+//! | [`inspect`] | the `decode` / `encode` subcommands: message <-> JSON, one-line errors |
+//! | [`dictionary`] | command and AVP codes, types, flag rules, enumerations (RFC 6733, 7683, 8581, 8582) |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -16,3 +20,7 @@
 
 pub mod bucket;
 pub mod cli;
+pub mod codec;
+pub mod dictionary;
+pub mod ebpf;
+pub mod inspect;

@@ -3,3 +3,4 @@
 //! reports their ratio, because the machines are shared and noisy.
 
 pub mod bucket;
+pub mod codec;

@@ -34,6 +34,31 @@ const STAGES: &[Stage] = &[
         run: unit,
     },
     Stage {
+        name: "ebpf",
+        about: "kernel program: parse path by test run; exact counts in netns over XDP native/generic and TC; SYN guard; detach (root)",
+        run: ebpf,
+    },
+    Stage {
+        name: "bench-ebpf",
+        about: "per-packet cost of the kernel program against an empty XDP program; fails above target (root)",
+        run: bench_ebpf,
+    },
+    Stage {
+        name: "interop",
+        about: "install the third-party peers, then run the interop harness tests against them",
+        run: interop,
+    },
+    Stage {
+        name: "fuzz",
+        about: "cargo-fuzz the Diameter decoder for 60 s from the seed corpus; fails on a crash",
+        run: fuzz,
+    },
+    Stage {
+        name: "bench-codec",
+        about: "time the codec (relay fast path, full walk, encode) and check the targets",
+        run: bench_codec,
+    },
+    Stage {
         name: "bench-bucket",
         about: "leaky bucket against governor; fails if any ratio is above 1.0",
         run: bench_bucket,
@@ -88,12 +113,200 @@ fn unit() -> anyhow::Result<()> {
     if have("cargo-nextest") {
         run(
             "cargo",
-            &["nextest", "run", "--workspace", "--no-fail-fast"],
+            &[
+                "nextest",
+                "run",
+                "--workspace",
+                "--exclude",
+                "interop",
+                "--no-fail-fast",
+            ],
         )?;
     } else {
-        run("cargo", &["test", "--workspace", "--no-fail-fast"])?;
+        run(
+            "cargo",
+            &[
+                "test",
+                "--workspace",
+                "--exclude",
+                "interop",
+                "--no-fail-fast",
+            ],
+        )?;
     }
     run("cargo", &["test", "--workspace", "--doc"])
+}
+
+/// Fails with a clear message unless running as root.
+fn require_root(stage: &str) -> anyhow::Result<()> {
+    let uid = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    if uid != "0" {
+        bail!(
+            "stage {stage} needs root (network namespaces, BPF); skipped: run `sudo -E cargo xtask test --only {stage}`"
+        );
+    }
+    Ok(())
+}
+
+fn ebpf() -> anyhow::Result<()> {
+    require_root("ebpf")?;
+    setup::ebpf()?;
+    // The kernel crate is outside the host workspace: lint it for its target.
+    let kernel = crate::util::root().join("agent-ebpf");
+    crate::util::run_cmd(
+        std::process::Command::new("cargo")
+            .args(["+nightly", "fmt", "--check"])
+            .current_dir(&kernel),
+    )?;
+    crate::util::run_cmd(
+        std::process::Command::new("cargo")
+            .args([
+                "+nightly",
+                "clippy",
+                "--release",
+                "--locked",
+                "-Z",
+                "build-std=core",
+            ])
+            .args([
+                "--target",
+                "bpfel-unknown-none",
+                "--target-dir",
+                "../target/bpf",
+            ])
+            .args(["--", "-D", "warnings"])
+            .current_dir(&kernel),
+    )?;
+    run(
+        "cargo",
+        &[
+            "test",
+            "-p",
+            "agent",
+            "--test",
+            "ebpf_parse",
+            "--test",
+            "ebpf_netns",
+            "--",
+            "--ignored",
+            "--test-threads=1",
+        ],
+    )
+}
+
+fn bench_ebpf() -> anyhow::Result<()> {
+    require_root("bench-ebpf")?;
+    setup::ebpf()?;
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    if !mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf"))
+    {
+        run("mount", &["-t", "bpf", "bpf", "/sys/fs/bpf"])?;
+    }
+    let dir = format!("/sys/fs/bpf/doic-bench-{}", std::process::id());
+    run(
+        "cargo",
+        &[
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "bench",
+            "--bin",
+            "ebpf-prog-run",
+            "--",
+            &dir,
+        ],
+    )?;
+    // Live traffic through the kernel's run statistics: figures, no target.
+    run(
+        "cargo",
+        &[
+            "test",
+            "-p",
+            "agent",
+            "--test",
+            "ebpf_live_cost",
+            "--",
+            "--ignored",
+            "--nocapture",
+        ],
+    )
+}
+
+/// The third-party peers (freeDiameter, Erlang/OTP, tshark) are installed as
+/// part of this stage, so `--only interop` works on a fresh machine. The
+/// harness tests spawn daemons and capture on `lo`; they run one test binary
+/// at a time but tests inside it in parallel (free ports per test).
+fn interop() -> anyhow::Result<()> {
+    let t0 = std::time::Instant::now();
+    crate::peers::install()?;
+    let t_setup = t0.elapsed();
+    let dir = crate::peers::dir();
+    let mut cmd = std::process::Command::new("cargo");
+    if have("cargo-nextest") {
+        cmd.args(["nextest", "run", "-p", "interop", "--no-fail-fast"]);
+    } else {
+        cmd.args(["test", "-p", "interop", "--no-fail-fast"]);
+    }
+    cmd.env("DOIC_PEERS_DIR", &dir);
+    crate::util::run_cmd(&mut cmd)?;
+    eprintln!(
+        "interop: setup {:.1}s, tests {:.1}s",
+        t_setup.as_secs_f64(),
+        (t0.elapsed() - t_setup).as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Seconds the `fuzz` stage runs the decoder target.
+const FUZZ_SECS: u32 = 60;
+
+fn fuzz() -> anyhow::Result<()> {
+    setup::cargo_fuzz()?;
+    // new inputs go to a scratch directory; the committed seeds stay as they are
+    let scratch = crate::util::root().join("target/fuzz-corpus/decode");
+    std::fs::create_dir_all(&scratch)?;
+    let scratch = scratch.to_string_lossy().into_owned();
+    let max_time = format!("-max_total_time={FUZZ_SECS}");
+    run(
+        "cargo",
+        &[
+            "+nightly",
+            "fuzz",
+            "run",
+            "decode",
+            &scratch,
+            "fuzz/corpus/decode",
+            "--",
+            &max_time,
+            "-rss_limit_mb=2048",
+            // an input that takes this long is a hang, reported as a crash
+            "-timeout=10",
+        ],
+    )
+}
+
+fn bench_codec() -> anyhow::Result<()> {
+    run(
+        "cargo",
+        &[
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "bench",
+            "--bin",
+            "codec-check",
+            "--",
+            "--check",
+        ],
+    )
 }
 
 /// The RFC 8582 §8.3 bucket against governor (bench/benches/bucket.rs):

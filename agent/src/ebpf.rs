@@ -1,0 +1,733 @@
+//! Kernel telemetry: loads the `agent-ebpf` program, attaches it to the
+//! configured interfaces and reads its per-peer counters of Diameter traffic
+//! (RFC 6733 §2.1 TCP transport, §3 header recognition). The only module that
+//! uses aya.
+//!
+//! The program is optional: when it cannot be loaded (no privileges, no BPF,
+//! object not built) [`Telemetry::start`] returns a [`LoadError`], the agent
+//! logs one line and exports `doic_ebpf_attached 0`, and everything else keeps
+//! working.
+//!
+//! ```no_run
+//! use doic_agent::ebpf::{self, Config, Telemetry};
+//!
+//! // One log line and `None` when the program cannot run.
+//! let telemetry = Telemetry::start_or_log(&Config::default());
+//! let mut text = String::new();
+//! match &telemetry {
+//!     Some(t) => {
+//!         let peers = t.read().unwrap_or_default();
+//!         let global = t.global().ok();
+//!         ebpf::render_prometheus(&mut text, true, &peers, global.as_ref());
+//!     }
+//!     None => ebpf::render_prometheus(&mut text, false, &[], None),
+//! }
+//! // Detaches from every interface.
+//! drop(telemetry);
+//! ```
+
+mod config;
+mod counters;
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
+
+use agent_ebpf_common::{
+    DIR_FROM_PEER, DIR_TO_PEER, FLAG_SYN_GUARD, GLOBAL_PORT_BITS, GLOBAL_TABLE_FULL,
+    GLOBAL_UNPARSED, MAP_CONFIG, MAP_GLOBAL, MAP_PEERS, MAP_SYN_ALLOW, PORT_WORDS, PROG_TC_EGRESS,
+    PROG_TC_INGRESS, PROG_XDP, PROG_XDP_PASS, PeerKey, PeerStats,
+};
+use aya::maps::{Array, LpmTrie, MapData, MapError, PerCpuArray, PerCpuHashMap, lpm_trie::Key};
+use aya::programs::{ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode};
+use aya::{Ebpf, EbpfError, EbpfLoader};
+use tracing::{debug, info, warn};
+
+pub use config::{Config, ConfigError, Mode, Prefix, PrefixError, addr_from_key};
+pub use counters::{
+    Direction, GlobalCounters, PeerCounters, PeerRate, RateMeter, render_prometheus,
+};
+
+/// The object built by `agent/build.rs`; empty when the eBPF toolchain was
+/// absent at build time.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/agent-ebpf.o"));
+
+/// True when this binary embeds the kernel program (the eBPF toolchain was
+/// present when it was built).
+#[must_use]
+pub fn program_built() -> bool {
+    !OBJECT.is_empty()
+}
+
+/// Why the program is not running.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// `mode = "off"`.
+    #[error("kernel telemetry is off in the configuration")]
+    Disabled,
+    /// The configuration cannot work.
+    #[error("invalid [ebpf] configuration")]
+    Config(#[from] ConfigError),
+    /// The binary was built without the eBPF toolchain.
+    #[error(
+        "program not built (the eBPF toolchain was absent at build time; run `cargo xtask setup`)"
+    )]
+    NotBuilt,
+    /// The kernel refused the object (no privileges, no BPF, verifier).
+    #[error("cannot load the kernel program")]
+    Load(#[source] EbpfError),
+    /// A program the loader expects is missing from the object.
+    #[error("program {name} missing from the object")]
+    MissingProgram {
+        /// The program's name.
+        name: &'static str,
+    },
+    /// The kernel refused one program (verifier, privileges).
+    #[error("cannot load program {name}")]
+    Program {
+        /// The program's name.
+        name: &'static str,
+        /// What aya reported.
+        #[source]
+        source: ProgramError,
+    },
+    /// Attaching to an interface failed in every allowed way.
+    #[error("cannot attach {hook} to interface {interface}")]
+    Attach {
+        /// The interface name.
+        interface: String,
+        /// The last hook tried.
+        hook: Hook,
+        /// What aya reported for it.
+        #[source]
+        source: ProgramError,
+    },
+    /// A map the loader expects is missing from the object.
+    #[error("map {name} missing from the object")]
+    MissingMap {
+        /// The map's name.
+        name: &'static str,
+    },
+    /// Reading or writing a map failed.
+    #[error("map {name}")]
+    Map {
+        /// The map's name.
+        name: &'static str,
+        /// What aya reported.
+        #[source]
+        source: MapError,
+    },
+    /// The kernel refused a test run.
+    #[error("test run of {name} failed")]
+    TestRun {
+        /// The program's name.
+        name: &'static str,
+        /// What the kernel reported.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Pinning to bpffs failed.
+    #[error("cannot pin {what}")]
+    Pin {
+        /// What was pinned.
+        what: String,
+        /// What aya reported.
+        #[source]
+        source: aya::pin::PinError,
+    },
+}
+
+/// Where one program is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    /// XDP in the driver.
+    XdpNative,
+    /// XDP in the generic (SKB) path.
+    XdpGeneric,
+    /// TC ingress (TCX on kernels >= 6.6).
+    TcIngress,
+    /// TC egress (TCX on kernels >= 6.6).
+    TcEgress,
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Hook::XdpNative => "xdp-native",
+            Hook::XdpGeneric => "xdp-generic",
+            Hook::TcIngress => "tc-ingress",
+            Hook::TcEgress => "tc-egress",
+        })
+    }
+}
+
+/// One attachment: an interface and a hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attachment {
+    /// The interface name.
+    pub interface: String,
+    /// The hook used.
+    pub hook: Hook,
+}
+
+/// The loaded, attached program and its maps. Dropping it detaches every
+/// program and frees the maps.
+pub struct Telemetry {
+    ebpf: Ebpf,
+    attachments: Vec<Attachment>,
+}
+
+impl fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("attachments", &self.attachments)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    /// Loads the program, fills its configuration maps and attaches it to
+    /// every configured interface: ingress per [`Mode`] (in `auto`, native XDP,
+    /// else generic XDP, else TC ingress), plus TC egress when `egress` is on.
+    /// Attachments are made in the calling thread's network namespace.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Disabled`] for `mode = "off"`, [`LoadError::NotBuilt`]
+    /// without an embedded object, otherwise the first load, map or attach
+    /// failure. Nothing stays attached after an error.
+    pub fn start(cfg: &Config) -> Result<Self, LoadError> {
+        if cfg.mode == Mode::Off {
+            return Err(LoadError::Disabled);
+        }
+        cfg.validate()?;
+        let mut ebpf = load_object(cfg)?;
+        write_config(&mut ebpf, cfg)?;
+        let mut attachments = Vec::new();
+        for interface in &cfg.interfaces {
+            let hook = attach_ingress(&mut ebpf, interface, cfg.mode)?;
+            attachments.push(Attachment {
+                interface: interface.clone(),
+                hook,
+            });
+            if cfg.egress {
+                attach_tc(&mut ebpf, PROG_TC_EGRESS, interface, TcAttachType::Egress)?;
+                attachments.push(Attachment {
+                    interface: interface.clone(),
+                    hook: Hook::TcEgress,
+                });
+            }
+        }
+        info!(attachments = ?attachments, ports = ?cfg.ports, syn_guard = cfg.syn_guard, "kernel telemetry attached");
+        Ok(Self { ebpf, attachments })
+    }
+
+    /// [`Telemetry::start`] for an agent that runs with or without the
+    /// program: logs one line saying why there is none (info when `mode =
+    /// "off"`, warn otherwise, with the cause chain) and returns `None`; the
+    /// caller then exports `doic_ebpf_attached 0`.
+    #[must_use]
+    pub fn start_or_log(cfg: &Config) -> Option<Self> {
+        match Self::start(cfg) {
+            Ok(t) => Some(t),
+            Err(LoadError::Disabled) => {
+                info!("kernel telemetry off (ebpf.mode = \"off\")");
+                None
+            }
+            Err(err) => {
+                let mut cause = err.to_string();
+                let mut source = std::error::Error::source(&err);
+                while let Some(s) = source {
+                    cause.push_str(": ");
+                    cause.push_str(&s.to_string());
+                    source = s.source();
+                }
+                warn!(%cause, "kernel telemetry unavailable; the agent runs without it");
+                None
+            }
+        }
+    }
+
+    /// Where the program is attached.
+    #[must_use]
+    pub fn attachments(&self) -> &[Attachment] {
+        &self.attachments
+    }
+
+    /// Kernel ids of the loaded programs (as `bpftool prog show id N` takes
+    /// them).
+    #[must_use]
+    pub fn program_ids(&self) -> Vec<u32> {
+        self.ebpf
+            .programs()
+            .filter_map(|(_, p)| p.info().ok())
+            .map(|info| info.id())
+            .collect()
+    }
+
+    /// Reads every peer's counters, summed over CPUs, in no particular order.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the read.
+    pub fn read(&self) -> Result<Vec<PeerCounters>, LoadError> {
+        read_peers(&self.ebpf)
+    }
+
+    /// Reads the counters not tied to a peer.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the read.
+    pub fn global(&self) -> Result<GlobalCounters, LoadError> {
+        read_global(&self.ebpf)
+    }
+
+    /// Forgets a peer's counters (both directions), for example once its
+    /// connection is closed, so that the table (`MAX_PEERS` entries) does not
+    /// fill with old ephemeral ports. Returns how many entries were removed.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the removal.
+    pub fn forget(&mut self, peer: SocketAddr) -> Result<usize, LoadError> {
+        forget_peer(&mut self.ebpf, peer)
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        // aya detaches each link when its program is dropped with `ebpf`.
+        debug!(attachments = ?self.attachments, "detaching kernel telemetry");
+    }
+}
+
+fn read_peers(ebpf: &Ebpf) -> Result<Vec<PeerCounters>, LoadError> {
+    let map = ebpf
+        .map(MAP_PEERS)
+        .ok_or(LoadError::MissingMap { name: MAP_PEERS })?;
+    let peers: PerCpuHashMap<&MapData, PeerKey, PeerStats> =
+        PerCpuHashMap::try_from(map).map_err(map_err(MAP_PEERS))?;
+    let mut out = Vec::new();
+    for entry in peers.iter() {
+        match entry {
+            Ok((key, values)) => out.push(PeerCounters::from_kernel(&key, values.iter())),
+            // The entry went away between the key walk and the lookup.
+            Err(MapError::KeyNotFound) => {}
+            Err(source) => {
+                return Err(LoadError::Map {
+                    name: MAP_PEERS,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn forget_peer(ebpf: &mut Ebpf, peer: SocketAddr) -> Result<usize, LoadError> {
+    let mut peers: PerCpuHashMap<&mut MapData, PeerKey, PeerStats> =
+        PerCpuHashMap::try_from(map_mut(ebpf, MAP_PEERS)?).map_err(map_err(MAP_PEERS))?;
+    let (addr, family) = match peer.ip() {
+        IpAddr::V4(v4) => (v4.to_ipv6_mapped().octets(), 4),
+        IpAddr::V6(v6) => (v6.octets(), 6),
+    };
+    let mut removed = 0;
+    for direction in [DIR_FROM_PEER, DIR_TO_PEER] {
+        let key = PeerKey {
+            addr,
+            port: peer.port(),
+            family,
+            direction,
+        };
+        match peers.remove(&key) {
+            Ok(()) => removed += 1,
+            Err(MapError::KeyNotFound) => {}
+            // Older kernels report a missing key as a plain ENOENT.
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(source) => {
+                return Err(LoadError::Map {
+                    name: MAP_PEERS,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(removed)
+}
+
+fn read_global(ebpf: &Ebpf) -> Result<GlobalCounters, LoadError> {
+    let map = ebpf
+        .map(MAP_GLOBAL)
+        .ok_or(LoadError::MissingMap { name: MAP_GLOBAL })?;
+    let global: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(map).map_err(map_err(MAP_GLOBAL))?;
+    let sum = |index: u32| -> Result<u64, LoadError> {
+        let values = global.get(&index, 0).map_err(map_err(MAP_GLOBAL))?;
+        Ok(values.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
+    };
+    Ok(GlobalCounters {
+        unparsed: sum(GLOBAL_UNPARSED)?,
+        table_full: sum(GLOBAL_TABLE_FULL)?,
+    })
+}
+
+/// The program loaded with its maps but attached nowhere: packets are fed to
+/// it with the kernel's test run (`BPF_PROG_TEST_RUN`), exactly as a hook
+/// would run it, and the counters read back. For tests of the parse path and
+/// for benchmarks; needs the same privileges as [`Telemetry`].
+pub struct Probe {
+    ebpf: Ebpf,
+}
+
+impl fmt::Debug for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Probe").finish_non_exhaustive()
+    }
+}
+
+/// Which program a [`Probe`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeHook {
+    /// The XDP program; returns an XDP action (1 drop, 2 pass).
+    Xdp,
+    /// The TC ingress classifier; returns a TC action (-1 next, 2 shot).
+    TcIngress,
+    /// The TC egress classifier.
+    TcEgress,
+}
+
+impl Probe {
+    /// Loads the programs with the maps filled from `cfg`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Telemetry::start`], without the attach errors.
+    pub fn load(cfg: &Config) -> Result<Self, LoadError> {
+        cfg.validate()?;
+        let mut ebpf = load_object(cfg)?;
+        write_config(&mut ebpf, cfg)?;
+        {
+            let xdp: &mut Xdp = program(&mut ebpf, PROG_XDP)?;
+            xdp.load().map_err(|source| LoadError::Program {
+                name: PROG_XDP,
+                source,
+            })?;
+        }
+        for name in [PROG_TC_INGRESS, PROG_TC_EGRESS] {
+            let tc: &mut SchedClassifier = program(&mut ebpf, name)?;
+            tc.load()
+                .map_err(|source| LoadError::Program { name, source })?;
+        }
+        Ok(Self { ebpf })
+    }
+
+    /// Runs `frame` (starting with its Ethernet header) through one program
+    /// once and returns the program's return value.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::TestRun`] when the kernel refuses the run (for example a
+    /// frame shorter than an Ethernet header).
+    pub fn run(&self, hook: ProbeHook, frame: &[u8]) -> Result<i32, LoadError> {
+        let name = match hook {
+            ProbeHook::Xdp => PROG_XDP,
+            ProbeHook::TcIngress => PROG_TC_INGRESS,
+            ProbeHook::TcEgress => PROG_TC_EGRESS,
+        };
+        let prog = self
+            .ebpf
+            .program(name)
+            .ok_or(LoadError::MissingProgram { name })?;
+        let fd = prog
+            .fd()
+            .map_err(|source| LoadError::Program { name, source })?;
+        test_run(fd.as_fd().as_raw_fd(), frame)
+            .map_err(|source| LoadError::TestRun { name, source })
+    }
+
+    /// Reads every peer's counters, as [`Telemetry::read`].
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the read.
+    pub fn read(&self) -> Result<Vec<PeerCounters>, LoadError> {
+        read_peers(&self.ebpf)
+    }
+
+    /// Reads the counters not tied to a peer, as [`Telemetry::global`].
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the read.
+    pub fn global(&self) -> Result<GlobalCounters, LoadError> {
+        read_global(&self.ebpf)
+    }
+
+    /// Forgets a peer's counters, as [`Telemetry::forget`].
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Map`] when the kernel refuses the removal.
+    pub fn forget(&mut self, peer: SocketAddr) -> Result<usize, LoadError> {
+        forget_peer(&mut self.ebpf, peer)
+    }
+}
+
+/// `BPF_PROG_TEST_RUN` (`union bpf_attr`, member `test`).
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    /// Explicit, so that it is zero: the kernel rejects non-zero bytes past
+    /// the fields it knows.
+    pad: u32,
+}
+
+fn test_run(prog_fd: i32, frame: &[u8]) -> Result<i32, std::io::Error> {
+    const BPF_PROG_TEST_RUN: libc::c_long = 10;
+    let len = u32::try_from(frame.len())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut attr = TestRunAttr {
+        prog_fd: prog_fd as u32,
+        data_size_in: len,
+        data_in: frame.as_ptr() as u64,
+        repeat: 1,
+        ..TestRunAttr::default()
+    };
+    // SAFETY: `attr` is a valid, zero-padded `bpf_attr` prefix of the given
+    // size; `data_in` points to `len` readable bytes that outlive the call;
+    // no output buffers are given.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_TEST_RUN,
+            &raw mut attr,
+            size_of::<TestRunAttr>() as u32,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(attr.retval as i32)
+}
+
+/// Loads the object, fills the maps from `cfg` and pins the XDP program and
+/// the empty anchor program under `dir` (on a mounted bpffs), without
+/// attaching anything: for `bpftool prog run` benchmarks. The pins keep the
+/// programs and their maps alive after the process exits; remove `dir` to
+/// free them.
+///
+/// # Errors
+///
+/// As [`Telemetry::start`], plus [`LoadError::Pin`].
+pub fn pin_for_test_run(cfg: &Config, dir: &Path) -> Result<(), LoadError> {
+    let mut ebpf = load_object(cfg)?;
+    write_config(&mut ebpf, cfg)?;
+    for name in [PROG_XDP, PROG_XDP_PASS] {
+        let prog: &mut Xdp = program(&mut ebpf, name)?;
+        prog.load()
+            .map_err(|source| LoadError::Program { name, source })?;
+        let path = dir.join(name);
+        prog.pin(&path).map_err(|source| LoadError::Pin {
+            what: path.display().to_string(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Loads the object with the port bitmap of `cfg` in place.
+fn load_object(cfg: &Config) -> Result<Ebpf, LoadError> {
+    if OBJECT.is_empty() {
+        return Err(LoadError::NotBuilt);
+    }
+    let mut words = [0u64; PORT_WORDS as usize];
+    for &port in &cfg.ports {
+        words[usize::from(port >> 6)] |= 1 << (port & 63);
+    }
+    EbpfLoader::new()
+        .override_global(GLOBAL_PORT_BITS, &words, true)
+        .load(OBJECT)
+        .map_err(LoadError::Load)
+}
+
+fn map_err(name: &'static str) -> impl Fn(MapError) -> LoadError {
+    move |source| LoadError::Map { name, source }
+}
+
+fn map_mut<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut aya::maps::Map, LoadError> {
+    ebpf.map_mut(name).ok_or(LoadError::MissingMap { name })
+}
+
+/// Flags and SYN allow trie (the ports are set at load time).
+fn write_config(ebpf: &mut Ebpf, cfg: &Config) -> Result<(), LoadError> {
+    let flags = if cfg.syn_guard { FLAG_SYN_GUARD } else { 0 };
+    let mut config: Array<&mut MapData, u32> =
+        Array::try_from(map_mut(ebpf, MAP_CONFIG)?).map_err(map_err(MAP_CONFIG))?;
+    config.set(0, flags, 0).map_err(map_err(MAP_CONFIG))?;
+    let mut allow: LpmTrie<&mut MapData, [u8; 16], u8> =
+        LpmTrie::try_from(map_mut(ebpf, MAP_SYN_ALLOW)?).map_err(map_err(MAP_SYN_ALLOW))?;
+    for prefix in &cfg.syn_allow {
+        let (addr, len) = prefix.to_mapped();
+        allow
+            .insert(&Key::new(len, addr), 1, 0)
+            .map_err(map_err(MAP_SYN_ALLOW))?;
+    }
+    Ok(())
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, LoadError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let prog = ebpf
+        .program_mut(name)
+        .ok_or(LoadError::MissingProgram { name })?;
+    prog.try_into()
+        .map_err(|source| LoadError::Program { name, source })
+}
+
+fn attach_ingress(ebpf: &mut Ebpf, interface: &str, mode: Mode) -> Result<Hook, LoadError> {
+    let tries: &[Hook] = match mode {
+        Mode::Auto => &[Hook::XdpNative, Hook::XdpGeneric, Hook::TcIngress],
+        Mode::XdpNative => &[Hook::XdpNative],
+        Mode::XdpGeneric => &[Hook::XdpGeneric],
+        Mode::Tc => &[Hook::TcIngress],
+        Mode::Off => return Err(LoadError::Disabled),
+    };
+    let mut last = None;
+    for &hook in tries {
+        let result = match hook {
+            Hook::XdpNative => attach_xdp(ebpf, interface, XdpMode::Driver),
+            Hook::XdpGeneric => attach_xdp(ebpf, interface, XdpMode::Skb),
+            _ => attach_tc(ebpf, PROG_TC_INGRESS, interface, TcAttachType::Ingress),
+        };
+        match result {
+            Ok(()) => return Ok(hook),
+            Err(LoadError::Attach { source, .. }) => {
+                debug!(interface, %hook, cause = %source, "attach failed, trying the next hook");
+                last = Some((hook, source));
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    let (hook, source) = last.expect("at least one hook tried");
+    if mode == Mode::Auto {
+        warn!(interface, "no hook accepted the program");
+    }
+    Err(LoadError::Attach {
+        interface: interface.to_owned(),
+        hook,
+        source,
+    })
+}
+
+fn attach_xdp(ebpf: &mut Ebpf, interface: &str, mode: XdpMode) -> Result<(), LoadError> {
+    let prog: &mut Xdp = program(ebpf, PROG_XDP)?;
+    if prog.fd().is_err() {
+        prog.load().map_err(|source| LoadError::Program {
+            name: PROG_XDP,
+            source,
+        })?;
+    }
+    let hook = if mode == XdpMode::Driver {
+        Hook::XdpNative
+    } else {
+        Hook::XdpGeneric
+    };
+    prog.attach(interface, mode)
+        .map(|_| ())
+        .map_err(|source| LoadError::Attach {
+            interface: interface.to_owned(),
+            hook,
+            source,
+        })
+}
+
+fn attach_tc(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    interface: &str,
+    attach: TcAttachType,
+) -> Result<(), LoadError> {
+    let prog: &mut SchedClassifier = program(ebpf, name)?;
+    if prog.fd().is_err() {
+        prog.load()
+            .map_err(|source| LoadError::Program { name, source })?;
+    }
+    // Kernels before 6.6 attach through a clsact qdisc (it may exist already);
+    // later ones use TCX links, which leave nothing behind on detach.
+    use aya::util::KernelVersion;
+    if KernelVersion::current().is_ok_and(|v| v < KernelVersion::new(6, 6, 0)) {
+        let _ = aya::programs::tc::qdisc_add_clsact(interface);
+    }
+    let hook = if attach == TcAttachType::Egress {
+        Hook::TcEgress
+    } else {
+        Hook::TcIngress
+    };
+    prog.attach(interface, attach)
+        .map(|_| ())
+        .map_err(|source| LoadError::Attach {
+            interface: interface.to_owned(),
+            hook,
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_means_no_program_and_no_error() {
+        let cfg = Config {
+            mode: Mode::Off,
+            ..Config::default()
+        };
+        assert!(matches!(Telemetry::start(&cfg), Err(LoadError::Disabled)));
+        assert!(Telemetry::start_or_log(&cfg).is_none());
+    }
+
+    #[test]
+    fn an_invalid_config_is_refused_before_loading() {
+        let cfg = Config {
+            ports: Vec::new(),
+            ..Config::default()
+        };
+        assert!(matches!(
+            Telemetry::start(&cfg),
+            Err(LoadError::Config(ConfigError::NoPorts))
+        ));
+    }
+
+    #[test]
+    fn test_run_attr_matches_the_kernel_layout() {
+        // `union bpf_attr` member `test`: 76 bytes of fields, 8-byte aligned.
+        assert_eq!(size_of::<TestRunAttr>(), 80);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, data_in), 16);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, repeat), 32);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, ctx_in), 48);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, flags), 64);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, batch_size), 72);
+    }
+}

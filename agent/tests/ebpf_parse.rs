@@ -1,0 +1,340 @@
+//! The kernel program's parse path, frame by frame, through the kernel's test
+//! run (`BPF_PROG_TEST_RUN`): what is counted and for whom, what is only
+//! recognised as a Diameter request or answer (RFC 6733 §3 header at a segment
+//! start), what is counted as unparsed, what the SYN guard drops, and that no
+//! frame, however malformed or truncated, is ever dropped otherwise.
+//!
+//! Needs root (CAP_BPF), so every test is ignored by plain `cargo test`;
+//! `cargo xtask test --only ebpf` runs them.
+
+#[path = "support/diameter.rs"]
+#[expect(
+    dead_code,
+    reason = "shared with ebpf_netns; the socket helpers are unused here"
+)]
+mod diameter;
+#[path = "support/packets.rs"]
+mod packets;
+
+use std::net::SocketAddr;
+
+use doic_agent::ebpf::{Config, Direction, PeerCounters, Probe, ProbeHook};
+use packets::{ACK, Frame, PSH_ACK, SYN, SYN_ACK};
+
+const XDP_DROP: i32 = 1;
+const XDP_PASS: i32 = 2;
+const TC_ACT_UNSPEC: i32 = -1;
+const TC_ACT_SHOT: i32 = 2;
+
+fn probe(cfg: &Config) -> Probe {
+    Probe::load(cfg)
+        .unwrap_or_else(|e| panic!("Probe::load: {e} ({:?})", std::error::Error::source(&e)))
+}
+
+fn run(p: &Probe, hook: ProbeHook, frame: &[u8]) -> i32 {
+    p.run(hook, frame).expect("test run")
+}
+
+fn peer(p: &Probe, addr: &str, direction: Direction) -> Option<PeerCounters> {
+    let addr: SocketAddr = addr.parse().unwrap();
+    p.read()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.peer == addr && c.direction == direction)
+}
+
+fn request() -> Vec<u8> {
+    diameter::request(1, "client.example.net", 24)
+}
+
+fn answer() -> Vec<u8> {
+    diameter::answer(&request(), "server.example.net")
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn counts_segments_bytes_requests_and_answers_per_source() {
+    for (client, server) in [
+        ("10.0.0.1:40000", "10.0.0.2:3868"),
+        ("[fd00::1]:40000", "[fd00::2]:3868"),
+    ] {
+        let p = probe(&Config::default());
+        let frames = [
+            Frame::new(client, server, SYN, &[]).build(),
+            Frame::new(client, server, ACK, &[]).build(),
+            Frame::new(client, server, PSH_ACK, &request()).build(),
+            Frame::new(client, server, PSH_ACK, &answer()).build(),
+            // The rest of a message: starts with AVP bytes, not a header.
+            Frame::new(client, server, PSH_ACK, &request()[20..]).build(),
+        ];
+        for f in &frames {
+            assert_eq!(run(&p, ProbeHook::Xdp, f), XDP_PASS);
+        }
+        let c = peer(&p, client, Direction::FromPeer).expect("client counted");
+        let bytes: usize = frames.iter().map(Vec::len).sum();
+        assert_eq!(
+            (
+                c.packets,
+                c.bytes,
+                c.requests,
+                c.answers,
+                c.syn,
+                c.syn_dropped
+            ),
+            (5, bytes as u64, 1, 1, 1, 0),
+            "{client}"
+        );
+        assert_eq!(p.read().unwrap().len(), 1, "only the source is a peer");
+        let mut p = p;
+        assert_eq!(p.forget(client.parse().unwrap()).unwrap(), 1);
+        assert!(p.read().unwrap().is_empty(), "forgotten");
+        assert_eq!(p.forget(client.parse().unwrap()).unwrap(), 0);
+    }
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn tc_keys_ingress_by_source_and_egress_by_destination() {
+    let p = probe(&Config::default());
+    let to_client = Frame::new("10.0.0.2:3868", "10.0.0.1:40000", PSH_ACK, &answer()).build();
+    assert_eq!(run(&p, ProbeHook::TcEgress, &to_client), TC_ACT_UNSPEC);
+    let from_server = Frame::new("10.0.0.3:3868", "10.0.0.2:50000", PSH_ACK, &answer()).build();
+    assert_eq!(run(&p, ProbeHook::TcIngress, &from_server), TC_ACT_UNSPEC);
+    let out = peer(&p, "10.0.0.1:40000", Direction::ToPeer).expect("egress keyed by destination");
+    assert_eq!(
+        (out.packets, out.bytes, out.answers),
+        (1, to_client.len() as u64, 1)
+    );
+    let inn = peer(&p, "10.0.0.3:3868", Direction::FromPeer).expect("ingress keyed by source");
+    assert_eq!((inn.packets, inn.answers), (1, 1));
+    assert_eq!(p.read().unwrap().len(), 2);
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn recognises_only_sane_headers_at_segment_start() {
+    let p = probe(&Config::default());
+    let src = "10.0.0.1:40000";
+    let dst = "10.0.0.2:3868";
+    let mut sent = 0;
+    let mut send = |payload: &[u8]| {
+        sent += 1;
+        run(
+            &p,
+            ProbeHook::Xdp,
+            &Frame::new(src, dst, PSH_ACK, payload).build(),
+        )
+    };
+    let good = request();
+    // RFC 6733 §3: version 1 only.
+    let mut v2 = good.clone();
+    v2[0] = 2;
+    send(&v2);
+    // Message length below the 20-byte header, or not a multiple of 4.
+    let mut short = good.clone();
+    short[1..4].copy_from_slice(&[0, 0, 16]);
+    send(&short);
+    let mut odd = good.clone();
+    odd[3] = odd[3].wrapping_add(1);
+    send(&odd);
+    // Reserved flag bits set.
+    let mut reserved = good.clone();
+    reserved[4] |= 0x01;
+    send(&reserved);
+    // Fewer than 20 payload bytes, even if they start like a header.
+    send(&good[..19]);
+    let c = peer(&p, src, Direction::FromPeer).unwrap();
+    assert_eq!((c.packets, c.requests, c.answers), (5, 0, 0));
+    // Exactly a header (a message split right after it) is a request.
+    send(&good[..20]);
+    // An answer: R clear; with the P and T flags set it is still an answer.
+    let mut ans = answer();
+    ans[4] |= 0x50;
+    send(&ans);
+    let c = peer(&p, src, Direction::FromPeer).unwrap();
+    assert_eq!((c.packets, c.requests, c.answers), (7, 1, 1));
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn ethernet_padding_is_not_payload() {
+    let p = probe(&Config::default());
+    // A pure ACK whose frame is followed by bytes that look like a header:
+    // the IPv4 total length says there is no payload.
+    let mut f = Frame::new("10.0.0.1:40000", "10.0.0.2:3868", ACK, &[]);
+    f.trailer = request()[..24].to_vec();
+    let frame = f.build();
+    assert_eq!(run(&p, ProbeHook::Xdp, &frame), XDP_PASS);
+    let c = peer(&p, "10.0.0.1:40000", Direction::FromPeer).unwrap();
+    assert_eq!((c.packets, c.bytes, c.requests), (1, frame.len() as u64, 0));
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn vlan_tags_and_ipv4_options_are_parsed() {
+    let p = probe(&Config::default());
+    let mut vlan = Frame::new("10.0.0.1:40000", "10.0.0.2:3868", PSH_ACK, &request());
+    vlan.vlan = true;
+    let mut options = Frame::new("10.0.0.5:40001", "10.0.0.2:3868", PSH_ACK, &request());
+    options.ipv4_options = true;
+    let mut vlan6 = Frame::new("[fd00::1]:40000", "[fd00::2]:3868", PSH_ACK, &answer());
+    vlan6.vlan = true;
+    for f in [&vlan, &options, &vlan6] {
+        assert_eq!(run(&p, ProbeHook::Xdp, &f.build()), XDP_PASS);
+    }
+    assert_eq!(
+        peer(&p, "10.0.0.1:40000", Direction::FromPeer)
+            .unwrap()
+            .requests,
+        1
+    );
+    assert_eq!(
+        peer(&p, "10.0.0.5:40001", Direction::FromPeer)
+            .unwrap()
+            .requests,
+        1
+    );
+    assert_eq!(
+        peer(&p, "[fd00::1]:40000", Direction::FromPeer)
+            .unwrap()
+            .answers,
+        1
+    );
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn unparsable_packets_are_counted_apart_and_passed() {
+    let p = probe(&Config::default());
+    let mut hbh = Frame::new("[fd00::1]:40000", "[fd00::2]:3868", PSH_ACK, &request());
+    hbh.ipv6_hop_by_hop = true;
+    let mut fragment = Frame::new("10.0.0.1:40000", "10.0.0.2:3868", PSH_ACK, &request());
+    fragment.fragment_offset = 185;
+    let truncated = {
+        let mut f = Frame::new("10.0.0.1:40000", "10.0.0.2:3868", PSH_ACK, &[]).build();
+        f.truncate(14 + 20 + 10);
+        f
+    };
+    for f in [hbh.build(), fragment.build(), truncated] {
+        assert_eq!(run(&p, ProbeHook::Xdp, &f), XDP_PASS);
+    }
+    assert_eq!(p.global().unwrap().unparsed, 3);
+    assert!(p.read().unwrap().is_empty(), "nothing counted per peer");
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn only_configured_ports_are_counted() {
+    let cfg = Config {
+        ports: vec![3868, 5868],
+        ..Config::default()
+    };
+    let p = probe(&cfg);
+    for (src, dst) in [
+        ("10.0.0.1:40000", "10.0.0.2:3868"),
+        ("10.0.0.1:40001", "10.0.0.2:5868"),
+        ("10.0.0.1:40002", "10.0.0.2:3869"),
+        ("10.0.0.1:40003", "10.0.0.2:80"),
+        ("10.0.0.1:3868", "10.0.0.2:40004"),
+    ] {
+        assert_eq!(
+            run(
+                &p,
+                ProbeHook::Xdp,
+                &Frame::new(src, dst, PSH_ACK, &request()).build()
+            ),
+            XDP_PASS
+        );
+    }
+    let mut peers: Vec<String> = p
+        .read()
+        .unwrap()
+        .iter()
+        .map(|c| c.peer.to_string())
+        .collect();
+    peers.sort();
+    assert_eq!(peers, ["10.0.0.1:3868", "10.0.0.1:40000", "10.0.0.1:40001"]);
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn syn_guard_drops_only_unlisted_connection_attempts() {
+    let cfg = Config {
+        syn_guard: true,
+        syn_allow: vec!["10.0.0.0/24".parse().unwrap(), "fd00::1".parse().unwrap()],
+        ..Config::default()
+    };
+    let p = probe(&cfg);
+    let listed = Frame::new("10.0.0.7:40000", "10.0.0.2:3868", SYN, &[]).build();
+    let listed6 = Frame::new("[fd00::1]:40000", "[fd00::2]:3868", SYN, &[]).build();
+    let unlisted = Frame::new("10.0.1.7:40000", "10.0.0.2:3868", SYN, &[]).build();
+    let unlisted6 = Frame::new("[fd00::3]:40000", "[fd00::2]:3868", SYN, &[]).build();
+    assert_eq!(run(&p, ProbeHook::Xdp, &listed), XDP_PASS);
+    assert_eq!(run(&p, ProbeHook::Xdp, &listed6), XDP_PASS);
+    assert_eq!(run(&p, ProbeHook::Xdp, &unlisted), XDP_DROP);
+    assert_eq!(run(&p, ProbeHook::Xdp, &unlisted6), XDP_DROP);
+    assert_eq!(run(&p, ProbeHook::TcIngress, &unlisted), TC_ACT_SHOT);
+    // Not connection attempts to a Diameter port: passed.
+    let syn_ack = Frame::new("10.0.1.7:3868", "10.0.0.2:40000", SYN_ACK, &[]).build();
+    let other_port = Frame::new("10.0.1.8:40000", "10.0.0.2:22", SYN, &[]).build();
+    let data = Frame::new("10.0.1.7:40000", "10.0.0.2:3868", PSH_ACK, &request()).build();
+    assert_eq!(run(&p, ProbeHook::Xdp, &syn_ack), XDP_PASS);
+    assert_eq!(run(&p, ProbeHook::Xdp, &other_port), XDP_PASS);
+    assert_eq!(run(&p, ProbeHook::Xdp, &data), XDP_PASS);
+    // The agent's own outgoing attempt, seen on egress: passed.
+    let outgoing = Frame::new("10.0.0.2:40000", "10.0.1.7:3868", SYN, &[]).build();
+    assert_eq!(run(&p, ProbeHook::TcEgress, &outgoing), TC_ACT_UNSPEC);
+
+    let c = peer(&p, "10.0.1.7:40000", Direction::FromPeer).unwrap();
+    assert_eq!((c.syn, c.syn_dropped, c.packets, c.requests), (2, 2, 3, 1));
+    let c6 = peer(&p, "[fd00::3]:40000", Direction::FromPeer).unwrap();
+    assert_eq!((c6.syn, c6.syn_dropped), (1, 1));
+    let ok = peer(&p, "10.0.0.7:40000", Direction::FromPeer).unwrap();
+    assert_eq!((ok.syn, ok.syn_dropped), (1, 0));
+    let out = peer(&p, "10.0.1.7:3868", Direction::ToPeer).unwrap();
+    assert_eq!((out.syn, out.syn_dropped), (1, 0));
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn malformed_and_truncated_frames_always_pass() {
+    let p = probe(&Config::default());
+    let mut frames = Vec::new();
+    for f in [
+        Frame::new("10.0.0.1:40000", "10.0.0.2:3868", PSH_ACK, &request()),
+        Frame::new("[fd00::1]:40000", "[fd00::2]:3868", PSH_ACK, &request()),
+    ] {
+        let full = f.build();
+        for len in 14..=full.len() {
+            frames.push(full[..len].to_vec());
+        }
+    }
+    // Deterministic pseudo-random frames, some with an IPv4 or IPv6 type.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..2000 {
+        let len = 14 + (i * 7) % 200;
+        let mut f: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        match i % 3 {
+            0 => f[12..14].copy_from_slice(&[0x08, 0x00]),
+            1 => f[12..14].copy_from_slice(&[0x86, 0xdd]),
+            _ => {}
+        }
+        frames.push(f);
+    }
+    for f in &frames {
+        assert_eq!(run(&p, ProbeHook::Xdp, f), XDP_PASS, "XDP dropped {f:02x?}");
+        match p.run(ProbeHook::TcIngress, f) {
+            Ok(tc) => assert_eq!(tc, TC_ACT_UNSPEC, "TC returned {tc} for {f:02x?}"),
+            // The kernel builds no skb from a frame too short for its IP
+            // header, so no TC hook can see one.
+            Err(e) => assert!(f.len() < 14 + 40, "{e:?} for {f:02x?}"),
+        }
+    }
+}
