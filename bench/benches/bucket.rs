@@ -95,7 +95,8 @@ fn main() -> ExitCode {
             if r.contention_measured {
                 " (medians over those)"
             } else {
-                " (too few: medians over all)"
+                " (too few: the threads rarely ran at the same time on this machine, \
+                 so this is not a measure of contention; medians over all)"
             }
         );
         eprintln!(

@@ -419,6 +419,29 @@ proptest! {
         prop_assert_eq!(ours, rfc);
     }
 
+    /// Any input, however odd (times out of order or near the ends of the
+    /// u64 range, any rate, any level), gives an answer and never panics
+    /// (tests run with overflow checks on).
+    #[test]
+    fn never_panics(
+        config in config_strategy(0),
+        rate in any::<u32>(),
+        calls in prop::collection::vec((any::<u64>(), any::<u8>(), any::<u32>(), 0u8..8), 1..200),
+    ) {
+        let bucket = Bucket::new(calls[0].0, rate, &config).unwrap();
+        for (now, level, new_rate, what) in calls {
+            match what {
+                0 => bucket.set_rate(now, new_rate),
+                1 => bucket.activate(now),
+                _ => {
+                    let _ = bucket.try_admit(now, level);
+                }
+            }
+            let _ = (bucket.content_ns(now), bucket.capacity_ns(), bucket.max_time_step_ns());
+            let _ = bucket.threshold_ns(level);
+        }
+    }
+
     /// §8.3.1 burst bound: over any window of W ns the admitted count is at
     /// most W/T + TAU/T + 1 (the brief's W/T + TAU/T + 2 with one to spare),
     /// and with §8.3.3 randomisation the content never exceeds TAU + 3T/2.
