@@ -185,6 +185,11 @@ impl Bucket {
     /// (T + TAU)"; TAU + 3T/2 with randomisation, §8.3.3) so that a higher
     /// rate is not held back by content accumulated under a lower one.
     /// Rate 0 abates every request until a positive rate arrives.
+    ///
+    /// The clip is measured from `now_ns`, so `now_ns` should be the clock the
+    /// workers read, not older than their latest decision: a `now_ns` that is
+    /// late by `d` nanoseconds can give back at most `d / T + 1` admissions,
+    /// once per call. A later `now_ns` only makes the clip milder.
     pub fn set_rate(&self, now_ns: u64, rate_per_s: u32) {
         let t = interval_ns(rate_per_s);
         self.rate.store(rate_per_s, Relaxed);
