@@ -7,6 +7,9 @@
 //! | module | what it implements |
 //! | --- | --- |
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
+//! | [`config`] | the TOML configuration, defaults and validation |
+//! | [`peer`] | RFC 6733 §5 peers: watchdog (RFC 3539), capability exchange, peer state machine |
+//! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -14,3 +17,6 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli;
+pub mod config;
+pub mod peer;
+pub mod routing;
