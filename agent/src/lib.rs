@@ -10,6 +10,7 @@
 //! | [`config`] | the TOML configuration, defaults and validation |
 //! | [`peer`] | RFC 6733 §5 peers: watchdog (RFC 3539), capability exchange, peer state machine |
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
+//! | [`wire`] | the relay's view of a message: framing, routing AVP scan, Route-Record, agent-built answers |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -20,3 +21,4 @@ pub mod cli;
 pub mod config;
 pub mod peer;
 pub mod routing;
+pub mod wire;
