@@ -10,6 +10,12 @@
 //! | [`config`] | the TOML configuration, defaults and validation |
 //! | [`peer`] | RFC 6733 §5 peers: watchdog (RFC 3539), capability exchange, peer state machine |
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
+//! | [`agent`] | the running agent: pinned workers, listeners, dialling, control thread, shutdown |
+//! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O |
+//! | [`relay`] | relay duties across connections: dispatch, failover with the T flag, local answers |
+//! | [`loadgen`] | built-in loopback peers: answering server, closed/open-loop load client |
+//! | [`demo`] | `doic-agent demo`: the agent between built-in peers, live summary |
+//! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix) |
 //! | [`wire`] | the relay's view of a message: framing, routing AVP scan, Route-Record, agent-built answers |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
@@ -17,8 +23,14 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod agent;
 pub mod cli;
 pub mod config;
+pub mod demo;
+pub mod loadgen;
+pub mod metrics;
+pub mod net;
 pub mod peer;
+pub mod relay;
 pub mod routing;
 pub mod wire;

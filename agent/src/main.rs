@@ -3,14 +3,25 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use doic_agent::agent::Agent;
 use doic_agent::cli::{Cli, Command};
 use doic_agent::config::Config;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let Some(command) = cli.command else {
         return ExitCode::SUCCESS;
     };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match run(command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -34,9 +45,65 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run { config } => {
-            let _config = Config::from_file(&config)?;
-            anyhow::bail!("run is not available yet")
+            let config = Config::from_file(&config)?;
+            let agent = Agent::start(config)?;
+            eprintln!(
+                "doic-agent: listening on {:?}{}",
+                agent.local_addrs(),
+                agent
+                    .metrics_addr()
+                    .map(|m| format!(", metrics at http://{m}/metrics"))
+                    .unwrap_or_default()
+            );
+            wait_for_signal()?;
+            eprintln!("doic-agent: stopping (DPR to every peer, draining)");
+            agent.shutdown();
+            agent.join();
+            Ok(())
         }
-        Command::Demo { .. } => anyhow::bail!("demo is not available yet"),
+        Command::Demo {
+            seconds,
+            config,
+            outstanding,
+        } => {
+            let config = match config {
+                Some(path) => Config::from_file(&path)?,
+                None => Config::from_str_named(
+                    doic_agent::config::DEMO_CONFIG,
+                    std::path::Path::new("<embedded demo config>"),
+                )?,
+            };
+            doic_agent::demo::run(config, seconds, outstanding, stop_signal())?;
+            Ok(())
+        }
     }
+}
+
+/// Blocks until SIGTERM or SIGINT.
+fn wait_for_signal() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(signal())
+}
+
+async fn signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        r = tokio::signal::ctrl_c() => r?,
+    }
+    Ok(())
+}
+
+/// A flag raised by SIGTERM or SIGINT, watched from a small thread.
+fn stop_signal() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = flag.clone();
+    std::thread::spawn(move || {
+        if wait_for_signal().is_ok() {
+            f.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    flag
 }

@@ -4,4 +4,5 @@
 
 pub mod capx;
 pub mod fsm;
+pub mod table;
 pub mod watchdog;
