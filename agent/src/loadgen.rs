@@ -70,6 +70,9 @@ pub struct ServerStats {
     pub dpr: AtomicU64,
     /// CERs received.
     pub cer: AtomicU64,
+    /// The last application request received and the answer sent to it
+    /// (for byte-level checks).
+    pub last: std::sync::Mutex<Option<(Bytes, Bytes)>>,
 }
 
 /// How a [`Server`] behaves.
@@ -225,15 +228,15 @@ async fn serve_conn(
                     }
                     if b.answer_requests {
                         let scan = wire::scan(&m).ok();
-                        wire::put_error_answer(
-                            &mut out,
-                            &m,
-                            scan.as_ref(),
-                            o,
-                            b.result_code,
-                            None,
-                            "",
-                        );
+                        let at = out.len();
+                        let rc = b.result_code;
+                        wire::put_error_answer(&mut out, &m, scan.as_ref(), o, rc, None, "");
+                        let answer = Bytes::copy_from_slice(&out[at..]);
+                        *stats
+                            .last
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                            Some((m.clone(), answer));
                     }
                 }
             }

@@ -628,13 +628,7 @@ impl Conn {
             return;
         }
         let hbh = self.alloc_hbh();
-        wire::put_relayed_request(
-            &mut self.out,
-            &r.msg,
-            &self.shared.config.node.origin_host,
-            hbh,
-            r.retransmit,
-        );
+        wire::put_relayed_request(&mut self.out, &r.msg, &r.from, hbh, r.retransmit);
         slot.stats.requests_out.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + self.shared.config.request_timeout();
         if let Some(old) = self.pending.insert(hbh, Pending { r, deadline }) {
@@ -714,25 +708,50 @@ impl Conn {
         let dest_host = scan
             .destination_host
             .map(|s| String::from_utf8_lossy(wire::slice(&msg, s)).into_owned());
+        // RFC 6733 §6.1.7 predictive loop avoidance: peers named in a
+        // Route-Record, and the sender itself, are not candidates.
+        let mut tried: Vec<PeerId> = scan
+            .route_records
+            .iter()
+            .filter_map(|rr| {
+                self.shared
+                    .table
+                    .by_host(&String::from_utf8_lossy(wire::slice(&msg, *rr)))
+            })
+            .collect();
+        let (from, sender) = match &self.peer {
+            Some((id, slot)) => (slot.host_arc(), Some(*id)),
+            None => (Arc::from(""), None),
+        };
+        tried.extend(sender);
+        let excluded = tried.len();
         let r = Relayed {
             realm: msg.slice(realm.0 as usize..realm.1 as usize),
             msg,
             hbh: head.hbh,
             reply: self.tx.clone(),
             pinned: false,
-            tried: Vec::new(),
+            tried,
             retransmit: head.flags & flags::RETRANSMIT != 0,
             app: head.app,
+            from,
         };
         self.rotate = self.rotate.wrapping_add(1);
         match relay::dispatch(&self.shared, r, dest_host.as_deref(), self.rotate) {
             Ok(()) => self.inflight_down += 1,
             Err((r, e)) => {
-                let why = match e {
-                    routing::RouteError::NoRoute => "no route",
-                    routing::RouteError::AllBusy => "every candidate refused",
+                // Every candidate eliminated by §6.1.7 is 3002, not 3004.
+                let code = if r.tried.len() == excluded {
+                    relay::UNABLE_TO_DELIVER
+                } else {
+                    e.result_code()
                 };
-                self.answer_error(&r.msg, Some(&scan), e.result_code(), None, why);
+                let why = if code == relay::UNABLE_TO_DELIVER {
+                    "no route"
+                } else {
+                    "every candidate refused"
+                };
+                self.answer_error(&r.msg, Some(&scan), code, None, why);
             }
         }
     }

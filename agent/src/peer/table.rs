@@ -57,6 +57,9 @@ pub struct Relayed {
     pub realm: Bytes,
     /// Application-Id of the request.
     pub app: u32,
+    /// Identity of the downstream peer, recorded in the Route-Record added
+    /// upstream (RFC 6733 §6.1.9).
+    pub from: Arc<str>,
 }
 
 /// What the table knows of a peer's connection.
@@ -101,6 +104,7 @@ pub struct PeerStats {
 pub struct PeerSlot {
     /// Its DiameterIdentity.
     pub host: String,
+    host_arc: Arc<str>,
     /// Its realm (from the configuration, or from its CER).
     pub realm: String,
     /// Where the agent dials it, if anywhere.
@@ -118,6 +122,7 @@ impl PeerSlot {
     fn new(host: &str, realm: &str, connect: Option<SocketAddr>) -> Self {
         Self {
             host: host.to_owned(),
+            host_arc: Arc::from(host),
             realm: realm.to_owned(),
             connect,
             state: AtomicU8::new(state::CLOSED),
@@ -126,6 +131,12 @@ impl PeerSlot {
             watchdog: Mutex::new(None),
             stats: PeerStats::default(),
         }
+    }
+
+    /// The DiameterIdentity, shared (for Route-Record).
+    #[must_use]
+    pub fn host_arc(&self) -> Arc<str> {
+        self.host_arc.clone()
     }
 
     /// The router-visible state (see [`state`]).
