@@ -34,6 +34,10 @@ pub const RETRY_NOT_ALLOWED_TO_ANY: u32 = 5198;
 ///
 /// # Errors
 /// The request back with the reason it could not be dispatched.
+#[expect(
+    clippy::result_large_err,
+    reason = "the request comes back by value on the cold path; boxing would allocate on it"
+)]
 pub(crate) fn dispatch(
     shared: &Shared,
     mut r: Relayed,
