@@ -41,4 +41,32 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 32)]
         outstanding: usize,
     },
+    /// Decode one Diameter message and print it as JSON.
+    Decode(DecodeArgs),
+    /// Encode the JSON form of a message (as `decode` prints it) to hex.
+    Encode(EncodeArgs),
+}
+
+/// Arguments of `decode`.
+#[derive(Debug, clap::Args)]
+pub struct DecodeArgs {
+    /// The message in hex; without it, read --file or stdin (hex text or
+    /// raw bytes, detected).
+    #[arg(value_name = "HEX", conflicts_with = "file")]
+    pub hex: Option<String>,
+    /// Read the raw binary message from this file.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<std::path::PathBuf>,
+    /// Also check the command grammar and AVP flag rules (5005, 5009, 5001,
+    /// 3009).
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// Arguments of `encode`.
+#[derive(Debug, clap::Args)]
+pub struct EncodeArgs {
+    /// Read the JSON from this file instead of stdin.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<std::path::PathBuf>,
 }

@@ -17,6 +17,9 @@
 //! | [`demo`] | `doic-agent demo`: the agent between built-in peers, live summary |
 //! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix) |
 //! | [`wire`] | the relay's view of a message: framing, routing AVP scan, Route-Record, agent-built answers |
+//! | [`codec`] | Diameter wire format: header, AVPs, typed values, messages, builders (RFC 6733 §3-4, §7) |
+//! | [`inspect`] | the `decode` / `encode` subcommands: message <-> JSON, one-line errors |
+//! | [`dictionary`] | command and AVP codes, types, flag rules, enumerations (RFC 6733, 7683, 8581, 8582) |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -25,8 +28,11 @@
 
 pub mod agent;
 pub mod cli;
+pub mod codec;
 pub mod config;
 pub mod demo;
+pub mod dictionary;
+pub mod inspect;
 pub mod loadgen;
 pub mod metrics;
 pub mod net;

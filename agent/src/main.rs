@@ -15,6 +15,26 @@ fn main() -> ExitCode {
     let Some(command) = cli.command else {
         return ExitCode::SUCCESS;
     };
+    let command = match command {
+        Command::Decode(args) => {
+            let input = doic_agent::inspect::DecodeInput {
+                hex: args.hex,
+                file: args.file,
+            };
+            return report(doic_agent::inspect::decode(
+                &input,
+                args.check,
+                &mut std::io::stdin(),
+            ));
+        }
+        Command::Encode(args) => {
+            return report(doic_agent::inspect::encode(
+                args.file.as_deref(),
+                &mut std::io::stdin(),
+            ));
+        }
+        other => other,
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -26,6 +46,23 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("doic-agent: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints a subcommand's output, or its one-line error, and gives the exit
+/// status.
+fn report(result: Result<String, doic_agent::inspect::InspectError>) -> ExitCode {
+    match result {
+        Ok(out) => {
+            use std::io::Write;
+            // a closed pipe (e.g. `| head`) is not an error worth a panic
+            let _ = writeln!(std::io::stdout().lock(), "{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("doic-agent: {e}");
             ExitCode::FAILURE
         }
     }
@@ -76,6 +113,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             doic_agent::demo::run(config, seconds, outstanding, stop_signal())?;
             Ok(())
         }
+        Command::Decode(_) | Command::Encode(_) => Ok(()),
     }
 }
 

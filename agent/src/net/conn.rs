@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::agent::Shared;
+use crate::codec::Routing;
 use crate::peer::capx::{self, Capabilities, CerVerdict};
 use crate::peer::fsm::{DisconnectCause, Event, Fsm, Role, State, Transmit};
 use crate::peer::table::{PeerSlot, Relayed, ToConn, state};
@@ -244,7 +245,7 @@ impl Conn {
                         let head = Head::read(&self.inbuf);
                         if head.is_request() {
                             let req = self.inbuf.split_to(wire::HEADER_LEN);
-                            self.answer_error(&req, None, e.result_code, None, e.why);
+                            self.answer_error(&req, e.result_code, None, e.why);
                         }
                     }
                     self.close = Some("framing error");
@@ -290,7 +291,6 @@ impl Conn {
                 _ if delivery == Delivery::Throwaway => {
                     self.answer_error(
                         &msg,
-                        None,
                         relay::UNABLE_TO_DELIVER,
                         None,
                         "peer connection is reopening",
@@ -643,81 +643,72 @@ impl Conn {
         }
     }
 
-    /// Writes the agent's own answer to a request from this peer.
-    fn answer_error(
-        &mut self,
-        req: &[u8],
-        scan: Option<&wire::Scan>,
-        code: u32,
-        failed: Option<&[u8]>,
-        why: &str,
-    ) {
+    /// Writes the agent's own answer to a request from this peer (cold
+    /// path: the request is scanned again for Session-Id and Proxy-Info).
+    fn answer_error(&mut self, req: &[u8], code: u32, failed: Option<&[u8]>, why: &str) {
+        let scan = wire::scan(req).ok();
         let o = self.origin();
         let (h, r) = (o.0.to_owned(), o.1.to_owned());
-        wire::put_error_answer(&mut self.out, req, scan, (&h, &r), code, failed, why);
+        wire::put_error_answer(
+            &mut self.out,
+            req,
+            scan.as_ref(),
+            (&h, &r),
+            code,
+            failed,
+            why,
+        );
         if let Some((_, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_out, code);
         }
     }
 
-    /// A request from this connection's peer: check, route, dispatch.
+    /// A request from this connection's peer: check (the codec's relay
+    /// scan, RFC 6733 §7.1 Result-Codes), loop check (§6.1.3), route
+    /// (§6.1.6-6.1.7), dispatch (§6.1.9).
     fn relay_request(&mut self, msg: Bytes, head: Head) {
         if let Some((_, slot)) = &self.peer {
             slot.stats.requests_in.fetch_add(1, Ordering::Relaxed);
         }
-        let scan = match wire::scan(&msg) {
-            Ok(s) => s,
+        let routing = match Routing::scan(&msg) {
+            Ok(r) => r,
             Err(e) => {
-                let failed = e.failed_avp.clone();
-                return self.answer_error(&msg, None, e.result_code, failed.as_deref(), e.why);
+                let failed = e.failed_avp().cloned();
+                let why = e.to_string();
+                return self.answer_error(&msg, e.result_code(), failed.as_deref(), &why);
             }
         };
         if head.flags & flags::PROXIABLE == 0 {
             return self.answer_error(
                 &msg,
-                Some(&scan),
                 relay::APPLICATION_UNSUPPORTED,
                 None,
                 "non-proxiable request for an agent without local applications",
             );
         }
         let own = &self.shared.config.node.origin_host;
-        if routing::has_looped(
-            own,
-            scan.route_records.iter().map(|s| wire::slice(&msg, *s)),
-        ) {
-            return self.answer_error(
-                &msg,
-                Some(&scan),
-                relay::LOOP_DETECTED,
-                None,
-                "route-record loop",
-            );
+        if routing::has_looped(own, routing.route_records()) {
+            return self.answer_error(&msg, relay::LOOP_DETECTED, None, "route-record loop");
         }
-        let Some(realm) = scan.destination_realm else {
+        let Some(realm) = routing.destination_realm() else {
             let mut f = BytesMut::new();
             wire::put_avp(&mut f, wire::avp::DESTINATION_REALM, &[]);
             return self.answer_error(
                 &msg,
-                Some(&scan),
                 relay::MISSING_AVP,
                 Some(&f),
                 "missing Destination-Realm",
             );
         };
-        let dest_host = scan
-            .destination_host
-            .map(|s| String::from_utf8_lossy(wire::slice(&msg, s)).into_owned());
+        let realm = msg.slice_ref(realm);
+        let dest_host = routing
+            .destination_host()
+            .map(|h| String::from_utf8_lossy(h).into_owned());
         // RFC 6733 §6.1.7 predictive loop avoidance: peers named in a
         // Route-Record, and the sender itself, are not candidates.
-        let mut tried: Vec<PeerId> = scan
-            .route_records
-            .iter()
-            .filter_map(|rr| {
-                self.shared
-                    .table
-                    .by_host(&String::from_utf8_lossy(wire::slice(&msg, *rr)))
-            })
+        let mut tried: Vec<PeerId> = routing
+            .route_records()
+            .filter_map(|rr| self.shared.table.by_host(&String::from_utf8_lossy(rr)))
             .collect();
         let (from, sender) = match &self.peer {
             Some((id, slot)) => (slot.host_arc(), Some(*id)),
@@ -726,7 +717,7 @@ impl Conn {
         tried.extend(sender);
         let excluded = tried.len();
         let r = Relayed {
-            realm: msg.slice(realm.0 as usize..realm.1 as usize),
+            realm,
             msg,
             hbh: head.hbh,
             reply: self.tx.clone(),
@@ -751,7 +742,7 @@ impl Conn {
                 } else {
                     "every candidate refused"
                 };
-                self.answer_error(&r.msg, Some(&scan), code, None, why);
+                self.answer_error(&r.msg, code, None, why);
             }
         }
     }
@@ -763,9 +754,12 @@ impl Conn {
             return;
         };
         self.upstream_done();
-        let scan = wire::scan(&msg).ok();
-        let rc = scan.as_ref().and_then(|s| s.result_code);
-        let erc = scan.as_ref().and_then(|s| s.experimental_result_code);
+        let routing = Routing::scan(&msg).ok();
+        let rc = routing.as_ref().and_then(Routing::result_code);
+        let erc = routing
+            .as_ref()
+            .and_then(Routing::experimental_result_code)
+            .map(|(_, code)| code);
         let code = rc.or(erc).unwrap_or(0);
         if let Some((id, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_in, code);

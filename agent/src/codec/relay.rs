@@ -1,0 +1,481 @@
+//! The relay fast path (RFC 6733 §6.1.9 relaying and proxying): read the
+//! header and only the routing AVPs (Session-Id, Origin-Host/Realm,
+//! Destination-Host/Realm, Route-Record, Result-Code, Experimental-Result,
+//! DRMP and the DOIC AVPs of RFC 7683 §7, RFC 8581 §7 and RFC 8582 §7) and
+//! leave every other byte untouched for forwarding; then edit the received
+//! buffer in place: Hop-by-Hop identifier (§6.1.9), T flag (§3), appended
+//! AVPs (Route-Record §6.7.1, OC-Supported-Features RFC 7683 §5.1.3) and
+//! removed top-level AVPs (e.g. OC-OLR with a PEER_REPORT, RFC 8581 §6).
+
+use bytes::{Bytes, BytesMut};
+
+use super::avp::{Avp, AvpIter, RawAvp, parse_one};
+use super::error::{DecodeError, EncodeError};
+use super::header::{CommandFlags, HEADER_LEN, Header, MAX_MESSAGE_LEN};
+use super::message::Message;
+use crate::dictionary::code;
+
+/// Slots of [`Routing`]: which routing AVP each offset records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+enum Slot {
+    SessionId,
+    OriginHost,
+    OriginRealm,
+    DestinationHost,
+    DestinationRealm,
+    RouteRecord,
+    ResultCode,
+    ExperimentalResult,
+    Drmp,
+    OcSupportedFeatures,
+    OcOlr,
+    Load,
+}
+const SLOTS: usize = 12;
+
+/// The routing view of one received message: its header and where its
+/// routing AVPs are. Built by one pass over the top-level AVP headers
+/// ([`Routing::scan`]); values are not decoded until asked for, and nothing
+/// is copied.
+#[derive(Clone, Debug)]
+pub struct Routing<'a> {
+    buf: &'a [u8],
+    /// The message header.
+    pub header: Header,
+    /// Offset of the first AVP of each slot (0 = absent).
+    first: [u32; SLOTS],
+    /// Number of Route-Record AVPs.
+    pub route_record_count: u32,
+    /// Number of OC-OLR AVPs.
+    pub oc_olr_count: u32,
+    /// Number of Load AVPs.
+    pub load_count: u32,
+}
+
+fn slot_of(code: u32) -> Option<Slot> {
+    Some(match code {
+        code::SESSION_ID => Slot::SessionId,
+        code::ORIGIN_HOST => Slot::OriginHost,
+        code::ORIGIN_REALM => Slot::OriginRealm,
+        code::DESTINATION_HOST => Slot::DestinationHost,
+        code::DESTINATION_REALM => Slot::DestinationRealm,
+        code::ROUTE_RECORD => Slot::RouteRecord,
+        code::RESULT_CODE => Slot::ResultCode,
+        code::EXPERIMENTAL_RESULT => Slot::ExperimentalResult,
+        code::DRMP => Slot::Drmp,
+        code::OC_SUPPORTED_FEATURES => Slot::OcSupportedFeatures,
+        code::OC_OLR => Slot::OcOlr,
+        code::LOAD => Slot::Load,
+        _ => return None,
+    })
+}
+
+impl<'a> Routing<'a> {
+    /// Scans one whole message (`buf.len()` must equal its Message Length):
+    /// the header and every top-level AVP header, nothing deeper. Vendor
+    /// AVPs (V bit) never match a routing slot, so 3GPP AVPs 621/623/648/649
+    /// are not mistaken for DOIC ones.
+    ///
+    /// # Errors
+    /// Header defects (5011, 5015, 3008) and top-level AVP length defects
+    /// (5014).
+    #[inline]
+    pub fn scan(buf: &'a [u8]) -> Result<Routing<'a>, DecodeError> {
+        let header = Header::decode(buf)?;
+        let mut r = Routing {
+            buf,
+            header,
+            first: [0; SLOTS],
+            route_record_count: 0,
+            oc_olr_count: 0,
+            load_count: 0,
+        };
+        let mut pos = HEADER_LEN;
+        while pos < buf.len() {
+            let b = &buf[pos..];
+            // fast read of code, flags and length; parse_one handles defects
+            let Some(h) = b.first_chunk::<8>() else {
+                parse_one(b, pos)?;
+                break;
+            };
+            let length = super::header::u24(&h[5..8]) as usize;
+            let hlen = if h[4] & super::avp::AvpFlags::VENDOR != 0 {
+                12
+            } else {
+                8
+            };
+            let padded = (length + 3) & !3;
+            if length < hlen || padded > b.len() {
+                parse_one(b, pos)?;
+            }
+            if hlen == 8 {
+                let code = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+                if let Some(slot) = slot_of(code) {
+                    let s = slot as usize;
+                    if r.first[s] == 0 {
+                        r.first[s] = pos as u32;
+                    }
+                    match slot {
+                        Slot::RouteRecord => r.route_record_count += 1,
+                        Slot::OcOlr => r.oc_olr_count += 1,
+                        Slot::Load => r.load_count += 1,
+                        _ => {}
+                    }
+                }
+            }
+            pos += padded;
+        }
+        Ok(r)
+    }
+
+    fn get(&self, slot: Slot) -> Option<RawAvp<'a>> {
+        let off = self.first[slot as usize] as usize;
+        if off == 0 {
+            return None;
+        }
+        parse_one(&self.buf[off..], off).ok()
+    }
+
+    fn data(&self, slot: Slot) -> Option<&'a [u8]> {
+        self.get(slot).map(|a| a.data)
+    }
+
+    fn all(&self, slot: Slot) -> impl Iterator<Item = RawAvp<'a>> + use<'a> {
+        let off = self.first[slot as usize] as usize;
+        let want = match slot {
+            Slot::RouteRecord => code::ROUTE_RECORD,
+            Slot::OcOlr => code::OC_OLR,
+            _ => code::LOAD,
+        };
+        let body = if off == 0 { &[][..] } else { &self.buf[off..] };
+        AvpIter::with_offset(body, off)
+            .map_while(Result::ok)
+            .filter(move |a| a.code == want && a.vendor_id.is_none())
+    }
+
+    /// The whole message.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.buf
+    }
+    /// Session-Id value bytes.
+    pub fn session_id(&self) -> Option<&'a [u8]> {
+        self.data(Slot::SessionId)
+    }
+    /// Origin-Host value bytes.
+    pub fn origin_host(&self) -> Option<&'a [u8]> {
+        self.data(Slot::OriginHost)
+    }
+    /// Origin-Realm value bytes.
+    pub fn origin_realm(&self) -> Option<&'a [u8]> {
+        self.data(Slot::OriginRealm)
+    }
+    /// Destination-Host value bytes.
+    pub fn destination_host(&self) -> Option<&'a [u8]> {
+        self.data(Slot::DestinationHost)
+    }
+    /// Destination-Realm value bytes.
+    pub fn destination_realm(&self) -> Option<&'a [u8]> {
+        self.data(Slot::DestinationRealm)
+    }
+    /// Every Route-Record value, in order (the loop check of §6.1.3).
+    pub fn route_records(&self) -> impl Iterator<Item = &'a [u8]> + use<'a> {
+        self.all(Slot::RouteRecord).map(|a| a.data)
+    }
+    /// Result-Code, if present and 4 bytes long.
+    pub fn result_code(&self) -> Option<u32> {
+        self.data(Slot::ResultCode)
+            .and_then(|d| d.try_into().ok())
+            .map(u32::from_be_bytes)
+    }
+    /// The Experimental-Result AVP (grouped).
+    pub fn experimental_result(&self) -> Option<RawAvp<'a>> {
+        self.get(Slot::ExperimentalResult)
+    }
+    /// (Vendor-Id, Experimental-Result-Code) of the Experimental-Result.
+    pub fn experimental_result_code(&self) -> Option<(u32, u32)> {
+        let er = self.experimental_result()?;
+        let (mut vendor, mut result) = (None, None);
+        for c in er.children().map_while(Result::ok) {
+            let v = c.data.try_into().ok().map(u32::from_be_bytes);
+            match (c.code, c.vendor_id) {
+                (code::VENDOR_ID, None) => vendor = v,
+                (code::EXPERIMENTAL_RESULT_CODE, None) => result = v,
+                _ => {}
+            }
+        }
+        Some((vendor?, result?))
+    }
+    /// DRMP priority (RFC 7944), if present and 4 bytes long.
+    pub fn drmp(&self) -> Option<u32> {
+        self.data(Slot::Drmp)
+            .and_then(|d| d.try_into().ok())
+            .map(u32::from_be_bytes)
+    }
+    /// The OC-Supported-Features AVP (RFC 7683 §7.1).
+    pub fn oc_supported_features(&self) -> Option<RawAvp<'a>> {
+        self.get(Slot::OcSupportedFeatures)
+    }
+    /// Every OC-OLR AVP (RFC 7683 §7.3; a host or realm report and an RFC
+    /// 8581 peer report may travel together).
+    pub fn oc_olrs(&self) -> impl Iterator<Item = RawAvp<'a>> + use<'a> {
+        self.all(Slot::OcOlr)
+    }
+    /// Every Load AVP (RFC 8583 §7.1).
+    pub fn loads(&self) -> impl Iterator<Item = RawAvp<'a>> + use<'a> {
+        self.all(Slot::Load)
+    }
+}
+
+/// A received message held for forwarding, edited in place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageBuf {
+    buf: BytesMut,
+}
+
+impl MessageBuf {
+    /// Wraps one whole message (as cut by [`super::frame_len`]); checks its
+    /// header.
+    ///
+    /// # Errors
+    /// Header defects (5011, 5015, 3008).
+    pub fn new(buf: BytesMut) -> Result<MessageBuf, DecodeError> {
+        Header::decode(&buf)?;
+        Ok(MessageBuf { buf })
+    }
+
+    /// Encodes `msg` into a new buffer.
+    ///
+    /// # Errors
+    /// When a length exceeds its 24-bit field.
+    pub fn from_message(msg: &Message) -> Result<MessageBuf, EncodeError> {
+        Ok(MessageBuf {
+            buf: msg.to_bytes()?,
+        })
+    }
+
+    /// The header.
+    pub fn header(&self) -> Header {
+        // checked in `new` and kept valid by every edit
+        Header::peek(&self.buf).unwrap_or(Header::new(0, 0, CommandFlags(0)))
+    }
+
+    /// The routing view (one pass over the top-level AVP headers).
+    ///
+    /// # Errors
+    /// Top-level AVP length defects (5014).
+    pub fn routing(&self) -> Result<Routing<'_>, DecodeError> {
+        Routing::scan(&self.buf)
+    }
+
+    /// Rewrites the Hop-by-Hop identifier.
+    pub fn set_hop_by_hop(&mut self, id: u32) {
+        self.buf[12..16].copy_from_slice(&id.to_be_bytes());
+    }
+
+    /// Rewrites the End-to-End identifier.
+    pub fn set_end_to_end(&mut self, id: u32) {
+        self.buf[16..20].copy_from_slice(&id.to_be_bytes());
+    }
+
+    /// Sets or clears the T (potentially retransmitted) flag.
+    pub fn set_retransmit(&mut self, on: bool) {
+        self.buf[4] = CommandFlags(self.buf[4])
+            .with(CommandFlags::RETRANSMIT, on)
+            .0;
+    }
+
+    /// Replaces the command flags byte.
+    pub fn set_flags(&mut self, flags: CommandFlags) {
+        self.buf[4] = flags.0;
+    }
+
+    fn set_length(&mut self, len: usize) -> Result<(), EncodeError> {
+        if len > MAX_MESSAGE_LEN {
+            return Err(EncodeError::MessageTooLong { length: len });
+        }
+        let l = (len as u32).to_be_bytes();
+        self.buf[1..4].copy_from_slice(&l[1..4]);
+        Ok(())
+    }
+
+    /// Appends an AVP at the end and fixes the Message Length.
+    ///
+    /// # Errors
+    /// When the message or the AVP would exceed its 24-bit length.
+    pub fn append_avp(&mut self, avp: &Avp) -> Result<(), EncodeError> {
+        let new_len = self.buf.len() + avp.encoded_len();
+        if new_len > MAX_MESSAGE_LEN {
+            return Err(EncodeError::MessageTooLong { length: new_len });
+        }
+        avp.encode(&mut self.buf)?;
+        self.set_length(new_len)
+    }
+
+    /// Appends already encoded, padded AVPs and fixes the Message Length.
+    ///
+    /// # Errors
+    /// When the message would exceed the 24-bit length.
+    pub fn append_encoded(&mut self, avps: &[u8]) -> Result<(), EncodeError> {
+        let new_len = self.buf.len() + avps.len();
+        self.set_length(new_len)?;
+        self.buf.extend_from_slice(avps);
+        Ok(())
+    }
+
+    /// Removes, in place, every top-level AVP for which `remove` is true and
+    /// fixes the Message Length. Returns how many were removed.
+    ///
+    /// # Errors
+    /// A top-level AVP length defect (5014); the buffer is then unchanged.
+    pub fn remove_avps(
+        &mut self,
+        mut remove: impl FnMut(&RawAvp<'_>) -> bool,
+    ) -> Result<usize, DecodeError> {
+        // check first so that a defect leaves the buffer untouched
+        for r in AvpIter::with_offset(&self.buf[HEADER_LEN..], HEADER_LEN) {
+            r?;
+        }
+        let (mut read, mut write, mut removed) = (HEADER_LEN, HEADER_LEN, 0);
+        while read < self.buf.len() {
+            let (len, drop) = match parse_one(&self.buf[read..], read) {
+                Ok(a) => (a.raw.len(), remove(&a)),
+                Err(_) => break,
+            };
+            if drop {
+                removed += 1;
+            } else {
+                if write != read {
+                    self.buf.copy_within(read..read + len, write);
+                }
+                write += len;
+            }
+            read += len;
+        }
+        self.buf.truncate(write);
+        let _ = self.set_length(write);
+        Ok(removed)
+    }
+
+    /// The message bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Message length in bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Always false: a message has at least its header.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The bytes, frozen for sending.
+    pub fn freeze(self) -> Bytes {
+        self.buf.freeze()
+    }
+
+    /// The underlying buffer.
+    pub fn into_inner(self) -> BytesMut {
+        self.buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::builder::experimental_result;
+    use crate::dictionary::{app, cmd, vendor};
+
+    fn request() -> Message {
+        Message::request(cmd::FD_TEST, app::FD_TEST, true)
+            .with_ids(0x11, 0x22)
+            .with(Avp::str(code::SESSION_ID, "client.example.org;1;2"))
+            .with(Avp::str(code::ORIGIN_HOST, "client.example.org"))
+            .with(Avp::str(code::ORIGIN_REALM, "example.org"))
+            .with(Avp::str(code::DESTINATION_REALM, "example.net"))
+            // a 3GPP AVP with code 623 must not be taken for OC-OLR
+            .with(Avp::vendor(
+                623,
+                Some(vendor::TGPP),
+                crate::codec::Value::Enumerated(1),
+            ))
+            .with(Avp::str(code::ROUTE_RECORD, "a.example"))
+            .with(Avp::i32(code::DRMP, 3))
+            .with(Avp::str(code::ROUTE_RECORD, "b.example"))
+            .with(Avp::grouped(
+                code::OC_OLR,
+                vec![Avp::u64(code::OC_SEQUENCE_NUMBER, 1)],
+            ))
+            .with(Avp::grouped(
+                code::OC_OLR,
+                vec![Avp::u64(code::OC_SEQUENCE_NUMBER, 2)],
+            ))
+            .with(experimental_result(10415, 5198))
+    }
+
+    #[test]
+    fn scan_finds_routing_avps_only_in_ietf_space() {
+        let b = request().to_bytes().unwrap();
+        let r = Routing::scan(&b).unwrap();
+        assert_eq!(r.header.command_code, cmd::FD_TEST);
+        assert_eq!(r.session_id(), Some(&b"client.example.org;1;2"[..]));
+        assert_eq!(r.origin_host(), Some(&b"client.example.org"[..]));
+        assert_eq!(r.destination_realm(), Some(&b"example.net"[..]));
+        assert_eq!(r.destination_host(), None);
+        assert_eq!(
+            r.route_records().collect::<Vec<_>>(),
+            vec![&b"a.example"[..], b"b.example"]
+        );
+        assert_eq!(r.route_record_count, 2);
+        assert_eq!(r.oc_olr_count, 2);
+        assert_eq!(r.oc_olrs().count(), 2);
+        assert_eq!(r.drmp(), Some(3));
+        assert_eq!(r.experimental_result_code(), Some((10415, 5198)));
+        assert_eq!(r.result_code(), None);
+    }
+
+    #[test]
+    fn scan_rejects_bad_lengths() {
+        let mut b = request().to_bytes().unwrap();
+        b[20 + 7] = 3; // Session-Id length 3 < 8
+        let e = Routing::scan(&b).unwrap_err();
+        assert_eq!((e.result_code(), e.offset()), (5014, 20));
+    }
+
+    #[test]
+    fn edits_in_place_keep_the_message_valid() {
+        let req = request();
+        let mut m = MessageBuf::from_message(&req).unwrap();
+        let before = m.len();
+        m.set_hop_by_hop(0xdead_beef);
+        m.set_retransmit(true);
+        m.append_avp(&Avp::str(code::ROUTE_RECORD, "agent.example.net"))
+            .unwrap();
+        let removed = m
+            .remove_avps(|a| a.code == code::OC_OLR && a.vendor_id.is_none())
+            .unwrap();
+        assert_eq!(removed, 2);
+        let d = Message::decode(m.clone().freeze()).unwrap();
+        assert_eq!(d.header.hop_by_hop, 0xdead_beef);
+        assert!(d.header.flags.is_retransmit());
+        assert_eq!(d.header.end_to_end, 0x22);
+        assert_eq!(d.header.length as usize, m.len());
+        assert!(m.len() < before);
+        assert_eq!(d.find_all(code::ROUTE_RECORD).count(), 3);
+        assert_eq!(d.find_all(code::OC_OLR).count(), 0);
+        // the 3GPP AVP 623 survived
+        assert!(d.find_vendor(623, Some(vendor::TGPP)).is_some());
+        // everything else is byte-identical, in order
+        let mut expect = req.clone();
+        expect
+            .avps
+            .retain(|a| !(a.code == code::OC_OLR && a.vendor_id.is_none()));
+        expect.push(Avp::str(code::ROUTE_RECORD, "agent.example.net"));
+        expect.header.hop_by_hop = 0xdead_beef;
+        expect.header.flags = expect.header.flags.with(CommandFlags::RETRANSMIT, true);
+        assert_eq!(m.as_bytes(), &expect.to_bytes().unwrap()[..]);
+    }
+}
