@@ -4,6 +4,7 @@
 //! tests need (idempotently), then runs every stage in order and stops at the
 //! first failure. `.ci/run` calls exactly that command.
 
+mod peers;
 mod setup;
 mod stages;
 mod util;

@@ -31,7 +31,6 @@ fn cargo_has(sub: &str) -> bool {
 
 /// Installs the Debian packages that are not installed yet (`apt-get update`
 /// runs at most once per process, and only when something is missing).
-#[expect(dead_code, reason = "used by the stages that need Debian packages")]
 pub(crate) fn apt(packages: &[&str]) -> anyhow::Result<()> {
     let missing: Vec<&str> = packages
         .iter()

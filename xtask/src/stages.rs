@@ -33,6 +33,11 @@ const STAGES: &[Stage] = &[
         about: "unit, property, simulation and integration tests of the workspace",
         run: unit,
     },
+    Stage {
+        name: "interop",
+        about: "install the third-party peers, then run the interop harness tests against them",
+        run: interop,
+    },
 ];
 
 /// Runs the selected stages in order; stops at the first failure.
@@ -83,10 +88,51 @@ fn unit() -> anyhow::Result<()> {
     if have("cargo-nextest") {
         run(
             "cargo",
-            &["nextest", "run", "--workspace", "--no-fail-fast"],
+            &[
+                "nextest",
+                "run",
+                "--workspace",
+                "--exclude",
+                "interop",
+                "--no-fail-fast",
+            ],
         )?;
     } else {
-        run("cargo", &["test", "--workspace", "--no-fail-fast"])?;
+        run(
+            "cargo",
+            &[
+                "test",
+                "--workspace",
+                "--exclude",
+                "interop",
+                "--no-fail-fast",
+            ],
+        )?;
     }
     run("cargo", &["test", "--workspace", "--doc"])
+}
+
+/// The third-party peers (freeDiameter, Erlang/OTP, tshark) are installed as
+/// part of this stage, so `--only interop` works on a fresh machine. The
+/// harness tests spawn daemons and capture on `lo`; they run one test binary
+/// at a time but tests inside it in parallel (free ports per test).
+fn interop() -> anyhow::Result<()> {
+    let t0 = std::time::Instant::now();
+    crate::peers::install()?;
+    let t_setup = t0.elapsed();
+    let dir = crate::peers::dir();
+    let mut cmd = std::process::Command::new("cargo");
+    if have("cargo-nextest") {
+        cmd.args(["nextest", "run", "-p", "interop", "--no-fail-fast"]);
+    } else {
+        cmd.args(["test", "-p", "interop", "--no-fail-fast"]);
+    }
+    cmd.env("DOIC_PEERS_DIR", &dir);
+    crate::util::run_cmd(&mut cmd)?;
+    eprintln!(
+        "interop: setup {:.1}s, tests {:.1}s",
+        t_setup.as_secs_f64(),
+        (t0.elapsed() - t_setup).as_secs_f64()
+    );
+    Ok(())
 }
