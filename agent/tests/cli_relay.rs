@@ -33,10 +33,21 @@ fn check_config_accepts_a_good_file_and_names_file_key_and_reason_otherwise() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(err.contains("bad.toml: route[0].peers[0]: `ghost.example.net` is not a [[peer]] host"), "{err}");
-    let out = bin().arg("check-config").arg("/nonexistent/x.toml").output().unwrap();
+    assert!(
+        err.contains("bad.toml: route[0].peers[0]: `ghost.example.net` is not a [[peer]] host"),
+        "{err}"
+    );
+    let out = bin()
+        .arg("check-config")
+        .arg("/nonexistent/x.toml")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8(out.stderr).unwrap().contains("/nonexistent/x.toml: cannot read"));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("/nonexistent/x.toml: cannot read")
+    );
 }
 
 const DEMO: &str = r#"
@@ -67,7 +78,11 @@ hosts = ["*.example.org"]
 fn demo_relays_traffic_and_prints_a_line_per_second() {
     let cfg = write("demo.toml", DEMO);
     let t0 = Instant::now();
-    let out = bin().args(["demo", "--seconds", "3", "--config"]).arg(&cfg).output().unwrap();
+    let out = bin()
+        .args(["demo", "--seconds", "3", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(t0.elapsed() < Duration::from_secs(20));
     let text = String::from_utf8(out.stdout).unwrap();
@@ -77,7 +92,13 @@ fn demo_relays_traffic_and_prints_a_line_per_second() {
     // "demo: sent N answered N (...), result codes {2001: N}"
     let num = |key: &str| -> u64 {
         let at = last.find(key).unwrap() + key.len();
-        last[at..].split_whitespace().next().unwrap().trim_matches(|c: char| !c.is_ascii_digit()).parse().unwrap()
+        last[at..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .trim_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap()
     };
     let (sent, answered) = (num("sent "), num("answered "));
     assert!(sent > 100, "{last}");
@@ -106,18 +127,33 @@ fn run_serves_metrics_and_stops_on_sigterm() {
             "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\n"
         ),
     );
-    let mut child = bin().arg("run").arg("--config").arg(&cfg).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = bin()
+        .arg("run")
+        .arg("--config")
+        .arg(&cfg)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let addr = format!("127.0.0.1:{port}");
     let t0 = Instant::now();
     while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "metrics endpoint never came up");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "metrics endpoint never came up"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let page = http_get(&addr, "/metrics");
     assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
     assert!(page.contains("# TYPE doic_peer_state gauge"), "{page}");
-    assert!(page.contains("doic_peer_state{peer=\"s.example.net\"} 0"), "{page}");
-    assert!(page.contains("doic_worker_utilisation{worker=\"0\"}"), "{page}");
+    assert!(
+        page.contains("doic_peer_state{peer=\"s.example.net\"} 0"),
+        "{page}"
+    );
+    assert!(
+        page.contains("doic_worker_utilisation{worker=\"0\"}"),
+        "{page}"
+    );
     assert!(http_get(&addr, "/nope").starts_with("HTTP/1.1 404"));
     // SIGTERM: the agent stops cleanly and exits 0.
     let pid = child.id() as i32;
@@ -128,11 +164,17 @@ fn run_serves_metrics_and_stops_on_sigterm() {
             assert!(status.success(), "{status:?}");
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no exit after SIGTERM");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no exit after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 fn unsafe_kill(pid: i32) -> i32 {
-    Command::new("kill").args(["-TERM", &pid.to_string()]).status().map_or(-1, |s| s.code().unwrap_or(-1))
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .map_or(-1, |s| s.code().unwrap_or(-1))
 }

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -24,7 +24,7 @@ use crate::agent::Shared;
 use crate::codec::Routing;
 use crate::peer::capx::{self, Capabilities, CerVerdict};
 use crate::peer::fsm::{DisconnectCause, Event, Fsm, Role, State, Transmit};
-use crate::peer::table::{PeerSlot, Relayed, ToConn, state};
+use crate::peer::table::{PeerSlot, PeerStats, Relayed, ToConn, state};
 use crate::peer::watchdog::{Delivery, Watchdog, WatchdogAction, WatchdogState};
 use crate::relay::{self, AnswerFate};
 use crate::routing::{self, PeerId, PeerView};
@@ -271,10 +271,13 @@ impl Conn {
             State::Open | State::Closing => {}
         }
         let is_dwa = !head.is_request() && head.cmd == cmd::DWR;
-        let delivery = self
-            .watchdog
-            .as_mut()
-            .map_or(Delivery::Deliver, |w| w.handle_receive(now, is_dwa));
+        // RFC 3539 REOPEN throws received traffic away; the agent instead
+        // answers every request it receives (it never drops one) and applies
+        // REOPEN to what it sends: no requests are routed to the peer until
+        // three DWAs came back.
+        if let Some(w) = self.watchdog.as_mut() {
+            let _: Delivery = w.handle_receive(now, is_dwa);
+        }
         self.pump_watchdog();
         if head.is_request() {
             match head.cmd {
@@ -288,20 +291,17 @@ impl Conn {
                     self.fsm.handle_dpr();
                 }
                 cmd::CER => self.fsm.handle_cer(Capabilities::default(), true, false),
-                _ if delivery == Delivery::Throwaway => {
-                    self.answer_error(
-                        &msg,
-                        relay::UNABLE_TO_DELIVER,
-                        None,
-                        "peer connection is reopening",
-                    );
-                }
                 _ => self.relay_request(msg, head),
             }
         } else {
             match head.cmd {
-                cmd::DWR | cmd::CER => {}
-                cmd::DPR => self.fsm.handle_dpa(),
+                cmd::DWR => self.count(|st| &st.dwa_received),
+                cmd::CER => {}
+                cmd::DPR => {
+                    self.count(|st| &st.dpa_received);
+                    self.fsm.handle_dpa();
+                    self.check_drained();
+                }
                 _ => self.relay_answer(msg, head),
             }
         }
@@ -395,6 +395,7 @@ impl Conn {
                     }
                 }
                 Transmit::Dpr(cause) => {
+                    self.count(|st| &st.dpr_sent);
                     let hbh = self.alloc_hbh();
                     wire::put_base(&mut self.out, cmd::DPR, o, None, hbh, Some(cause as u32));
                 }
@@ -427,6 +428,12 @@ impl Conn {
 }
 
 impl Conn {
+    fn count(&self, which: impl Fn(&PeerStats) -> &AtomicU64) {
+        if let Some((_, slot)) = &self.peer {
+            which(&slot.stats).fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     fn peer_host(&self) -> String {
         self.peer
             .as_ref()
@@ -476,6 +483,7 @@ impl Conn {
         for a in actions {
             match a {
                 WatchdogAction::SendDwr => {
+                    self.count(|st| &st.dwr_sent);
                     let hbh = self.alloc_hbh();
                     let o = self.origin();
                     let (h, r) = (o.0.to_owned(), o.1.to_owned());

@@ -91,6 +91,7 @@ pub struct Fsm {
     deadline: Option<Instant>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
+    dpa_received: bool,
 }
 
 /// How long a capabilities exchange or a DPR may wait for its answer.
@@ -111,6 +112,7 @@ impl Fsm {
             deadline: Some(now + EXCHANGE_TIMEOUT),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
+            dpa_received: false,
         };
         if role == Role::Initiator {
             fsm.transmits.push_back(Transmit::Cer);
@@ -221,11 +223,12 @@ impl Fsm {
         self.close("peer sent DPR");
     }
 
-    /// A DPA arrived. The agent closes once its pending requests are
-    /// answered; it reports that through [`Fsm::handle_drained`].
+    /// A DPA arrived (Closing  Rcv-DPA  ->  Closed): the connection closes
+    /// at the next [`Fsm::handle_drained`], when every pending request is
+    /// answered too.
     pub fn handle_dpa(&mut self) {
         if self.state == State::Closing {
-            tracing::debug!("dpa received");
+            self.dpa_received = true;
         }
     }
 
@@ -243,9 +246,11 @@ impl Fsm {
         }
     }
 
-    /// In Closing, every pending request has been answered: close.
+    /// In Closing, every pending request has been answered (the driver calls
+    /// this whenever that is true): close if the DPA has arrived (otherwise
+    /// the drain deadline closes).
     pub fn handle_drained(&mut self) {
-        if self.state == State::Closing {
+        if self.state == State::Closing && self.dpa_received {
             self.close("disconnected");
         }
     }
@@ -381,6 +386,15 @@ mod tests {
             drain(&mut f).0,
             vec![Transmit::Dpr(DisconnectCause::Rebooting)]
         );
+        f.handle_drained();
+        assert_eq!(f.state(), State::Closing, "the DPA is awaited");
+        f.handle_dpa();
+        f.handle_drained();
+        assert_eq!(f.state(), State::Closed);
+        // The other order: DPA first, then the last pending answer.
+        let mut f = Fsm::new(now, Role::Responder, caps("a.example.com", &[4]));
+        f.handle_cer(caps("c.example.org", &[4]), true, false);
+        f.handle_stop(now, DisconnectCause::Rebooting, Duration::from_secs(2));
         f.handle_dpa();
         assert_eq!(
             f.state(),

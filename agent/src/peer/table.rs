@@ -97,6 +97,14 @@ pub struct PeerStats {
     pub answers_out: Mutex<BTreeMap<u32, u64>>,
     /// Requests moved from this peer to an alternate one.
     pub failovers: AtomicU64,
+    /// DWRs sent to the peer.
+    pub dwr_sent: AtomicU64,
+    /// DWAs received from the peer.
+    pub dwa_received: AtomicU64,
+    /// DPRs sent to the peer.
+    pub dpr_sent: AtomicU64,
+    /// DPAs received from the peer.
+    pub dpa_received: AtomicU64,
 }
 
 /// One peer of the table.
