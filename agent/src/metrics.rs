@@ -159,6 +159,26 @@ pub fn render(shared: &Shared) -> String {
     }
     let _ = writeln!(
         o,
+        "# HELP doic_peer_watchdog_messages_total Base protocol messages: DWR sent, DWA received, DPR sent, DPA received.\n# TYPE doic_peer_watchdog_messages_total counter"
+    );
+    for (_, p) in &peers {
+        let st = &p.stats;
+        for (m, v) in [
+            ("dwr_sent", &st.dwr_sent),
+            ("dwa_received", &st.dwa_received),
+            ("dpr_sent", &st.dpr_sent),
+            ("dpa_received", &st.dpa_received),
+        ] {
+            let _ = writeln!(
+                o,
+                "doic_peer_watchdog_messages_total{{peer=\"{}\",message=\"{m}\"}} {}",
+                p.host,
+                v.load(Ordering::Relaxed)
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
         "# HELP doic_worker_utilisation Busy share of each worker thread over the last second.\n# TYPE doic_worker_utilisation gauge"
     );
     for i in 0..shared.worker_count() {

@@ -154,6 +154,12 @@ fn run_serves_metrics_and_stops_on_sigterm() {
         page.contains("doic_worker_utilisation{worker=\"0\"}"),
         "{page}"
     );
+    assert!(
+        page.contains(
+            "doic_peer_watchdog_messages_total{peer=\"s.example.net\",message=\"dwr_sent\"} 0"
+        ),
+        "{page}"
+    );
     assert!(http_get(&addr, "/nope").starts_with("HTTP/1.1 404"));
     // SIGTERM: the agent stops cleanly and exits 0.
     let pid = child.id() as i32;
