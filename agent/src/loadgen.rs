@@ -73,6 +73,8 @@ pub struct ServerStats {
     /// The last application request received and the answer sent to it
     /// (for byte-level checks).
     pub last: std::sync::Mutex<Option<(Bytes, Bytes)>>,
+    /// The capabilities of the last CER received.
+    pub peer_capabilities: std::sync::Mutex<Option<Capabilities>>,
 }
 
 /// How a [`Server`] behaves.
@@ -203,6 +205,12 @@ async fn serve_conn(
             match h.cmd {
                 cmd::CER => {
                     stats.cer.fetch_add(1, Ordering::Relaxed);
+                    if let Ok((caps, _)) = wire::read_capabilities(&m) {
+                        *stats
+                            .peer_capabilities
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(caps);
+                    }
                     wire::put_capabilities(
                         &mut out,
                         &id.caps(ip, b.applications.clone()),

@@ -243,3 +243,62 @@ async fn agent_answers_dwr_and_dpr() {
         (wire::cmd::DPR, Some(2001))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e_bit_on_a_request_is_answered_3008_with_the_e_bit() {
+    let s = setup(1).await;
+    let mut c = s.client().await;
+    let mut m = request(11, "example.net", &[]);
+    m[4] |= flags::ERROR;
+    c.write_raw(&m).await.unwrap();
+    let ans = answer(&mut c).await;
+    assert_eq!(result_code(&ans), Some(3008));
+    assert_ne!(Head::read(&ans).flags & flags::ERROR, 0);
+    c.write_raw(&request(12, "example.net", &[])).await.unwrap();
+    assert_eq!(result_code(&answer(&mut c).await), Some(2001));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_over_ipv6() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    }
+    let id = Identity::new("server1.example.net", "example.net");
+    let server =
+        doic_agent::loadgen::Server::spawn("[::1]:0".parse().unwrap(), id, Default::default())
+            .await
+            .unwrap();
+    let text = format!(
+        "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"[::1]:0\"]\nworkers = 1\n[[peer]]\nhost = \"server1.example.net\"\nrealm = \"example.net\"\nconnect = \"{}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"server1.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n",
+        server.addr
+    );
+    let config =
+        doic_agent::config::Config::from_str_named(&text, std::path::Path::new("v6.toml")).unwrap();
+    let s = start(vec![server], config).await;
+    assert!(s.addr.is_ipv6());
+    let mut c = s.client().await;
+    c.write_raw(&request(21, "example.net", &[])).await.unwrap();
+    assert_eq!(result_code(&answer(&mut c).await), Some(2001));
+    // The agent advertised its real (IPv6) address in the CER it sent
+    // upstream (RFC 6733 §5.3.5 Host-IP-Address).
+    let caps = s.servers[0]
+        .stats
+        .peer_capabilities
+        .lock()
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert_eq!(
+        caps.host_ip_addresses,
+        vec!["::1".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert_eq!(caps.origin_host, AGENT);
+    assert_eq!(
+        caps.auth_applications,
+        vec![0xffff_ffff],
+        "Relay application"
+    );
+    assert_eq!(caps.product_name, "doic-agent");
+    assert!(caps.firmware_revision.is_some());
+}
