@@ -44,17 +44,24 @@ pub(crate) fn dispatch(
     destination_host: Option<&str>,
     rotate: usize,
 ) -> Result<(), (Relayed, RouteError)> {
-    let realm = String::from_utf8_lossy(&r.realm).into_owned();
+    let realm_bytes = r.realm.clone();
+    let lossy;
+    let realm = match std::str::from_utf8(&realm_bytes) {
+        Ok(s) => s,
+        Err(_) => {
+            lossy = String::from_utf8_lossy(&realm_bytes).into_owned();
+            lossy.as_str()
+        }
+    };
     let mut host = destination_host;
     loop {
-        let choice =
-            match shared
-                .router
-                .choose(&shared.table, host, &realm, r.app, &r.tried, rotate)
-            {
-                Ok(c) => c,
-                Err(e) => return Err((r, e)),
-            };
+        let choice = match shared
+            .router
+            .choose(&shared.table, host, realm, r.app, &r.tried, rotate)
+        {
+            Ok(c) => c,
+            Err(e) => return Err((r, e)),
+        };
         host = None;
         let Some(slot) = shared.table.get(choice.peer) else {
             return Err((r, RouteError::NoRoute));

@@ -138,6 +138,10 @@ impl Conn {
         }
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // One timer, reset only when the state machines' deadline moves.
+        let mut armed = self.next_deadline();
+        let sleep = tokio::time::sleep_until(armed);
+        tokio::pin!(sleep);
         while self.close.is_none() {
             self.flush_some();
             if self.out.len() > MAX_BACKLOG {
@@ -150,6 +154,10 @@ impl Conn {
                 Interest::READABLE | Interest::WRITABLE
             };
             let deadline = self.next_deadline();
+            if deadline != armed {
+                armed = deadline;
+                sleep.as_mut().reset(armed);
+            }
             tokio::select! {
                 ready = self.stream.ready(interest) => match ready {
                     Ok(r) => {
@@ -171,7 +179,12 @@ impl Conn {
                         }
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => self.handle_timers(),
+                () = &mut sleep => {
+                    self.handle_timers();
+                    // Re-arm even if the deadline did not move.
+                    armed = self.next_deadline();
+                    sleep.as_mut().reset(armed);
+                }
                 _ = tick.tick() => self.handle_timers(),
                 changed = shutdown.changed(), if !*shutdown.borrow() => {
                     if changed.is_err() || *shutdown.borrow() {
