@@ -19,7 +19,9 @@ use anyhow::Context;
 use clap::Parser;
 use doic_agent::agent::Agent;
 use doic_agent::config::Config;
-use doic_agent::loadgen::{Client, Identity, Pace, Report, TEST_APP, Traffic};
+use doic_agent::loadgen::{
+    Client, Identity, Pace, Report, Server, ServerBehaviour, TEST_APP, Traffic,
+};
 use doic_agent::peer::table::state;
 use interop::fd::{FdRelay, FdServer, PeerTarget};
 
@@ -47,6 +49,10 @@ struct Args {
     /// Fail unless the agent (best worker count) reaches this share of direct.
     #[arg(long)]
     require: Option<f64>,
+    /// Use the project's built-in loopback server instead of freeDiameter
+    /// (no freeDiameter relay row then): measures the agent's own cost.
+    #[arg(long)]
+    builtin: bool,
 }
 
 struct Target {
@@ -148,40 +154,46 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let server = FdServer::builder()
-        .start()
-        .context("freeDiameter test_app server")?;
-    let relay = FdRelay::builder(server.target(), server.realm())
-        .start()
-        .context("freeDiameter relay")?;
-    let a1 = agent(&server.target(), 1)?;
-    let a2 = agent(&server.target(), 2)?;
-    let mut targets = vec![
-        Target {
-            name: "direct",
-            addr: server.target().addr,
-            closed: vec![],
-            open: vec![],
-        },
-        Target {
-            name: "freeDiameter relay",
-            addr: relay.target().addr,
-            closed: vec![],
-            open: vec![],
-        },
-        Target {
-            name: "agent, 1 worker",
-            addr: a1.local_addrs()[0],
-            closed: vec![],
-            open: vec![],
-        },
-        Target {
-            name: "agent, 2 workers",
-            addr: a2.local_addrs()[0],
-            closed: vec![],
-            open: vec![],
-        },
-    ];
+    let peers_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let (server, relay, builtin) = if args.builtin {
+        let id = Identity::new("server1.example.net", "example.net");
+        let s = peers_rt.block_on(Server::spawn(
+            "127.0.0.1:0".parse()?,
+            id,
+            ServerBehaviour::default(),
+        ))?;
+        (None, None, Some(s))
+    } else {
+        let server = FdServer::builder()
+            .start()
+            .context("freeDiameter test_app server")?;
+        let relay = FdRelay::builder(server.target(), server.realm())
+            .start()
+            .context("freeDiameter relay")?;
+        (Some(server), Some(relay), None)
+    };
+    let server_target = match (&server, &builtin) {
+        (Some(s), _) => s.target(),
+        (None, Some(b)) => PeerTarget::new("server1.example.net", b.addr)?,
+        (None, None) => unreachable!("one server runs"),
+    };
+    let a1 = agent(&server_target, 1)?;
+    let a2 = agent(&server_target, 2)?;
+    let target = |name, addr| Target {
+        name,
+        addr,
+        closed: vec![],
+        open: vec![],
+    };
+    let mut targets = vec![target("direct", server_target.addr)];
+    if let Some(r) = &relay {
+        targets.push(target("freeDiameter relay", r.target().addr));
+    }
+    targets.push(target("agent, 1 worker", a1.local_addrs()[0]));
+    targets.push(target("agent, 2 workers", a2.local_addrs()[0]));
     eprintln!(
         "bench-relay: {} rounds x {} s, closed loop {} outstanding, then open loop at {:.0}% of direct",
         args.rounds,
