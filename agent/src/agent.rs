@@ -52,8 +52,24 @@ pub struct Shared {
     /// Flips to true when the agent stops.
     pub shutdown: watch::Receiver<bool>,
     pub(crate) next_conn: AtomicU64,
+    /// Socket call counters of every connection (batching evidence).
+    pub io: IoStats,
     workers: Vec<WorkerSlot>,
     next_worker: AtomicUsize,
+}
+
+/// Socket calls and what they carried, over every connection: reads and
+/// writes are batched, so under load one call carries many messages.
+#[derive(Debug, Default)]
+pub struct IoStats {
+    /// `read` calls that returned data.
+    pub reads: AtomicU64,
+    /// Whole messages those reads completed.
+    pub messages_read: AtomicU64,
+    /// `write` calls that wrote data.
+    pub writes: AtomicU64,
+    /// Bytes those writes carried.
+    pub bytes_written: AtomicU64,
 }
 
 /// One worker as the others see it.
@@ -204,6 +220,7 @@ impl Agent {
             router,
             shutdown,
             next_conn: AtomicU64::new(1),
+            io: IoStats::default(),
             workers: slots,
             next_worker: AtomicUsize::new(0),
         });

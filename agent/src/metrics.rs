@@ -177,6 +177,35 @@ pub fn render(shared: &Shared) -> String {
             );
         }
     }
+    let io = &shared.io;
+    for (name, help, v) in [
+        (
+            "doic_io_reads_total",
+            "Socket reads that returned data.",
+            &io.reads,
+        ),
+        (
+            "doic_io_messages_read_total",
+            "Diameter messages completed by those reads.",
+            &io.messages_read,
+        ),
+        (
+            "doic_io_writes_total",
+            "Socket writes that wrote data.",
+            &io.writes,
+        ),
+        (
+            "doic_io_bytes_written_total",
+            "Bytes carried by those writes.",
+            &io.bytes_written,
+        ),
+    ] {
+        let _ = writeln!(
+            o,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
     let _ = writeln!(
         o,
         "# HELP doic_worker_utilisation Busy share of each worker thread over the last second.\n# TYPE doic_worker_utilisation gauge"

@@ -302,3 +302,51 @@ async fn relays_over_ipv6() {
     assert_eq!(caps.product_name, "doic-agent");
     assert!(caps.firmware_revision.is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_one_socket_call_carries_many_messages() {
+    let s = setup(1).await;
+    let mut c = s.client().await;
+    let t = doic_agent::loadgen::Traffic {
+        destination_realm: "example.net".into(),
+        destination_host: None,
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let shared = s.agent().shared().clone();
+    let io = &shared.io;
+    let before = (
+        io.reads.load(Ordering::Relaxed),
+        io.messages_read.load(Ordering::Relaxed),
+        io.writes.load(Ordering::Relaxed),
+        io.bytes_written.load(Ordering::Relaxed),
+    );
+    let r = c
+        .run(
+            &t,
+            doic_agent::loadgen::Pace::Closed(256),
+            std::time::Duration::from_millis(700),
+            std::time::Duration::from_secs(5),
+            &stop,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.sent, r.answered);
+    let reads = io.reads.load(Ordering::Relaxed) - before.0;
+    let msgs = io.messages_read.load(Ordering::Relaxed) - before.1;
+    let writes = io.writes.load(Ordering::Relaxed) - before.2;
+    let bytes = io.bytes_written.load(Ordering::Relaxed) - before.3;
+    // Requests in from the client and answers in from the server.
+    assert!(
+        msgs >= 2 * r.sent,
+        "{msgs} messages read for {} requests",
+        r.sent
+    );
+    let per_read = msgs as f64 / reads as f64;
+    let per_write = bytes as f64 / writes as f64;
+    eprintln!(
+        "{reads} reads carried {msgs} messages ({per_read:.1} each); {writes} writes carried {bytes} bytes ({per_write:.0} each)"
+    );
+    let msg_len = 140.0; // a test request or answer is 140-200 bytes
+    assert!(per_read >= 4.0, "{per_read:.1} messages per read");
+    assert!(per_write >= 4.0 * msg_len, "{per_write:.0} bytes per write");
+}

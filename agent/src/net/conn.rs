@@ -217,7 +217,12 @@ impl Conn {
                     self.close = Some("peer closed");
                     return;
                 }
-                Ok(n) => self.out.advance(n),
+                Ok(n) => {
+                    self.out.advance(n);
+                    let io = &self.shared.io;
+                    io.writes.fetch_add(1, Ordering::Relaxed);
+                    io.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(_) => {
                     self.close = Some("write error");
@@ -228,7 +233,11 @@ impl Conn {
     }
 
     fn read_and_handle(&mut self) {
-        self.inbuf.reserve(READ_CHUNK);
+        // Messages handed on keep their part of the buffer alive, so a new
+        // buffer is taken only when the spare room runs low (not per read).
+        if self.inbuf.capacity() - self.inbuf.len() < READ_CHUNK / 8 {
+            self.inbuf.reserve(READ_CHUNK);
+        }
         match self.stream.try_read_buf(&mut self.inbuf) {
             Ok(0) => {
                 self.close = Some("peer closed the connection");
@@ -241,10 +250,13 @@ impl Conn {
                 return;
             }
         }
+        self.shared.io.reads.fetch_add(1, Ordering::Relaxed);
+        let mut messages = 0u64;
         loop {
             match wire::frame_len(&self.inbuf) {
                 Ok(Some(n)) => {
                     let msg = self.inbuf.split_to(n).freeze();
+                    messages += 1;
                     self.handle_message(msg);
                     if self.close.is_some() {
                         break;
@@ -266,6 +278,10 @@ impl Conn {
                 }
             }
         }
+        self.shared
+            .io
+            .messages_read
+            .fetch_add(messages, Ordering::Relaxed);
     }
 
     fn handle_message(&mut self, msg: Bytes) {
