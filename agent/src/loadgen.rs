@@ -88,6 +88,9 @@ pub struct ServerBehaviour {
     pub result_code: u32,
     /// Applications advertised in the CEA.
     pub applications: Vec<u32>,
+    /// Answer with Experimental-Result (Vendor-Id, Experimental-Result-Code)
+    /// instead of Result-Code.
+    pub experimental_result: Option<(u32, u32)>,
 }
 
 impl Default for ServerBehaviour {
@@ -97,6 +100,7 @@ impl Default for ServerBehaviour {
             answer_dwr: true,
             result_code: 2001,
             applications: vec![TEST_APP],
+            experimental_result: None,
         }
     }
 }
@@ -238,7 +242,14 @@ async fn serve_conn(
                         let scan = wire::scan(&m).ok();
                         let at = out.len();
                         let rc = b.result_code;
-                        wire::put_error_answer(&mut out, &m, scan.as_ref(), o, rc, None, "");
+                        match b.experimental_result {
+                            None => {
+                                wire::put_error_answer(&mut out, &m, scan.as_ref(), o, rc, None, "")
+                            }
+                            Some((vendor, code)) => {
+                                put_experimental_answer(&mut out, &m, o, vendor, code)
+                            }
+                        }
                         let answer = Bytes::copy_from_slice(&out[at..]);
                         *stats
                             .last
@@ -536,4 +547,33 @@ impl Client {
         self.inbuf.advance(self.inbuf.len());
         Ok(())
     }
+}
+
+/// An answer to `req` with Experimental-Result { Vendor-Id, Experimental-Result-Code }
+/// (RFC 6733 §7.6) instead of Result-Code.
+fn put_experimental_answer(
+    out: &mut BytesMut,
+    req: &[u8],
+    origin: (&str, &str),
+    vendor: u32,
+    code: u32,
+) {
+    let h = Head::read(req);
+    let start = wire::begin(out, h.flags & flags::PROXIABLE, h.cmd, h.app, h.hbh, h.e2e);
+    if let Ok(s) = wire::scan(req)
+        && let Some(sid) = s.session_id
+    {
+        wire::put_avp(out, avp::SESSION_ID, wire::slice(req, sid));
+    }
+    wire::put_avp(out, avp::ORIGIN_HOST, origin.0.as_bytes());
+    wire::put_avp(out, avp::ORIGIN_REALM, origin.1.as_bytes());
+    let mut inner = BytesMut::new();
+    wire::put_avp(&mut inner, avp::VENDOR_ID, &vendor.to_be_bytes());
+    wire::put_avp(
+        &mut inner,
+        avp::EXPERIMENTAL_RESULT_CODE,
+        &code.to_be_bytes(),
+    );
+    wire::put_avp(out, avp::EXPERIMENTAL_RESULT, &inner);
+    wire::finish(out, start);
 }

@@ -183,3 +183,120 @@ async fn peer_that_stops_answering_dwr_goes_suspect_then_down() {
         "closed after DOWN"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_requests_are_not_failed_over_realm_routed_ones_are() {
+    let s = setup(2).await;
+    let mut c = s.client().await;
+    // server1 swallows requests, then dies.
+    s.servers[0].set_behaviour(ServerBehaviour {
+        answer_requests: false,
+        ..Default::default()
+    });
+    // 40 realm-routed requests in one write: the agent dispatches them in
+    // one go, alternating between the two servers (least outstanding).
+    let sent_realm: u32 = 40;
+    let mut burst = bytes::BytesMut::new();
+    for i in 0..sent_realm {
+        burst.extend_from_slice(&request(1000 + i, "example.net", &[]));
+    }
+    c.write_raw(&burst).await.unwrap();
+    for i in 0..5 {
+        let pinned = request(
+            900 + i,
+            "example.net",
+            &[(wire::avp::DESTINATION_HOST, b"server1.example.net")],
+        );
+        c.write_raw(&pinned).await.unwrap();
+    }
+    wait_until(Duration::from_secs(5), || {
+        s.servers[0].stats.requests.load(Ordering::Relaxed)
+            + s.servers[1].stats.requests.load(Ordering::Relaxed)
+            == u64::from(sent_realm) + 5
+    })
+    .await;
+    let at_server1 = s.servers[0].stats.requests.load(Ordering::Relaxed);
+    assert!(at_server1 >= 10, "{at_server1} requests reached server1");
+    s.servers[0].stop();
+    let mut pinned_codes = Vec::new();
+    let mut realm_codes = Vec::new();
+    while pinned_codes.len() + realm_codes.len() < 5 + sent_realm as usize {
+        let m = answer(&mut c).await;
+        let h = Head::read(&m);
+        if (900..905).contains(&h.hbh) {
+            pinned_codes.push(result_code(&m));
+        } else {
+            realm_codes.push(result_code(&m));
+        }
+    }
+    assert_eq!(
+        pinned_codes,
+        vec![Some(3002); 5],
+        "pinned: answered 3002, not moved"
+    );
+    assert!(
+        realm_codes.iter().all(|c| *c == Some(2001)),
+        "{realm_codes:?}"
+    );
+    assert!(
+        s.servers[1].stats.retransmitted.load(Ordering::Relaxed) >= 5,
+        "moved with the T flag"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_busy_is_retried_elsewhere_but_5198_is_not() {
+    let s = setup(2).await;
+    let mut c = s.client().await;
+    // server1 answers 3004 TOO_BUSY: the agent tries server2.
+    s.servers[0].set_behaviour(ServerBehaviour {
+        result_code: 3004,
+        ..Default::default()
+    });
+    for i in 0..20 {
+        c.write_raw(&request(2000 + i, "example.net", &[]))
+            .await
+            .unwrap();
+        assert_eq!(result_code(&answer(&mut c).await), Some(2001));
+    }
+    assert!(
+        s.servers[0].stats.requests.load(Ordering::Relaxed) > 0,
+        "server1 was tried"
+    );
+    // Both answer 3004: the client gets 3004 (every candidate refused).
+    s.servers[1].set_behaviour(ServerBehaviour {
+        result_code: 3004,
+        ..Default::default()
+    });
+    c.write_raw(&request(3000, "example.net", &[]))
+        .await
+        .unwrap();
+    assert_eq!(result_code(&answer(&mut c).await), Some(3004));
+    // server1 answers Experimental-Result 5198: passed on, never retried.
+    s.servers[0].set_behaviour(ServerBehaviour {
+        experimental_result: Some((10415, 5198)),
+        ..Default::default()
+    });
+    s.servers[1].set_behaviour(ServerBehaviour::default());
+    let before = s.servers[1].stats.requests.load(Ordering::Relaxed);
+    let mut got_5198 = 0;
+    for i in 0..40 {
+        c.write_raw(&request(4000 + i, "example.net", &[]))
+            .await
+            .unwrap();
+        let m = answer(&mut c).await;
+        let sc = wire::scan(&m).unwrap();
+        match (sc.result_code, sc.experimental_result_code) {
+            (None, Some(5198)) => got_5198 += 1,
+            (Some(2001), None) => {}
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    let to_server2 = s.servers[1].stats.requests.load(Ordering::Relaxed) - before;
+    assert!(got_5198 > 0, "some requests went to server1");
+    assert_eq!(
+        got_5198 + to_server2,
+        40,
+        "a 5198 request never reached server2"
+    );
+}
