@@ -70,3 +70,56 @@ pub struct EncodeArgs {
     #[arg(long, value_name = "PATH")]
     pub file: Option<std::path::PathBuf>,
 }
+
+impl Cli {
+    /// Parses the process arguments. `--help` and `--version` print as
+    /// usual; a bad command line prints one line (what is wrong, without
+    /// clap's usage block) on stderr and exits with status 2.
+    pub fn parse_or_exit() -> Cli {
+        match Cli::try_parse() {
+            Ok(cli) => cli,
+            Err(e) => {
+                use clap::error::ErrorKind;
+                if matches!(
+                    e.kind(),
+                    ErrorKind::DisplayHelp
+                        | ErrorKind::DisplayVersion
+                        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                ) {
+                    e.exit();
+                }
+                eprintln!("doic-agent: {}", one_line(&e));
+                std::process::exit(2);
+            }
+        }
+    }
+}
+
+/// The first line of a clap error, without its `error: ` prefix.
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid command line");
+    first.trim_start_matches("error: ").trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_command_lines_give_one_precise_line() {
+        let e = Cli::try_parse_from(["doic-agent", "decode", "--bogus"]).unwrap_err();
+        let line = one_line(&e);
+        assert!(line.contains("--bogus"), "{line}");
+        assert!(!line.contains('\n'));
+        let e = Cli::try_parse_from(["doic-agent", "decode", "00", "--file", "x"]).unwrap_err();
+        assert!(
+            one_line(&e).contains("cannot be used with"),
+            "{}",
+            one_line(&e)
+        );
+    }
+}

@@ -55,237 +55,12 @@ pub mod cmd {
 }
 
 /// AVP codes. Base protocol codes are from RFC 6733 §4.5; the others name
-/// their RFC. Vendor-specific codes are in [`tgpp`] and [`fd_test`].
-pub mod code {
-    /// User-Name (UTF8String).
-    pub const USER_NAME: u32 = 1;
-    /// Class (OctetString).
-    pub const CLASS: u32 = 25;
-    /// Session-Timeout (Unsigned32).
-    pub const SESSION_TIMEOUT: u32 = 27;
-    /// Proxy-State (OctetString).
-    pub const PROXY_STATE: u32 = 33;
-    /// Acct-Session-Id (OctetString).
-    pub const ACCT_SESSION_ID: u32 = 44;
-    /// Acct-Multi-Session-Id (UTF8String).
-    pub const ACCT_MULTI_SESSION_ID: u32 = 50;
-    /// Event-Timestamp (Time).
-    pub const EVENT_TIMESTAMP: u32 = 55;
-    /// Acct-Interim-Interval (Unsigned32).
-    pub const ACCT_INTERIM_INTERVAL: u32 = 85;
-    /// Host-IP-Address (Address).
-    pub const HOST_IP_ADDRESS: u32 = 257;
-    /// Auth-Application-Id (Unsigned32).
-    pub const AUTH_APPLICATION_ID: u32 = 258;
-    /// Acct-Application-Id (Unsigned32).
-    pub const ACCT_APPLICATION_ID: u32 = 259;
-    /// Vendor-Specific-Application-Id (Grouped).
-    pub const VENDOR_SPECIFIC_APPLICATION_ID: u32 = 260;
-    /// Redirect-Host-Usage (Enumerated).
-    pub const REDIRECT_HOST_USAGE: u32 = 261;
-    /// Redirect-Max-Cache-Time (Unsigned32).
-    pub const REDIRECT_MAX_CACHE_TIME: u32 = 262;
-    /// Session-Id (UTF8String).
-    pub const SESSION_ID: u32 = 263;
-    /// Origin-Host (DiameterIdentity).
-    pub const ORIGIN_HOST: u32 = 264;
-    /// Supported-Vendor-Id (Unsigned32).
-    pub const SUPPORTED_VENDOR_ID: u32 = 265;
-    /// Vendor-Id (Unsigned32).
-    pub const VENDOR_ID: u32 = 266;
-    /// Firmware-Revision (Unsigned32).
-    pub const FIRMWARE_REVISION: u32 = 267;
-    /// Result-Code (Unsigned32).
-    pub const RESULT_CODE: u32 = 268;
-    /// Product-Name (UTF8String).
-    pub const PRODUCT_NAME: u32 = 269;
-    /// Session-Binding (Unsigned32).
-    pub const SESSION_BINDING: u32 = 270;
-    /// Session-Server-Failover (Enumerated).
-    pub const SESSION_SERVER_FAILOVER: u32 = 271;
-    /// Multi-Round-Time-Out (Unsigned32).
-    pub const MULTI_ROUND_TIME_OUT: u32 = 272;
-    /// Disconnect-Cause (Enumerated).
-    pub const DISCONNECT_CAUSE: u32 = 273;
-    /// Auth-Request-Type (Enumerated).
-    pub const AUTH_REQUEST_TYPE: u32 = 274;
-    /// Auth-Grace-Period (Unsigned32).
-    pub const AUTH_GRACE_PERIOD: u32 = 276;
-    /// Auth-Session-State (Enumerated).
-    pub const AUTH_SESSION_STATE: u32 = 277;
-    /// Origin-State-Id (Unsigned32).
-    pub const ORIGIN_STATE_ID: u32 = 278;
-    /// Failed-AVP (Grouped).
-    pub const FAILED_AVP: u32 = 279;
-    /// Proxy-Host (DiameterIdentity).
-    pub const PROXY_HOST: u32 = 280;
-    /// Error-Message (UTF8String).
-    pub const ERROR_MESSAGE: u32 = 281;
-    /// Route-Record (DiameterIdentity).
-    pub const ROUTE_RECORD: u32 = 282;
-    /// Destination-Realm (DiameterIdentity).
-    pub const DESTINATION_REALM: u32 = 283;
-    /// Proxy-Info (Grouped).
-    pub const PROXY_INFO: u32 = 284;
-    /// Re-Auth-Request-Type (Enumerated).
-    pub const RE_AUTH_REQUEST_TYPE: u32 = 285;
-    /// Accounting-Sub-Session-Id (Unsigned64).
-    pub const ACCOUNTING_SUB_SESSION_ID: u32 = 287;
-    /// Authorization-Lifetime (Unsigned32).
-    pub const AUTHORIZATION_LIFETIME: u32 = 291;
-    /// Redirect-Host (DiameterURI).
-    pub const REDIRECT_HOST: u32 = 292;
-    /// Destination-Host (DiameterIdentity).
-    pub const DESTINATION_HOST: u32 = 293;
-    /// Error-Reporting-Host (DiameterIdentity).
-    pub const ERROR_REPORTING_HOST: u32 = 294;
-    /// Termination-Cause (Enumerated).
-    pub const TERMINATION_CAUSE: u32 = 295;
-    /// Origin-Realm (DiameterIdentity).
-    pub const ORIGIN_REALM: u32 = 296;
-    /// Experimental-Result (Grouped).
-    pub const EXPERIMENTAL_RESULT: u32 = 297;
-    /// Experimental-Result-Code (Unsigned32).
-    pub const EXPERIMENTAL_RESULT_CODE: u32 = 298;
-    /// Inband-Security-Id (Unsigned32).
-    pub const INBAND_SECURITY_ID: u32 = 299;
-    /// E2E-Sequence (Grouped, RFC 6733 §6.15).
-    pub const E2E_SEQUENCE: u32 = 300;
-    /// DRMP (Enumerated, RFC 7944 §9.1).
-    pub const DRMP: u32 = 301;
-    /// Accounting-Record-Type (Enumerated).
-    pub const ACCOUNTING_RECORD_TYPE: u32 = 480;
-    /// Accounting-Realtime-Required (Enumerated).
-    pub const ACCOUNTING_REALTIME_REQUIRED: u32 = 483;
-    /// Accounting-Record-Number (Unsigned32).
-    pub const ACCOUNTING_RECORD_NUMBER: u32 = 485;
-    /// OC-Supported-Features (Grouped, RFC 7683 §7.1).
-    pub const OC_SUPPORTED_FEATURES: u32 = 621;
-    /// OC-Feature-Vector (Unsigned64, RFC 7683 §7.2).
-    pub const OC_FEATURE_VECTOR: u32 = 622;
-    /// OC-OLR (Grouped, RFC 7683 §7.3).
-    pub const OC_OLR: u32 = 623;
-    /// OC-Sequence-Number (Unsigned64, RFC 7683 §7.4).
-    pub const OC_SEQUENCE_NUMBER: u32 = 624;
-    /// OC-Validity-Duration (Unsigned32, RFC 7683 §7.5).
-    pub const OC_VALIDITY_DURATION: u32 = 625;
-    /// OC-Report-Type (Enumerated, RFC 7683 §7.6).
-    pub const OC_REPORT_TYPE: u32 = 626;
-    /// OC-Reduction-Percentage (Unsigned32, RFC 7683 §7.7).
-    pub const OC_REDUCTION_PERCENTAGE: u32 = 627;
-    /// OC-Peer-Algo (Unsigned64, RFC 8581 §7.1.2).
-    pub const OC_PEER_ALGO: u32 = 648;
-    /// SourceID (DiameterIdentity, RFC 8581 §7.3).
-    pub const SOURCE_ID: u32 = 649;
-    /// Load (Grouped, RFC 8583 §7.1).
-    pub const LOAD: u32 = 650;
-    /// Load-Type (Enumerated, RFC 8583 §7.2).
-    pub const LOAD_TYPE: u32 = 651;
-    /// Load-Value (Unsigned64, RFC 8583 §7.3).
-    pub const LOAD_VALUE: u32 = 652;
-    /// OC-Maximum-Rate (Unsigned32, RFC 8582 §7.2.1).
-    pub const OC_MAXIMUM_RATE: u32 = 670;
-
-    /// 3GPP (vendor 10415) AVP codes that collide with IETF codes.
-    pub mod tgpp {
-        /// Primary-Charging-Collection-Function-Name (DiameterURI, TS 29.229).
-        pub const PRIMARY_CHARGING_COLLECTION_FUNCTION_NAME: u32 = 621;
-        /// User-Authorization-Type (Enumerated, TS 29.229).
-        pub const USER_AUTHORIZATION_TYPE: u32 = 623;
-        /// Multiple-Registration-Indication (Enumerated, TS 29.229).
-        pub const MULTIPLE_REGISTRATION_INDICATION: u32 = 648;
-        /// Restoration-Info (Grouped, TS 29.229).
-        pub const RESTORATION_INFO: u32 = 649;
-    }
-
-    /// freeDiameter `test_app` AVP codes (vendor 999999).
-    pub mod fd_test {
-        /// Test-AVP (Integer32).
-        pub const TEST_AVP: u32 = 16_777_215;
-    }
-}
+/// their RFC. Vendor-specific codes are in [`code::tgpp`] and [`code::fd_test`].
+pub mod code;
 
 /// Result-Code and Experimental-Result-Code values (RFC 6733 §7.1, RFC 7683
 /// and vendor practice).
-pub mod result {
-    /// 1001: the request needs another round (§7.1.1).
-    pub const MULTI_ROUND_AUTH: u32 = 1001;
-    /// 2001: success (§7.1.2).
-    pub const SUCCESS: u32 = 2001;
-    /// 2002: limited success (§7.1.2).
-    pub const LIMITED_SUCCESS: u32 = 2002;
-    /// 3001: command unsupported (§7.1.3).
-    pub const COMMAND_UNSUPPORTED: u32 = 3001;
-    /// 3002: unable to deliver (§7.1.3).
-    pub const UNABLE_TO_DELIVER: u32 = 3002;
-    /// 3003: realm not served (§7.1.3).
-    pub const REALM_NOT_SERVED: u32 = 3003;
-    /// 3004: too busy (§7.1.3; RFC 7683 §8 for throttled requests).
-    pub const TOO_BUSY: u32 = 3004;
-    /// 3005: loop detected (§7.1.3).
-    pub const LOOP_DETECTED: u32 = 3005;
-    /// 3006: redirect indication (§7.1.3).
-    pub const REDIRECT_INDICATION: u32 = 3006;
-    /// 3007: application unsupported (§7.1.3).
-    pub const APPLICATION_UNSUPPORTED: u32 = 3007;
-    /// 3008: invalid header bits (§7.1.3).
-    pub const INVALID_HDR_BITS: u32 = 3008;
-    /// 3009: invalid AVP bits (§7.1.3).
-    pub const INVALID_AVP_BITS: u32 = 3009;
-    /// 3010: unknown peer (§7.1.3).
-    pub const UNKNOWN_PEER: u32 = 3010;
-    /// 4001: authentication rejected (§7.1.4).
-    pub const AUTHENTICATION_REJECTED: u32 = 4001;
-    /// 4002: out of space (§7.1.4).
-    pub const OUT_OF_SPACE: u32 = 4002;
-    /// 4003: election lost (§7.1.4).
-    pub const ELECTION_LOST: u32 = 4003;
-    /// 5001: AVP unsupported (§7.1.5).
-    pub const AVP_UNSUPPORTED: u32 = 5001;
-    /// 5002: unknown session id (§7.1.5).
-    pub const UNKNOWN_SESSION_ID: u32 = 5002;
-    /// 5003: authorization rejected (§7.1.5).
-    pub const AUTHORIZATION_REJECTED: u32 = 5003;
-    /// 5004: invalid AVP value (§7.1.5).
-    pub const INVALID_AVP_VALUE: u32 = 5004;
-    /// 5005: missing AVP (§7.1.5).
-    pub const MISSING_AVP: u32 = 5005;
-    /// 5006: resources exceeded (§7.1.5).
-    pub const RESOURCES_EXCEEDED: u32 = 5006;
-    /// 5007: contradicting AVPs (§7.1.5).
-    pub const CONTRADICTING_AVPS: u32 = 5007;
-    /// 5008: AVP not allowed (§7.1.5).
-    pub const AVP_NOT_ALLOWED: u32 = 5008;
-    /// 5009: AVP occurs too many times (§7.1.5).
-    pub const AVP_OCCURS_TOO_MANY_TIMES: u32 = 5009;
-    /// 5010: no common application (§7.1.5).
-    pub const NO_COMMON_APPLICATION: u32 = 5010;
-    /// 5011: unsupported version (§7.1.5).
-    pub const UNSUPPORTED_VERSION: u32 = 5011;
-    /// 5012: unable to comply (§7.1.5; RFC 7683 §8 for throttled requests).
-    pub const UNABLE_TO_COMPLY: u32 = 5012;
-    /// 5013: invalid bit in header (§7.1.5).
-    pub const INVALID_BIT_IN_HEADER: u32 = 5013;
-    /// 5014: invalid AVP length (§7.1.5).
-    pub const INVALID_AVP_LENGTH: u32 = 5014;
-    /// 5015: invalid message length (§7.1.5).
-    pub const INVALID_MESSAGE_LENGTH: u32 = 5015;
-    /// 5016: invalid AVP bit combination (§7.1.5).
-    pub const INVALID_AVP_BIT_COMBO: u32 = 5016;
-    /// 5017: no common security (§7.1.5).
-    pub const NO_COMMON_SECURITY: u32 = 5017;
-    /// 5198: DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY, a vendor
-    /// Experimental-Result-Code (StarOS practice; the vendor id is the
-    /// deployment's choice). It tells the client not to retry the request on
-    /// any alternate path.
-    pub const OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY: u32 = 5198;
-
-    /// True for the protocol errors (3xxx) that RFC 6733 §7.1.3 answers with
-    /// the E bit set.
-    pub const fn is_protocol_error(code: u32) -> bool {
-        code >= 3000 && code < 4000
-    }
-}
+pub mod result;
 
 /// DOIC values (RFC 7683 §7.2 and §7.6, RFC 8581 §7.1.1 and §7.2.1, RFC 8582
 /// §7.1.1).
@@ -504,8 +279,28 @@ const DRMP_VALUES: &[(i64, &str)] = &[
     (15, "PRIORITY_15"),
 ];
 
-/// The AVPs, sorted by (code, vendor id) for binary search.
-pub static AVPS: &[AvpDef] = &[
+/// The AVPs, sorted by (code, vendor id).
+pub static AVPS: &[AvpDef] = AVP_TABLE;
+
+/// Codes below this bound without a vendor are found by direct index.
+const DIRECT: usize = 704;
+
+/// Index into [`AVPS`] of each vendor-less code below [`DIRECT`]
+/// (`u16::MAX` for none), built at compile time.
+static DIRECT_INDEX: [u16; DIRECT] = {
+    let mut t = [u16::MAX; DIRECT];
+    let mut i = 0;
+    while i < AVP_TABLE.len() {
+        let d = &AVP_TABLE[i];
+        if d.vendor_id == vendor::NONE && (d.code as usize) < DIRECT {
+            t[d.code as usize] = i as u16;
+        }
+        i += 1;
+    }
+    t
+};
+
+const AVP_TABLE: &[AvpDef] = &[
     d(1, "User-Name", T::Utf8String, Must),
     d(25, "Class", T::OctetString, Must),
     d(27, "Session-Timeout", T::Unsigned32, Must),
@@ -792,11 +587,47 @@ pub fn result_code_name(code: u32) -> Option<&'static str> {
 
 /// Looks an AVP up by (code, vendor id); `vendor_id` is [`vendor::NONE`] for
 /// an AVP without a Vendor-Id field.
+#[inline]
 pub fn avp(code: u32, vendor_id: u32) -> Option<&'static AvpDef> {
+    if vendor_id == vendor::NONE && (code as usize) < DIRECT {
+        return AVPS.get(usize::from(DIRECT_INDEX[code as usize]));
+    }
+    if vendor_id != vendor::NONE {
+        // few vendor AVPs: a short scan beats a binary search over all
+        return OTHER_INDEX
+            .iter()
+            .map(|&i| &AVPS[usize::from(i)])
+            .find(|a| a.code == code && a.vendor_id == vendor_id);
+    }
     AVPS.binary_search_by(|a| (a.code, a.vendor_id).cmp(&(code, vendor_id)))
         .ok()
         .map(|i| &AVPS[i])
 }
+
+const fn count_others() -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < AVP_TABLE.len() {
+        if AVP_TABLE[i].vendor_id != vendor::NONE {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// Indices into [`AVPS`] of the vendor AVPs, built at compile time.
+static OTHER_INDEX: [u16; count_others()] = {
+    let mut t = [0u16; count_others()];
+    let (mut n, mut i) = (0, 0);
+    while i < AVP_TABLE.len() {
+        if AVP_TABLE[i].vendor_id != vendor::NONE {
+            t[n] = i as u16;
+            n += 1;
+        }
+        i += 1;
+    }
+    t
+};
 
 /// Looks an AVP up by name (exact spelling).
 pub fn avp_by_name(name: &str) -> Option<&'static AvpDef> {
@@ -896,6 +727,26 @@ mod tests {
                 w[1].name
             );
         }
+    }
+
+    #[test]
+    fn direct_index_agrees_with_a_scan() {
+        for code in 0..800u32 {
+            for vendor_id in [vendor::NONE, vendor::TGPP, vendor::FD_TEST, 1] {
+                let scan = AVPS
+                    .iter()
+                    .find(|a| a.code == code && a.vendor_id == vendor_id);
+                assert_eq!(
+                    avp(code, vendor_id).map(|a| a.name),
+                    scan.map(|a| a.name),
+                    "{code}/{vendor_id}"
+                );
+            }
+        }
+        assert_eq!(
+            avp(code::fd_test::TEST_AVP, vendor::FD_TEST).unwrap().name,
+            "Test-AVP"
+        );
     }
 
     #[test]

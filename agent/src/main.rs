@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use doic_agent::agent::Agent;
 use doic_agent::cli::{Cli, Command};
 use doic_agent::config::Config;
@@ -11,7 +10,7 @@ use doic_agent::config::Config;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_or_exit();
     let Some(command) = cli.command else {
         return ExitCode::SUCCESS;
     };

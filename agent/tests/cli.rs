@@ -226,3 +226,27 @@ fn random_garbage_never_panics() {
         assert!(o.status.code() == Some(0) || o.status.code() == Some(1));
     }
 }
+
+#[test]
+fn the_readme_sample_decodes_and_round_trips() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("cargo run --release -p agent -- decode "))
+        .expect("README's decode command");
+    let hex = line.rsplit(' ').next().unwrap();
+    let json = ok_stdout(&run(&["decode", "--check", hex], b""));
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(j["header"]["command"], "Capabilities-Exchange-Request");
+    assert_eq!(ok_stdout(&run(&["encode"], json.as_bytes())).trim(), hex);
+}
+
+#[test]
+fn a_bad_command_line_is_one_line() {
+    let o = run(&["decode", "--bogus"], b"");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--bogus"), "{err}");
+}

@@ -1,3 +1,5 @@
 //! Benchmarks of the agent library. Each benchmark measures the agent and an
 //! anchor (another implementation of the same job) in the same run and
 //! reports their ratio, because the machines are shared and noisy.
+
+pub mod codec;

@@ -62,3 +62,22 @@ pub(crate) fn apt(packages: &[&str]) -> anyhow::Result<()> {
 pub(crate) fn have_tool(program: &str) -> bool {
     have(program)
 }
+
+/// The nightly toolchain and cargo-fuzz, for the `fuzz` stage.
+pub(crate) fn cargo_fuzz() -> anyhow::Result<()> {
+    let nightly = Command::new("rustup")
+        .args(["run", "nightly", "rustc", "--version"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !nightly {
+        run(
+            "rustup",
+            &["toolchain", "install", "nightly", "--profile", "minimal"],
+        )?;
+    }
+    if !cargo_has("fuzz") {
+        run("cargo", &["install", "cargo-fuzz", "--locked"])?;
+    }
+    Ok(())
+}

@@ -43,6 +43,16 @@ const STAGES: &[Stage] = &[
         about: "client -> server direct, via a freeDiameter relay, via the agent (1 and 2 workers): answers/s, p50/p99, ratios",
         run: bench_relay,
     },
+    Stage {
+        name: "fuzz",
+        about: "cargo-fuzz the Diameter decoder for 60 s from the seed corpus; fails on a crash",
+        run: fuzz,
+    },
+    Stage {
+        name: "bench-codec",
+        about: "time the codec (relay fast path, full walk, encode); one of 3 runs must meet the targets",
+        run: bench_codec,
+    },
 ];
 
 /// Runs the selected stages in order; stops at the first failure.
@@ -155,4 +165,49 @@ fn bench_relay() -> anyhow::Result<()> {
     cmd.args(["--seconds", "4", "--rounds", "3", "--require", "0.8"]);
     cmd.env("DOIC_PEERS_DIR", crate::peers::dir());
     crate::util::run_cmd(&mut cmd)
+}
+
+/// Seconds the `fuzz` stage runs the decoder target.
+const FUZZ_SECS: u32 = 60;
+
+fn fuzz() -> anyhow::Result<()> {
+    setup::cargo_fuzz()?;
+    // new inputs go to a scratch directory; the committed seeds stay as they are
+    let scratch = crate::util::root().join("target/fuzz-corpus/decode");
+    std::fs::create_dir_all(&scratch)?;
+    let scratch = scratch.to_string_lossy().into_owned();
+    let max_time = format!("-max_total_time={FUZZ_SECS}");
+    run(
+        "cargo",
+        &[
+            "+nightly",
+            "fuzz",
+            "run",
+            "decode",
+            &scratch,
+            "fuzz/corpus/decode",
+            "--",
+            &max_time,
+            "-rss_limit_mb=2048",
+            // an input that takes this long is a hang, reported as a crash
+            "-timeout=10",
+        ],
+    )
+}
+
+fn bench_codec() -> anyhow::Result<()> {
+    run(
+        "cargo",
+        &[
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "bench",
+            "--bin",
+            "codec-check",
+            "--",
+            "--check",
+        ],
+    )
 }

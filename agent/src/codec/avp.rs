@@ -527,7 +527,65 @@ impl Avp {
                 }
             }
         }
-        out.put_bytes(0, padding(length));
+        out.put_slice(&[0u8; 3][..padding(length)]);
+    }
+
+    fn header_word(&self, length: usize) -> u32 {
+        let flags = if self.vendor_id.is_some() {
+            self.flags.0 | AvpFlags::VENDOR
+        } else {
+            self.flags.0 & !AvpFlags::VENDOR
+        };
+        (u32::from(flags) << 24) | (length as u32 & 0x00ff_ffff)
+    }
+
+    /// Appends the AVP with zero padding to `out` in one pass: a value's
+    /// length is known before its header is written; a grouped AVP's length
+    /// is patched in after its children.
+    pub(crate) fn push_to(&self, out: &mut Vec<u8>) {
+        let hlen = self.header_len();
+        let code = self.code.to_be_bytes();
+        match &self.data {
+            AvpData::Bytes(b) => {
+                let length = hlen + b.len();
+                let w = self.header_word(length).to_be_bytes();
+                match self.vendor_id {
+                    None => out.extend_from_slice(&[
+                        code[0], code[1], code[2], code[3], w[0], w[1], w[2], w[3],
+                    ]),
+                    Some(v) => {
+                        let v = v.to_be_bytes();
+                        out.extend_from_slice(&[
+                            code[0], code[1], code[2], code[3], w[0], w[1], w[2], w[3], v[0], v[1],
+                            v[2], v[3],
+                        ]);
+                    }
+                }
+                match b.len() {
+                    4 => out.extend_from_slice(&<[u8; 4]>::try_from(&b[..]).unwrap_or_default()),
+                    8 => out.extend_from_slice(&<[u8; 8]>::try_from(&b[..]).unwrap_or_default()),
+                    _ => out.extend_from_slice(b),
+                }
+                for _ in 0..padding(length) {
+                    out.push(0);
+                }
+            }
+            AvpData::Grouped(children) => {
+                let start = out.len();
+                out.extend_from_slice(&[0u8; AVP_HEADER_LEN_VENDOR][..hlen]);
+                for c in children {
+                    c.push_to(out);
+                }
+                let length = out.len() - start;
+                let h = &mut out[start..start + hlen];
+                h[0..4].copy_from_slice(&code);
+                h[4..8].copy_from_slice(&self.header_word(length).to_be_bytes());
+                if let Some(v) = self.vendor_id {
+                    h[8..12].copy_from_slice(&v.to_be_bytes());
+                }
+                // children are padded, so a grouped AVP needs none
+            }
+        }
     }
 
     /// Encodes the AVP into a new buffer.

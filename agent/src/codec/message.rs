@@ -22,8 +22,57 @@ pub const MAX_DEPTH: usize = 16;
 /// The first defect found, with its offset and Result-Code.
 pub fn validate(buf: &[u8]) -> Result<Header, DecodeError> {
     let header = Header::decode(buf)?;
-    walk(&buf[HEADER_LEN..], HEADER_LEN, 1, &mut |_, _| Ok(()))?;
+    check_avps(&buf[HEADER_LEN..], HEADER_LEN, 1, false)?;
     Ok(header)
+}
+
+/// The loop of [`validate`]: like [`walk`] without a visitor, reading each
+/// AVP header once and building a [`RawAvp`] only to report a defect.
+fn check_avps(buf: &[u8], base: usize, depth: usize, lenient: bool) -> Result<(), DecodeError> {
+    let end = buf.len();
+    let mut pos = 0;
+    while let Some(h) = buf.get(pos..pos + 8) {
+        let code = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+        let w1 = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+        let length = (w1 & 0x00ff_ffff) as usize;
+        let vendor = w1 & (u32::from(super::avp::AvpFlags::VENDOR) << 24) != 0;
+        let hlen = if vendor { 12 } else { 8 };
+        // rounded up to 4 in one step less than (length + 3) & !3: a carry
+        // into the flags byte is masked off, which wraps only lengths near
+        // 2^24; `padded < length` catches those
+        let padded = (w1.wrapping_add(3) & 0x00ff_fffc) as usize;
+        let slow = |pos: usize| super::avp::parse_one(&buf[pos..], base + pos);
+        if length < hlen || padded < length || padded > end - pos {
+            slow(pos)?;
+        }
+        let vendor_id = match buf.get(pos + 8..pos + 12) {
+            Some(v) if vendor => u32::from_be_bytes([v[0], v[1], v[2], v[3]]),
+            _ => dictionary::vendor::NONE,
+        };
+        if let Some(def) = dictionary::avp(code, vendor_id) {
+            let data = &buf[pos + hlen..pos + length];
+            if def.ty == AvpType::Grouped {
+                if depth >= MAX_DEPTH {
+                    let r = slow(pos)?;
+                    return Err(DecodeError::TooDeep {
+                        code,
+                        limit: MAX_DEPTH,
+                        offset: r.offset,
+                        failed_avp: Bytes::copy_from_slice(r.unpadded()),
+                    });
+                }
+                let lenient = lenient || (code == dictionary::code::FAILED_AVP && !vendor);
+                check_avps(data, base + pos + hlen, depth + 1, lenient)?;
+            } else if !lenient && let Err(e) = value::check(def.ty, data) {
+                return Err(e.at(&slow(pos)?));
+            }
+        }
+        pos += padded;
+    }
+    if pos < end {
+        super::avp::parse_one(&buf[pos..], base + pos)?;
+    }
+    Ok(())
 }
 
 /// Walks the AVPs of `buf` (starting `base` bytes into the message) depth
@@ -32,24 +81,30 @@ pub fn validate(buf: &[u8]) -> Result<Header, DecodeError> {
 ///
 /// # Errors
 /// The first defect found, or the first error `visit` returns.
-pub fn walk<'a>(
+pub fn walk<'a, F>(
     buf: &'a [u8],
     base: usize,
     depth: usize,
-    visit: &mut dyn FnMut(&RawAvp<'a>, usize) -> Result<(), DecodeError>,
-) -> Result<(), DecodeError> {
+    visit: &mut F,
+) -> Result<(), DecodeError>
+where
+    F: FnMut(&RawAvp<'a>, usize) -> Result<(), DecodeError>,
+{
     walk_inner(buf, base, depth, false, visit)
 }
 
 /// Inside Failed-AVP (RFC 6733 §7.5) values are someone else's defect being
 /// reported, so only the framing is checked there, not the values.
-fn walk_inner<'a>(
+fn walk_inner<'a, F>(
     buf: &'a [u8],
     base: usize,
     depth: usize,
     lenient: bool,
-    visit: &mut dyn FnMut(&RawAvp<'a>, usize) -> Result<(), DecodeError>,
-) -> Result<(), DecodeError> {
+    visit: &mut F,
+) -> Result<(), DecodeError>
+where
+    F: FnMut(&RawAvp<'a>, usize) -> Result<(), DecodeError>,
+{
     for r in AvpIter::with_offset(buf, base) {
         let r = r?;
         visit(&r, depth)?;
@@ -151,8 +206,9 @@ impl Message {
             return Err(EncodeError::MessageTooLong { length });
         }
         self.header.encode_with_length(length as u32, out);
+        // every AVP of a message within the 24-bit limit is within it too
         for a in &self.avps {
-            a.encode(out)?;
+            a.encode_unchecked(out);
         }
         Ok(())
     }
@@ -162,9 +218,20 @@ impl Message {
     /// # Errors
     /// When a length exceeds its 24-bit field.
     pub fn to_bytes(&self) -> Result<BytesMut, EncodeError> {
-        let mut out = BytesMut::with_capacity(self.encoded_len());
-        self.encode(&mut out)?;
-        Ok(out)
+        // one pass, no zeroing: lengths are known or patched as AVPs are
+        // written; the capacity guess covers typical messages
+        let mut out = Vec::with_capacity(HEADER_LEN + 40 * self.avps.len());
+        out.extend_from_slice(&[0u8; HEADER_LEN]);
+        for a in &self.avps {
+            a.push_to(&mut out);
+        }
+        let length = out.len();
+        if length > MAX_MESSAGE_LEN {
+            return Err(EncodeError::MessageTooLong { length });
+        }
+        let mut h = &mut out[..HEADER_LEN];
+        self.header.encode_with_length(length as u32, &mut h);
+        Ok(BytesMut::from(Bytes::from(out)))
     }
 
     /// The first top-level AVP with this code and no vendor.
@@ -273,6 +340,27 @@ mod tests {
             &b[e.offset()..e.offset() + 4],
             &code::VENDOR_ID.to_be_bytes()
         );
+    }
+
+    #[test]
+    fn bad_values_are_5004_with_the_avp_as_failed_avp() {
+        // Session-Id (UTF8String) with invalid UTF-8, after Origin-Host
+        let host = Avp::str(code::ORIGIN_HOST, "a.example");
+        let bad = Avp::octets(code::SESSION_ID, &b"s;\xff"[..]);
+        let m = Message::request(257, 0, false)
+            .with(host.clone())
+            .with(bad.clone());
+        let b = m.to_bytes().unwrap().freeze();
+        let e = Message::decode(b).unwrap_err();
+        assert_eq!(e.result_code(), 5004);
+        assert_eq!(e.offset(), HEADER_LEN + host.encoded_len());
+        let mut expect = bad.to_bytes().unwrap().to_vec();
+        expect.truncate(bad.avp_len());
+        assert_eq!(e.failed_avp().unwrap().as_ref(), &expect[..]);
+        // an empty DiameterIdentity
+        let m = Message::request(257, 0, false).with(Avp::str(code::DESTINATION_REALM, ""));
+        let e = Message::decode(m.to_bytes().unwrap().freeze()).unwrap_err();
+        assert_eq!((e.result_code(), e.offset()), (5004, HEADER_LEN));
     }
 
     #[test]

@@ -243,7 +243,7 @@ proptest! {
     }
 
     #[test]
-    fn a_short_avp_length_is_5014_at_its_offset(m in message(), which in any::<usize>(), short in 0usize..8) {
+    fn a_bad_avp_length_is_5014_at_its_offset(m in message(), which in any::<usize>(), short in prop_oneof![0usize..8, 0x00ff_ff00usize..0x0100_0000]) {
         prop_assume!(!m.avps.is_empty());
         let k = which % m.avps.len();
         let mut b = m.to_bytes().unwrap().to_vec();

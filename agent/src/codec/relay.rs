@@ -53,23 +53,36 @@ pub struct Routing<'a> {
     pub load_count: u32,
 }
 
-fn slot_of(code: u32) -> Option<Slot> {
-    Some(match code {
-        code::SESSION_ID => Slot::SessionId,
-        code::ORIGIN_HOST => Slot::OriginHost,
-        code::ORIGIN_REALM => Slot::OriginRealm,
-        code::DESTINATION_HOST => Slot::DestinationHost,
-        code::DESTINATION_REALM => Slot::DestinationRealm,
-        code::ROUTE_RECORD => Slot::RouteRecord,
-        code::RESULT_CODE => Slot::ResultCode,
-        code::EXPERIMENTAL_RESULT => Slot::ExperimentalResult,
-        code::DRMP => Slot::Drmp,
-        code::OC_SUPPORTED_FEATURES => Slot::OcSupportedFeatures,
-        code::OC_OLR => Slot::OcOlr,
-        code::LOAD => Slot::Load,
-        _ => return None,
-    })
-}
+const SLOT_CODES: [(u32, Slot); SLOTS] = [
+    (code::SESSION_ID, Slot::SessionId),
+    (code::ORIGIN_HOST, Slot::OriginHost),
+    (code::ORIGIN_REALM, Slot::OriginRealm),
+    (code::DESTINATION_HOST, Slot::DestinationHost),
+    (code::DESTINATION_REALM, Slot::DestinationRealm),
+    (code::ROUTE_RECORD, Slot::RouteRecord),
+    (code::RESULT_CODE, Slot::ResultCode),
+    (code::EXPERIMENTAL_RESULT, Slot::ExperimentalResult),
+    (code::DRMP, Slot::Drmp),
+    (code::OC_SUPPORTED_FEATURES, Slot::OcSupportedFeatures),
+    (code::OC_OLR, Slot::OcOlr),
+    (code::LOAD, Slot::Load),
+];
+
+/// The routing codes all lie in `SLOT_BASE..SLOT_BASE + SLOT_SPAN`.
+const SLOT_BASE: u32 = code::SESSION_ID;
+const SLOT_SPAN: usize = (code::LOAD - code::SESSION_ID + 1) as usize;
+const NO_SLOT: u8 = u8::MAX;
+
+/// Slot of each code in the span (`NO_SLOT` for none), built at compile time.
+static SLOT_OF: [u8; SLOT_SPAN] = {
+    let mut t = [NO_SLOT; SLOT_SPAN];
+    let mut i = 0;
+    while i < SLOTS {
+        t[(SLOT_CODES[i].0 - SLOT_BASE) as usize] = SLOT_CODES[i].1 as u8;
+        i += 1;
+    }
+    t
+};
 
 impl<'a> Routing<'a> {
     /// Scans one whole message (`buf.len()` must equal its Message Length):
@@ -91,54 +104,81 @@ impl<'a> Routing<'a> {
             oc_olr_count: 0,
             load_count: 0,
         };
+        let end = buf.len();
         let mut pos = HEADER_LEN;
-        while pos < buf.len() {
-            let b = &buf[pos..];
-            // fast read of code, flags and length; parse_one handles defects
-            let Some(h) = b.first_chunk::<8>() else {
-                parse_one(b, pos)?;
-                break;
-            };
-            let length = super::header::u24(&h[5..8]) as usize;
-            let hlen = if h[4] & super::avp::AvpFlags::VENDOR != 0 {
-                12
-            } else {
-                8
-            };
-            let padded = (length + 3) & !3;
-            if length < hlen || padded > b.len() {
-                parse_one(b, pos)?;
+        while let Some(h) = buf.get(pos..pos + 8) {
+            let w0 = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+            let w1 = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+            let length = (w1 & 0x00ff_ffff) as usize;
+            let vendor = w1 & (u32::from(super::avp::AvpFlags::VENDOR) << 24) != 0;
+            // rounded up to 4 in one step less than (length + 3) & !3: a carry
+            // into the flags byte is masked off, which wraps only lengths near
+            // 2^24; `padded < length` catches those
+            let padded = (w1.wrapping_add(3) & 0x00ff_fffc) as usize;
+            if length < 8 + 4 * usize::from(vendor) || padded < length || padded > end - pos {
+                // the slow path names the defect
+                parse_one(&buf[pos..], pos)?;
             }
-            if hlen == 8 {
-                let code = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
-                if let Some(slot) = slot_of(code) {
-                    let s = slot as usize;
+            let k = w0.wrapping_sub(SLOT_BASE) as usize;
+            if !vendor && k < SLOT_SPAN {
+                let s = SLOT_OF[k];
+                if s != NO_SLOT {
+                    let s = usize::from(s);
                     if r.first[s] == 0 {
                         r.first[s] = pos as u32;
                     }
-                    match slot {
-                        Slot::RouteRecord => r.route_record_count += 1,
-                        Slot::OcOlr => r.oc_olr_count += 1,
-                        Slot::Load => r.load_count += 1,
-                        _ => {}
+                    if s == Slot::RouteRecord as usize {
+                        r.route_record_count += 1;
+                    } else if s == Slot::OcOlr as usize {
+                        r.oc_olr_count += 1;
+                    } else if s == Slot::Load as usize {
+                        r.load_count += 1;
                     }
                 }
             }
             pos += padded;
         }
+        if pos < end {
+            // fewer than 8 bytes left: a truncated AVP header
+            parse_one(&buf[pos..], pos)?;
+        }
         Ok(r)
     }
 
+    /// The AVP of a slot, rebuilt from the header `scan` already checked
+    /// (no vendor, length within the message).
+    #[inline]
     fn get(&self, slot: Slot) -> Option<RawAvp<'a>> {
         let off = self.first[slot as usize] as usize;
         if off == 0 {
             return None;
         }
-        parse_one(&self.buf[off..], off).ok()
+        let h = self.buf.get(off..off + 8)?;
+        let length = super::header::u24(&h[5..8]) as usize;
+        let padded = (length + 3) & !3;
+        let raw = self.buf.get(off..off + padded)?;
+        Some(RawAvp {
+            code: u32::from_be_bytes([h[0], h[1], h[2], h[3]]),
+            flags: super::avp::AvpFlags(h[4]),
+            vendor_id: None,
+            data: raw.get(8..length)?,
+            padding: &raw[length..],
+            offset: off,
+            raw,
+        })
     }
 
+    /// The value of a slot's AVP; `scan` checked its header (no vendor, so
+    /// 8 bytes) and its length.
+    #[inline]
     fn data(&self, slot: Slot) -> Option<&'a [u8]> {
-        self.get(slot).map(|a| a.data)
+        let off = self.first[slot as usize] as usize;
+        if off == 0 {
+            return None;
+        }
+        let h = self.buf.get(off..off + 8)?;
+        let length = super::header::u24(&h[5..8]) as usize;
+        self.buf.get(off + 8..off + length)
     }
 
     fn all(&self, slot: Slot) -> impl Iterator<Item = RawAvp<'a>> + use<'a> {
@@ -443,6 +483,19 @@ mod tests {
         b[20 + 7] = 3; // Session-Id length 3 < 8
         let e = Routing::scan(&b).unwrap_err();
         assert_eq!((e.result_code(), e.offset()), (5014, 20));
+    }
+
+    #[test]
+    fn huge_avp_lengths_fail_instead_of_looping() {
+        // AVP Lengths near 2^24 must not wrap the 4-byte rounding to zero
+        for length in [0x00ff_fffdu32, 0x00ff_fffe, 0x00ff_ffff] {
+            let mut b = request().to_bytes().unwrap();
+            b[20 + 5..20 + 8].copy_from_slice(&length.to_be_bytes()[1..]);
+            let e = Routing::scan(&b).unwrap_err();
+            assert_eq!((e.result_code(), e.offset()), (5014, 20));
+            let e = crate::codec::validate(&b).unwrap_err();
+            assert_eq!((e.result_code(), e.offset()), (5014, 20));
+        }
     }
 
     #[test]

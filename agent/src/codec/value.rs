@@ -321,11 +321,31 @@ fn check_address(b: &[u8]) -> Result<(), ValueError> {
     }
 }
 
+/// True when every byte is in 0x21..=0x7e (printable ASCII, no space);
+/// eight bytes at a time.
+#[inline]
+fn all_graphic(b: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let (chunks, rest) = b.as_chunks::<8>();
+    for c in chunks {
+        let x = u64::from_ne_bytes(*c);
+        // a byte below 0x21, or a byte above 0x7e (or with the high bit)
+        let below = x.wrapping_sub(ONES * 0x21) & !x & HIGH;
+        // adding 1 sets the high bit of a 0x7f byte
+        let above = (x.wrapping_add(ONES) | x) & HIGH;
+        if below | above != 0 {
+            return false;
+        }
+    }
+    rest.iter().all(|&c| (0x21..=0x7e).contains(&c))
+}
+
 fn check_identity(b: &[u8]) -> Result<(), ValueError> {
     if b.is_empty() {
         return Err(ValueError::val("empty diameter identity"));
     }
-    if !b.iter().all(|&c| (0x21..=0x7e).contains(&c)) {
+    if !all_graphic(b) {
         return Err(ValueError::val("diameter identity is not printable ascii"));
     }
     Ok(())
@@ -610,6 +630,21 @@ mod tests {
         assert!(dec(AvpType::DiameterUri, b"http://host").is_err());
         assert!(dec(AvpType::IpFilterRule, b"permit in ip from any to 10.0.0.1").is_ok());
         assert!(dec(AvpType::IpFilterRule, b"allow in ip").is_err());
+    }
+
+    #[test]
+    fn graphic_check_agrees_with_the_bytewise_one() {
+        for n in 0..=255u8 {
+            for pos in 0..17 {
+                let mut b = vec![b'a'; 17];
+                b[pos] = n;
+                assert_eq!(
+                    all_graphic(&b),
+                    (0x21..=0x7e).contains(&n),
+                    "byte {n:#x} at {pos}"
+                );
+            }
+        }
     }
 
     #[test]
