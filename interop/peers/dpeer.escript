@@ -10,14 +10,21 @@
 %% SERVER
 %%   dpeer.escript server [--addr 127.0.0.1] [--port 3871] [--host erl-server.example.net]
 %%                        [--realm example.net] [--result-code 2001]
-%%                        [--olr TYPE:PCT:SEQ:VALIDITY] [--olr-always]
-%%   Answers test_app Test-Request and base STR with --result-code (default 2001),
+%%                        [--olr TYPE:PCT:SEQ:VALIDITY] [--max-rate N] [--olr-always]
+%%   Answers test_app Test-Request and base STR with --result-code (default 2001;
+%%   a 3xxx code gives an answer-message with the E bit, RFC 6733 7.1.3),
 %%   echoes Test-AVP, copies Proxy-Info (RFC 6733 6.2). Other requests get 3001.
 %%   DOIC (RFC 7683): when a request carries OC-Supported-Features, the answer carries
 %%   OC-Supported-Features{OC-Feature-Vector = 1 (OLR_DEFAULT_ALGO)} (7683 5.2.3), and,
 %%   with --olr, an OC-OLR encoded by OTP's diameter_gen_doic_rfc7683:
 %%     TYPE host|realm (OC-Report-Type 0|1), PCT OC-Reduction-Percentage,
 %%     SEQ OC-Sequence-Number, VALIDITY OC-Validity-Duration (seconds).
+%%   RFC 8581 / 8582 (OTP has no dictionary for them; see ?EXT_DOIC below):
+%%     TYPE peer gives OC-Report-Type 2 (PEER_REPORT) with SourceID = own Origin-Host,
+%%     and the answer's OC-Supported-Features adds OC_PEER_REPORT (0x10), SourceID and
+%%     OC-Peer-Algo (RFC 8581 6.1.1);
+%%     --max-rate N selects the rate algorithm (OLR_RATE_ALGORITHM 0x04, RFC 8582): the
+%%     OLR carries OC-Maximum-Rate N instead of OC-Reduction-Percentage.
 %%   --olr-always puts the OLR in every answer, even to requests without
 %%   OC-Supported-Features (a non-conformant reporting node, for negative tests).
 %%   Prints "LISTENING <addr> <port>" once the transport is up.
@@ -26,19 +33,23 @@
 %%   dpeer.escript client --connect HOST:PORT [--n 1000] [--concurrency 10] [--app test|base]
 %%                        [--host erl-client.example.org] [--realm example.org]
 %%                        [--dest-realm example.net] [--dest-host H] [--timeout 5000]
-%%                        [--proxy-info] [--doic] [--verbose]
+%%                        [--proxy-info] [--doic] [--doic-vector V] [--watchdog MS] [--linger MS] [--verbose]
 %%   Does CER/CEA, then sends N requests from C worker processes and prints:
 %%     CEA origin_host=H origin_realm=R auth_app_ids=[..] vendor_specific_app_ids=[{V,A}..]
 %%     RESULT app=A sent=N answered=K no_answer=E elapsed_s=S rate=R
 %%     RC <code> <count>                  one line per Result-Code (experimental: RC exp:V:C)
 %%     ERROR <reason> <count>             requests without an answer, by reason
 %%     DOIC oc_supported_features=<k> oc_olr=<k>   answers that carried them
-%%     OC-SUPPORTED-FEATURES feature_vector=F      the first one received
+%%     OC-SUPPORTED-FEATURES feature_vector=F peer_algo=A source_id=S   the first one received
 %%     OC-OLR sequence=S report_type=T reduction_percentage=P validity_duration=V
-%%                                                 the first one received (absent AVPs: -)
-%%   --doic adds OC-Supported-Features{OC-Feature-Vector = 1} to each request.
+%%            max_rate=R source_id=S               the first one received (absent AVPs: -)
+%%   --doic adds OC-Supported-Features{OC-Feature-Vector = 1} to each request;
+%%   --doic-vector V sets the vector (e.g. 21 = loss + rate + peer report) and implies --doic.
 %%   --proxy-info adds Proxy-Info to each request; an answer without it counts as
 %%   RC proxy_info_missing:<code>.
+%%   --watchdog MS sets the RFC 3539 watchdog timer Tw of the connection (OTP's
+%%   watchdog_timer, at least 6000, default 30000; OTP adds +-2 s jitter); --linger MS keeps the connection up that long
+%%   after the last answer (so DWR/DWA can be observed) before DPR/DPA.
 %%   Exit code 0 only when all N answers are 2001 (and carry Proxy-Info if asked).
 %%
 %% test_app is freeDiameter's test application: vendor-specific application 16777215
@@ -56,6 +67,9 @@
 %% The test_app dictionary, compiled at startup with diameter_make. It inherits the
 %% RFC 6733 base and RFC 7683 DOIC dictionaries, so OC-Supported-Features and OC-OLR
 %% are encoded and decoded by OTP itself. Grammar order: fixed, required, optional.
+%% With ?EXT_DOIC (a peer report or the rate algorithm, and always on the client) the
+%% DOIC member AVPs are still inherited from OTP's dictionary, but OC-Supported-Features
+%% and OC-OLR are redefined with the RFC 8581 / 8582 members.
 %% Route-Record is allowed in answers because the freeDiameter relay adds it there.
 -define(TEST_DIA, <<"
 @id 16777215
@@ -99,6 +113,42 @@ Test-Answer ::= <Diameter Header: 16777214, PXY>
 Test-AVP 16777215 Integer32 V
 ">>).
 
+%% RFC 8581 7.1-7.3 and RFC 8582 7.1-7.2 additions (replaces the full DOIC inherit).
+%% OC-Report-Type is redefined because OTP's encoder rejects values its enum lacks
+%% (PEER_REPORT = 2, RFC 8581 7.2.1).
+-define(EXT_DOIC, <<"
+@inherits diameter_gen_doic_rfc7683 OC-Feature-Vector OC-Sequence-Number OC-Validity-Duration OC-Reduction-Percentage
+
+@avp_types
+OC-Supported-Features 621 Grouped -
+OC-OLR 623 Grouped -
+OC-Report-Type 626 Enumerated -
+OC-Peer-Algo 648 Unsigned64 -
+SourceID 649 DiameterIdentity -
+OC-Maximum-Rate 670 Unsigned32 -
+
+@enum OC-Report-Type
+HOST_REPORT 0
+REALM_REPORT 1
+PEER_REPORT 2
+
+@grouped
+OC-Supported-Features ::= < AVP Header: 621 >
+        [ OC-Feature-Vector ]
+        [ OC-Peer-Algo ]
+        [ SourceID ]
+      * [ AVP ]
+
+OC-OLR ::= < AVP Header: 623 >
+        < OC-Sequence-Number >
+        < OC-Report-Type >
+        [ OC-Reduction-Percentage ]
+        [ OC-Validity-Duration ]
+        [ SourceID ]
+        [ OC-Maximum-Rate ]
+      * [ AVP ]
+">>).
+
 main(["server" | Args]) -> server(parse(Args, defaults(server)));
 main(["client" | Args]) -> client(parse(Args, defaults(client)));
 main(_) -> usage("missing mode: server or client").
@@ -107,20 +157,21 @@ usage(Why) ->
     io:format(standard_error, "dpeer: ~s~n", [Why]),
     io:format(standard_error,
               "usage: dpeer.escript server [--addr A] [--port P] [--host H] [--realm R] [--result-code RC]~n"
-              "                            [--olr host|realm:PCT:SEQ:VALIDITY] [--olr-always]~n"
+              "                            [--olr host|realm|peer:PCT:SEQ:VALIDITY] [--max-rate N] [--olr-always]~n"
               "       dpeer.escript client --connect HOST:PORT [--n N] [--concurrency C] [--app test|base]~n"
               "                            [--host H] [--realm R] [--dest-realm R] [--dest-host H]~n"
-              "                            [--timeout MS] [--proxy-info] [--doic] [--verbose]~n", []),
+              "                            [--timeout MS] [--proxy-info] [--doic] [--doic-vector V] [--watchdog MS] [--linger MS] [--verbose]~n", []),
     halt(2).
 
 defaults(server) ->
     #{mode => server, addr => "127.0.0.1", port => 3871, host => "erl-server.example.net",
-      realm => "example.net", result_code => 2001, olr => undefined, olr_always => false};
+      realm => "example.net", result_code => 2001, olr => undefined, max_rate => undefined,
+      olr_always => false};
 defaults(client) ->
     #{mode => client, connect => undefined, n => 1000, concurrency => 10, app => test,
       host => "erl-client.example.org", realm => "example.org", dest_realm => "example.net",
-      dest_host => undefined, timeout => 5000, proxy_info => false, doic => false,
-      verbose => false}.
+      dest_host => undefined, timeout => 5000, proxy_info => false, doic => false, doic_vector => 1,
+      watchdog => 30000, linger => 0, verbose => false}.
 
 parse([], M) -> M;
 parse(["--addr", V | T], M) -> parse(T, M#{addr => V});
@@ -129,6 +180,8 @@ parse(["--host", V | T], M) -> parse(T, M#{host => V});
 parse(["--realm", V | T], M) -> parse(T, M#{realm => V});
 parse(["--result-code", V | T], M) -> parse(T, M#{result_code => int(V, "--result-code")});
 parse(["--olr", V | T], M) -> parse(T, M#{olr => olr_arg(V)});
+parse(["--max-rate", V | T], M) -> parse(T, M#{max_rate => int(V, "--max-rate")});
+parse(["--doic-vector", V | T], M) -> parse(T, M#{doic => true, doic_vector => int(V, "--doic-vector")});
 parse(["--olr-always" | T], M) -> parse(T, M#{olr_always => true});
 parse(["--connect", V | T], M) -> parse(T, M#{connect => hostport(V)});
 parse(["--n", V | T], M) -> parse(T, M#{n => int(V, "--n")});
@@ -140,6 +193,12 @@ parse(["--dest-host", V | T], M) -> parse(T, M#{dest_host => V});
 parse(["--timeout", V | T], M) -> parse(T, M#{timeout => int(V, "--timeout")});
 parse(["--proxy-info" | T], M) -> parse(T, M#{proxy_info => true});
 parse(["--doic" | T], M) -> parse(T, M#{doic => true});
+parse(["--watchdog", V | T], M) ->
+    %% OTP's diameter_watchdog accepts Tw >= 6000 ms only (RFC 3539 3.4.1: Tw >= 6 s).
+    W = int(V, "--watchdog"),
+    W >= 6000 orelse usage("--watchdog must be at least 6000 ms"),
+    parse(T, M#{watchdog => W});
+parse(["--linger", V | T], M) -> parse(T, M#{linger => int(V, "--linger")});
 parse(["--verbose" | T], M) -> parse(T, M#{verbose => true});
 parse([X | _], _) -> usage("unknown or incomplete argument " ++ X).
 
@@ -163,7 +222,8 @@ olr_arg(S) ->
             T = case Type of
                     "host" -> 0;
                     "realm" -> 1;
-                    _ -> usage("--olr report type must be host or realm")
+                    "peer" -> 2;
+                    _ -> usage("--olr report type must be host, realm or peer")
                 end,
             P = int(Pct, "--olr percentage"),
             P =< 100 orelse usage("--olr percentage must be 0..100"),
@@ -182,12 +242,29 @@ loopback(Str) ->
 
 %% ---------------------------------------------------------------------------
 setup(Opts) ->
-    {ok, [Forms]} = diameter_make:codec(?TEST_DIA, [return, forms]),
+    {ok, [Forms]} = diameter_make:codec(dictionary(Opts), [return, forms]),
     {ok, Mod, Bin} = compile:forms(Forms, [return_errors]),
     {module, Mod} = code:load_binary(Mod, "dpeer_test_app.erl", Bin),
     ok = diameter:start(),
     persistent_term:put(dpeer_opts, Opts),
     persistent_term:put(dpeer_count, counters:new(1, [write_concurrency])).
+
+%% OTP's RFC 7683 dictionary, or the RFC 8581/8582 grammar when it is needed.
+dictionary(O) ->
+    Olr = maps:get(olr, O, undefined),
+    Ext = maps:get(mode, O) == client
+        orelse maps:get(max_rate, O, undefined) /= undefined
+        orelse (is_map(Olr) andalso map_get(type, Olr) == 2),
+    case Ext of
+        false -> ?TEST_DIA;
+        true ->
+            [Head, Tail] = binary:split(?TEST_DIA, <<"@inherits diameter_gen_doic_rfc7683\n">>),
+            [Msgs, Types] = binary:split(Tail, <<"@avp_types\n">>),
+            [Inherit, ExtTypes] = binary:split(?EXT_DOIC, <<"@avp_types\n">>),
+            [ExtTypeLines, Grouped] = binary:split(ExtTypes, <<"@grouped\n">>),
+            <<Head/binary, Inherit/binary, Msgs/binary, "@avp_types\n", Types/binary,
+              ExtTypeLines/binary, "@grouped\n", Grouped/binary>>
+    end.
 
 service(#{host := Host, realm := Realm}) ->
     [{'Origin-Host', Host},
@@ -247,7 +324,8 @@ client(#{connect := {RH, RP}, n := N, concurrency := C0, timeout := Tmo, app := 
     {ok, Ref} = diameter:add_transport(dpeer_client,
                                        {connect, [{transport_module, diameter_tcp},
                                                   {transport_config, [{raddr, RIP}, {rport, RP}]},
-                                                  {connect_timer, 3000}]}),
+                                                  {connect_timer, 3000},
+                                                  {watchdog_timer, maps:get(watchdog, O)}]}),
     case wait_up(Ref, erlang:monotonic_time(millisecond) + 10000) of
         {ok, Caps} ->
             io:format("CEA origin_host=~s origin_realm=~s auth_app_ids=~w vendor_specific_app_ids=~w~n",
@@ -278,6 +356,7 @@ client(#{connect := {RH, RP}, n := N, concurrency := C0, timeout := Tmo, app := 
               [Doic('OC-Supported-Features'), Doic('OC-OLR')]),
     [io:format("~s~n", [doic_line(K, First)])
      || K <- ['OC-Supported-Features', 'OC-OLR'], {_, _, First} <- ets:lookup(dpeer_doic, K)],
+    timer:sleep(maps:get(linger, O)),
     diameter:remove_transport(dpeer_client, Ref),
     diameter:stop_service(dpeer_client),
     halt(case maps:get({rc, 2001}, Res, 0) of N -> 0; _ -> 1 end).
@@ -285,18 +364,23 @@ client(#{connect := {RH, RP}, n := N, concurrency := C0, timeout := Tmo, app := 
 %% One line for the first OC-Supported-Features / OC-OLR an answer carried.
 doic_line(K, [V | _]) -> doic_line(K, V);
 doic_line('OC-Supported-Features', M) when is_map(M) ->
-    io_lib:format("OC-SUPPORTED-FEATURES feature_vector=~s", [field(M, 'OC-Feature-Vector')]);
+    io_lib:format("OC-SUPPORTED-FEATURES feature_vector=~s peer_algo=~s source_id=~s",
+                  [field(M, F) || F <- ['OC-Feature-Vector', 'OC-Peer-Algo', 'SourceID']]);
 doic_line('OC-OLR', M) when is_map(M) ->
-    io_lib:format("OC-OLR sequence=~s report_type=~s reduction_percentage=~s validity_duration=~s",
+    io_lib:format("OC-OLR sequence=~s report_type=~s reduction_percentage=~s validity_duration=~s"
+                  " max_rate=~s source_id=~s",
                   [field(M, F) || F <- ['OC-Sequence-Number', 'OC-Report-Type',
-                                        'OC-Reduction-Percentage', 'OC-Validity-Duration']]);
+                                        'OC-Reduction-Percentage', 'OC-Validity-Duration',
+                                        'OC-Maximum-Rate', 'SourceID']]);
 doic_line(K, V) -> io_lib:format("~s ~0lp", [K, V]).
 
 field(M, F) ->
     case maps:get(F, M, []) of
         [] -> "-";
-        [V | _] -> integer_to_list(V);
+        [V | _] when is_integer(V) -> integer_to_list(V);
+        [V | _] when is_binary(V) -> binary_to_list(V);
         V when is_integer(V) -> integer_to_list(V);
+        V when is_binary(V) -> binary_to_list(V);
         V -> io_lib:format("~0lp", [V])
     end.
 
@@ -350,10 +434,11 @@ request(base, #{host := H, realm := R, dest_realm := DR} = O) ->
 
 %% Destination-Host, Proxy-Info and (test_app only, STR has no room for it in the
 %% base grammar) OC-Supported-Features.
-common_opts(#{host := H, dest_host := DH, proxy_info := PI, doic := Doic, app := App}) ->
+common_opts(#{host := H, dest_host := DH, proxy_info := PI, doic := Doic, app := App,
+              doic_vector := Vec}) ->
     [{'Destination-Host', [DH]} || DH /= undefined]
         ++ [{'Proxy-Info', [#{'Proxy-Host' => H, 'Proxy-State' => <<"dpeer-state">>}]} || PI]
-        ++ [{'OC-Supported-Features', [#{'OC-Feature-Vector' => [1]}]} || Doic, App == test].
+        ++ [{'OC-Supported-Features', [#{'OC-Feature-Vector' => [Vec]}]} || Doic, App == test].
 
 %% ---------------------------------------------------------------------------
 %% diameter_app callbacks
@@ -396,7 +481,18 @@ result_code(#{'Experimental-Result' := ER}) ->
     {experimental, maps:get('Vendor-Id', E, undefined), maps:get('Experimental-Result-Code', E, undefined)};
 result_code(_) -> no_result_code.
 
-handle_request(#diameter_packet{msg = ['Test-Request' | Req]}, _Svc, {_, Caps}) ->
+%% RFC 6733 7.1.3: a protocol error (3xxx) is answered with the E bit set and the
+%% answer-message grammar; OTP builds that for {answer_message, RC}.
+handle_request(Pkt, Svc, Peer) ->
+    case rc() of
+        RC when RC >= 3000, RC < 4000 ->
+            counters:add(persistent_term:get(dpeer_count), 1, 1),
+            {answer_message, RC};
+        _ ->
+            handle(Pkt, Svc, Peer)
+    end.
+
+handle(#diameter_packet{msg = ['Test-Request' | Req]}, _Svc, {_, Caps}) ->
     counters:add(persistent_term:get(dpeer_count), 1, 1),
     {OH, OR} = local_id(Caps),
     {reply, ['Test-Answer', {'Session-Id', maps:get('Session-Id', Req)},
@@ -404,13 +500,13 @@ handle_request(#diameter_packet{msg = ['Test-Request' | Req]}, _Svc, {_, Caps}) 
              {'Result-Code', rc()},
              {'Test-AVP', maps:get('Test-AVP', Req)}]
              ++ doic(Req) ++ proxy_info(Req)};
-handle_request(#diameter_packet{msg = ['STR' | Req]}, _Svc, {_, Caps}) ->
+handle(#diameter_packet{msg = ['STR' | Req]}, _Svc, {_, Caps}) ->
     counters:add(persistent_term:get(dpeer_count), 1, 1),
     {OH, OR} = local_id(Caps),
     {reply, ['STA', {'Session-Id', maps:get('Session-Id', Req)}, {'Result-Code', rc()},
              {'Origin-Host', OH}, {'Origin-Realm', OR}]
              ++ proxy_info(Req)};
-handle_request(_Pkt, _Svc, _Peer) ->
+handle(_Pkt, _Svc, _Peer) ->
     {answer_message, 3001}.  %% DIAMETER_COMMAND_UNSUPPORTED
 
 rc() -> maps:get(result_code, persistent_term:get(dpeer_opts)).
@@ -421,15 +517,33 @@ rc() -> maps:get(result_code, persistent_term:get(dpeer_opts)).
 doic(Req) ->
     O = persistent_term:get(dpeer_opts),
     Supported = maps:get('OC-Supported-Features', Req, []) /= [],
-    Feat = [{'OC-Supported-Features', [#{'OC-Feature-Vector' => [1]}]} || Supported],
-    Olr = case maps:get(olr, O) of
-              #{type := T, pct := P, seq := S, validity := V} when Supported; map_get(olr_always, O) ->
-                  [{'OC-OLR', [#{'OC-Sequence-Number' => S, 'OC-Report-Type' => T,
-                                 'OC-Reduction-Percentage' => [P],
-                                 'OC-Validity-Duration' => [V]}]}];
-              _ -> []
-          end,
-    Feat ++ Olr.
+    Olr = maps:get(olr, O),
+    Rate = maps:get(max_rate, O),
+    Peer = is_map(Olr) andalso map_get(type, Olr) == 2,
+    %% The selected algorithm: rate (0x04) with --max-rate, else loss (0x01).
+    Algo = case Rate of undefined -> 1; _ -> 4 end,
+    Me = maps:get(host, O),
+    PeerFeat = case Peer of
+                   true -> #{'OC-Peer-Algo' => [Algo], 'SourceID' => [Me]};
+                   false -> #{}
+               end,
+    Vector = Algo bor (case Peer of true -> 16; false -> 0 end),
+    Feat = [{'OC-Supported-Features', [PeerFeat#{'OC-Feature-Vector' => [Vector]}]} || Supported],
+    Report = case Olr of
+                 #{type := T, pct := P, seq := S, validity := V} when Supported; map_get(olr_always, O) ->
+                     Base = #{'OC-Sequence-Number' => S, 'OC-Report-Type' => T,
+                              'OC-Validity-Duration' => [V]},
+                     WithValue = case Rate of
+                                     undefined -> Base#{'OC-Reduction-Percentage' => [P]};
+                                     R -> Base#{'OC-Maximum-Rate' => [R]}
+                                 end,
+                     [{'OC-OLR', [case Peer of
+                                      true -> WithValue#{'SourceID' => [Me]};
+                                      false -> WithValue
+                                  end]}];
+                 _ -> []
+             end,
+    Feat ++ Report.
 
 %% RFC 6733 6.2: the Proxy-Info AVPs of a request are copied, in order, into its answer.
 proxy_info(Req) ->

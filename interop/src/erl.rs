@@ -29,17 +29,65 @@ fn escript() -> Result<PathBuf, Error> {
     Ok(s)
 }
 
-/// An RFC 7683 overload report the Erlang server puts into its answers.
+/// OC-Report-Type of the Erlang server's OLR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportType {
+    /// HOST_REPORT (0, RFC 7683 §7.6).
+    Host,
+    /// REALM_REPORT (1, RFC 7683 §7.6).
+    Realm,
+    /// PEER_REPORT (2, RFC 8581 §7.2.1), with SourceID = the server's identity.
+    Peer,
+}
+
+/// An overload report the Erlang server puts into its answers. Host and
+/// realm reports with the loss algorithm use OTP's own RFC 7683
+/// dictionary; a peer report or a maximum rate switch the escript to its
+/// RFC 8581/8582 grammar (OTP has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Olr {
-    /// OC-Report-Type: 0 HOST_REPORT, 1 REALM_REPORT.
-    pub realm_report: bool,
-    /// OC-Reduction-Percentage (0..=100).
+    /// OC-Report-Type.
+    pub report_type: ReportType,
+    /// OC-Reduction-Percentage (0..=100), loss algorithm; ignored when
+    /// `max_rate` is set.
     pub reduction_percentage: u32,
     /// OC-Sequence-Number.
     pub sequence: u64,
     /// OC-Validity-Duration, seconds.
     pub validity_secs: u32,
+    /// OC-Maximum-Rate (RFC 8582 rate algorithm) instead of a percentage.
+    pub max_rate: Option<u32>,
+}
+
+impl Olr {
+    /// A loss-algorithm report of `report_type` asking for `percentage` reduction.
+    #[must_use]
+    pub fn loss(
+        report_type: ReportType,
+        percentage: u32,
+        sequence: u64,
+        validity_secs: u32,
+    ) -> Self {
+        Self {
+            report_type,
+            reduction_percentage: percentage,
+            sequence,
+            validity_secs,
+            max_rate: None,
+        }
+    }
+
+    /// A rate-algorithm report of `report_type` allowing `rate` requests/s.
+    #[must_use]
+    pub fn rate(report_type: ReportType, rate: u32, sequence: u64, validity_secs: u32) -> Self {
+        Self {
+            report_type,
+            reduction_percentage: 0,
+            sequence,
+            validity_secs,
+            max_rate: Some(rate),
+        }
+    }
 }
 
 /// Starts the Erlang server.
@@ -129,11 +177,18 @@ impl ErlServer {
             .args(["--host", &self.identity, "--realm", &self.realm])
             .args(["--result-code", &self.result_code.to_string()]);
         if let Some(o) = self.olr {
-            let kind = if o.realm_report { "realm" } else { "host" };
+            let kind = match o.report_type {
+                ReportType::Host => "host",
+                ReportType::Realm => "realm",
+                ReportType::Peer => "peer",
+            };
             cmd.arg("--olr").arg(format!(
                 "{kind}:{}:{}:{}",
                 o.reduction_percentage, o.sequence, o.validity_secs
             ));
+            if let Some(r) = o.max_rate {
+                cmd.args(["--max-rate", &r.to_string()]);
+            }
         }
         if self.olr_always {
             cmd.arg("--olr-always");
@@ -201,7 +256,9 @@ pub struct ErlClient {
     dest_host: Option<String>,
     timeout_ms: u32,
     proxy_info: bool,
-    doic: bool,
+    doic: Option<u64>,
+    watchdog_ms: Option<u32>,
+    linger_ms: u32,
 }
 
 impl ErlClient {
@@ -221,8 +278,26 @@ impl ErlClient {
             dest_host: None,
             timeout_ms: 5000,
             proxy_info: false,
-            doic: false,
+            doic: None,
+            watchdog_ms: None,
+            linger_ms: 0,
         }
+    }
+
+    /// Sets the RFC 3539 watchdog timer Tw (OTP accepts 6 s and more, and
+    /// adds up to 2 s of jitter either way).
+    #[must_use]
+    pub fn watchdog(mut self, tw: Duration) -> Self {
+        self.watchdog_ms = Some(u32::try_from(tw.as_millis()).unwrap_or(u32::MAX).max(6000));
+        self
+    }
+
+    /// Keeps the connection up this long after the last answer (to observe
+    /// DWR/DWA), then disconnects.
+    #[must_use]
+    pub fn linger(mut self, d: Duration) -> Self {
+        self.linger_ms = u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+        self
     }
 
     /// Number of requests.
@@ -283,8 +358,15 @@ impl ErlClient {
 
     /// Adds OC-Supported-Features (loss algorithm) to each test_app request.
     #[must_use]
-    pub fn doic(mut self) -> Self {
-        self.doic = true;
+    pub fn doic(self) -> Self {
+        self.doic_vector(1)
+    }
+
+    /// Adds OC-Supported-Features with this OC-Feature-Vector (e.g. 0x15:
+    /// loss, rate and peer report) to each test_app request.
+    #[must_use]
+    pub fn doic_vector(mut self, vector: u64) -> Self {
+        self.doic = Some(vector);
         self
     }
 
@@ -320,12 +402,17 @@ impl ErlClient {
         if self.proxy_info {
             cmd.arg("--proxy-info");
         }
-        if self.doic {
-            cmd.arg("--doic");
+        if let Some(v) = self.doic {
+            cmd.args(["--doic-vector", &v.to_string()]);
         }
+        if let Some(w) = self.watchdog_ms {
+            cmd.args(["--watchdog", &w.to_string()]);
+        }
+        cmd.args(["--linger", &self.linger_ms.to_string()]);
         let mut daemon = Daemon::spawn("erl-client", cmd, &dir.path().join("erl-client.log"))?;
         let per_worker = u64::from(self.n / self.concurrency.max(1) + 1);
         let bound = START_TIMEOUT
+            + Duration::from_millis(u64::from(self.linger_ms))
             + Duration::from_millis(
                 u64::from(self.timeout_ms)
                     .saturating_mul(per_worker)
@@ -359,10 +446,12 @@ pub struct ErlResult {
     pub oc_supported_features: u64,
     /// Answers that carried OC-OLR.
     pub oc_olr: u64,
-    /// The first OC-OLR received, as (name, value) pairs
-    /// (`sequence`, `report_type`, `reduction_percentage`, `validity_duration`).
+    /// The first OC-OLR received, as (name, value) pairs (`sequence`,
+    /// `report_type`, `reduction_percentage`, `validity_duration`,
+    /// `max_rate`, `source_id`; `-` when absent).
     pub first_olr: BTreeMap<String, String>,
-    /// The first OC-Supported-Features received (`feature_vector`).
+    /// The first OC-Supported-Features received (`feature_vector`,
+    /// `peer_algo`, `source_id`).
     pub first_features: BTreeMap<String, String>,
     /// True when the client exited 0 (all answers 2001).
     pub exit_ok: bool,

@@ -13,6 +13,7 @@
 //!
 //! | module | what it does |
 //! | --- | --- |
+//! | [`bench`] | interleaved throughput rounds: direct, via the fD relay, via a path under test |
 //! | [`compare`] | field-by-field agreement of the agent's codec and tshark on one message |
 //! | [`process`] | run dirs, free ports, spawned daemons (stopped on drop), bounded waits |
 //! | [`fd`] | freeDiameter: test_app echo server, `rt_default` relay, test_app benchmark client |
@@ -47,6 +48,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod bench;
 pub mod compare;
 pub mod erl;
 pub mod fd;

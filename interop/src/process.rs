@@ -102,29 +102,63 @@ impl Drop for RunDir {
     }
 }
 
-/// Returns a TCP port that is free on both 127.0.0.1 and ::1 right now and
-/// was not handed out before by this process, so tests can run in parallel.
+/// First port [`free_port`] hands out: below the kernel's ephemeral range
+/// (32768-60999 by default), so no outgoing connection can hold it.
+pub const PORT_BASE: u16 = 20_000;
+/// Number of ports [`free_port`] chooses from.
+pub const PORT_SPAN: u16 = 12_000;
+
+/// Returns a TCP port that is free on both 127.0.0.1 and ::1 and reserved
+/// for this process until it exits, so tests can run in parallel, in one
+/// process or many (nextest).
+///
+/// Ports come from [`PORT_BASE`]..[`PORT_BASE`]+[`PORT_SPAN`], outside the
+/// ephemeral range. The reservation is an advisory `flock` on
+/// `<tmp>/doic-interop-ports/<port>`, which the kernel releases when the
+/// process ends, however it ends.
 ///
 /// # Errors
-/// [`Error::Io`] when no port can be bound at all.
+/// [`Error::Io`] when no port can be reserved.
 pub fn free_port() -> Result<u16, Error> {
-    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    for _ in 0..64 {
-        let v4 = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?;
-        let port = v4
-            .local_addr()
-            .map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?
-            .port();
-        let v6_free = TcpListener::bind((Ipv6Addr::LOCALHOST, port)).is_ok();
-        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-        if v6_free && !given.contains(&port) {
-            given.push(port);
+    static HELD: Mutex<Vec<fs::File>> = Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("doic-interop-ports");
+    fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    let start = u16::try_from(seed % u32::from(PORT_SPAN)).unwrap_or(0);
+    for i in 0..PORT_SPAN {
+        let port = PORT_BASE + (start + i) % PORT_SPAN;
+        let path = dir.join(port.to_string());
+        let Ok(file) = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+        else {
+            continue;
+        };
+        // SAFETY: flock(2) on a descriptor we own; no memory is involved.
+        let locked = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0;
+        if !locked {
+            continue;
+        }
+        let free = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+            && TcpListener::bind((Ipv6Addr::LOCALHOST, port)).is_ok();
+        if free {
+            HELD.lock().unwrap_or_else(|p| p.into_inner()).push(file);
             return Ok(port);
         }
     }
     Err(Error::Io {
-        path: PathBuf::from("127.0.0.1:0"),
+        path: dir,
         source: io::Error::new(io::ErrorKind::AddrInUse, "no free loopback port found"),
     })
 }
@@ -157,6 +191,53 @@ pub fn wait_for<T>(
 #[must_use]
 pub fn tcp_accepts(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+/// The local addresses of the TCP sockets listening on `port`, read from
+/// `/proc/net/tcp` and `/proc/net/tcp6` (state 0A = LISTEN). Lets a test
+/// prove that a peer listens on loopback only.
+#[must_use]
+pub fn tcp_listeners(port: u16) -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
+        let Ok(text) = fs::read_to_string(file) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state)) = (f.get(1), f.get(3)) else {
+                continue;
+            };
+            let Some((addr, p)) = local.split_once(':') else {
+                continue;
+            };
+            if *state != "0A" || u16::from_str_radix(p, 16).ok() != Some(port) {
+                continue;
+            }
+            if let Some(ip) = proc_addr(addr, v6) {
+                out.push(ip);
+            }
+        }
+    }
+    out
+}
+
+/// Decodes a `/proc/net/tcp*` address: 32-bit words in host (little-endian) order.
+fn proc_addr(hex: &str, v6: bool) -> Option<std::net::IpAddr> {
+    let words: Vec<u32> = (0..hex.len() / 8)
+        .map(|i| u32::from_str_radix(hex.get(8 * i..8 * i + 8)?, 16).ok())
+        .collect::<Option<_>>()?;
+    let bytes: Vec<u8> = words
+        .iter()
+        .flat_map(|w| w.swap_bytes().to_be_bytes())
+        .collect();
+    if v6 {
+        let b: [u8; 16] = bytes.try_into().ok()?;
+        Some(std::net::IpAddr::from(b))
+    } else {
+        let b: [u8; 4] = bytes.try_into().ok()?;
+        Some(std::net::IpAddr::from(b))
+    }
 }
 
 /// A spawned peer process with its output in a log file. It runs in its own
@@ -303,6 +384,24 @@ impl Daemon {
         }
     }
 
+    /// Kills the process group at once with SIGKILL (a crash, for fault
+    /// tests: no DPR, no FIN handshake at the Diameter level) and reaps it.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when waiting fails.
+    pub fn kill(&mut self) -> Result<ExitStatus, Error> {
+        if let Some(s) = self.try_status()? {
+            return Ok(s);
+        }
+        let pgid = i32::try_from(self.child.id()).unwrap_or(i32::MAX);
+        // SAFETY: signals the process group we created with process_group(0);
+        // the leader is not reaped yet, so the id still names our group.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let s = self.child.wait().map_err(|e| Error::io(&self.log, e))?;
+        self.status = Some(s);
+        Ok(s)
+    }
+
     /// Stops the process (SIGTERM to its group, SIGKILL after two seconds)
     /// and returns its exit status.
     ///
@@ -358,4 +457,50 @@ pub(crate) fn read_lossy(path: &Path, from: u64) -> String {
         let _ = f.read_to_end(&mut buf);
     }
     String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_proc_net_addresses() {
+        assert_eq!(
+            proc_addr("0100007F", false),
+            Some("127.0.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            proc_addr("00000000", false),
+            Some("0.0.0.0".parse().unwrap())
+        );
+        assert_eq!(
+            proc_addr("00000000000000000000000001000000", true),
+            Some("::1".parse().unwrap())
+        );
+        assert_eq!(proc_addr("zz", false), None);
+    }
+
+    #[test]
+    fn free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..20).map(|_| free_port().unwrap()).collect();
+        let mut sorted = ports.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), ports.len());
+        for p in ports {
+            assert!((PORT_BASE..PORT_BASE + PORT_SPAN).contains(&p));
+            TcpListener::bind((Ipv4Addr::LOCALHOST, p)).unwrap();
+            TcpListener::bind((Ipv6Addr::LOCALHOST, p)).unwrap();
+        }
+    }
+
+    #[test]
+    fn sees_a_listener_of_this_process() {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert_eq!(
+            tcp_listeners(port),
+            vec![std::net::IpAddr::from(Ipv4Addr::LOCALHOST)]
+        );
+    }
 }

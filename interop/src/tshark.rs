@@ -107,6 +107,9 @@ pub struct WireMessage {
     pub experts: Vec<Expert>,
     /// True when the frame carries a `_ws.malformed` item.
     pub malformed: bool,
+    /// Expert items of the frame's other layers (Ethernet, IP, TCP): bad
+    /// checksums (with [`Tshark::check_checksums`]), TCP sequence analysis.
+    pub frame_experts: Vec<Expert>,
 }
 
 impl WireMessage {
@@ -346,9 +349,21 @@ impl Capture {
     /// # Errors
     /// As [`Tshark::decode`].
     pub fn finish(mut self, tshark: &Tshark) -> Result<Vec<WireMessage>, Error> {
-        // dumpcap writes a complete file on SIGINT; give it a moment to
-        // flush packets still in the kernel buffer.
-        std::thread::sleep(Duration::from_millis(200));
+        // On SIGINT dumpcap stops reading: packets still in the kernel
+        // buffer would be lost. It appends to the file as it reads, so wait
+        // until the file has stopped growing for half a second (at most 10 s).
+        let size = || std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+        let mut last = size();
+        let mut stable = 0;
+        for _ in 0..100 {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = size();
+            stable = if now == last { stable + 1 } else { 0 };
+            last = now;
+            if stable >= 5 {
+                break;
+            }
+        }
         self.daemon.signal(libc::SIGINT)?;
         self.daemon.wait_exit(Duration::from_secs(5))?;
         tshark.decode(&self.path)
@@ -509,6 +524,7 @@ fn parse_message(
         raw: raw.to_vec(),
         experts,
         malformed: malformed || has_key(d, "_ws.malformed"),
+        frame_experts: Vec::new(),
     }
 }
 
@@ -528,6 +544,14 @@ fn parse_json(out: &[u8]) -> Result<Vec<WireMessage>, Error> {
             u16::try_from(num_of(l["tcp"].get("tcp.dstport")).unwrap_or(0)).unwrap_or(0),
         );
         let malformed = l.get("_ws.malformed").is_some();
+        let mut frame_experts = Vec::new();
+        if let Some(m) = l.as_object() {
+            for (k, layer) in m {
+                if k != "diameter" && !k.ends_with("_raw") {
+                    collect_experts(layer, &mut frame_experts);
+                }
+            }
+        }
         let layers = items(l.get("diameter"));
         let raws = raw_items(l.get("diameter_raw"));
         if layers.is_empty() && malformed {
@@ -536,12 +560,16 @@ fn parse_json(out: &[u8]) -> Result<Vec<WireMessage>, Error> {
                 src_port: ports.0,
                 dst_port: ports.1,
                 malformed,
+                frame_experts,
                 ..WireMessage::default()
             });
+            continue;
         }
         for (i, d) in layers.into_iter().enumerate() {
             let raw = raw_bytes(raws.get(i).copied());
-            msgs.push(parse_message(frame, ports, d, &raw, malformed));
+            let mut m = parse_message(frame, ports, d, &raw, malformed);
+            m.frame_experts.clone_from(&frame_experts);
+            msgs.push(m);
         }
     }
     Ok(msgs)

@@ -6,7 +6,9 @@
 use std::net::IpAddr;
 
 use doic_agent::codec::builder::{self, Capabilities, ErrorAnswer};
-use doic_agent::codec::{Avp, Message, Value};
+use doic_agent::codec::{
+    Avp, AvpIter, CheckOptions, Message, OcOlr, OcSupportedFeatures, ReportType, Value, check,
+};
 use doic_agent::dictionary::{app, cmd, code, doic, result, vendor};
 use interop::compare::compare;
 use interop::process::RunDir;
@@ -36,20 +38,19 @@ fn caps() -> Capabilities {
     }
 }
 
+/// OC-Supported-Features from the codec's typed builder (RFC 7683 §7.1,
+/// RFC 8581 §7.1).
 fn oc_supported_features(vector: u64, peer_algo: Option<u64>, source: Option<&str>) -> Avp {
-    let mut children = vec![Avp::u64(code::OC_FEATURE_VECTOR, vector)];
-    if let Some(a) = peer_algo {
-        children.push(Avp::u64(code::OC_PEER_ALGO, a));
+    OcSupportedFeatures {
+        feature_vector: Some(vector),
+        source_id: source.map(str::to_owned),
+        peer_algo,
     }
-    if let Some(s) = source {
-        children.push(Avp::base(
-            code::SOURCE_ID,
-            Value::DiameterIdentity(s.to_owned().into()),
-        ));
-    }
-    Avp::grouped(code::OC_SUPPORTED_FEATURES, children)
+    .to_avp()
 }
 
+/// OC-OLR from the codec's typed builder (RFC 7683 §7.3, RFC 8581 §7.2,
+/// RFC 8582 §7.2).
 fn oc_olr(
     seq: u64,
     report_type: i32,
@@ -57,24 +58,15 @@ fn oc_olr(
     rate: Option<u32>,
     source: Option<&str>,
 ) -> Avp {
-    let mut c = vec![
-        Avp::u64(code::OC_SEQUENCE_NUMBER, seq),
-        Avp::base(code::OC_REPORT_TYPE, Value::Enumerated(report_type)),
-    ];
-    if let Some(p) = pct {
-        c.push(Avp::u32(code::OC_REDUCTION_PERCENTAGE, p));
+    OcOlr {
+        sequence_number: seq,
+        report_type: ReportType::from_value(report_type),
+        reduction_percentage: pct,
+        validity_duration: Some(30),
+        source_id: source.map(str::to_owned),
+        maximum_rate: rate,
     }
-    c.push(Avp::u32(code::OC_VALIDITY_DURATION, 30));
-    if let Some(r) = rate {
-        c.push(Avp::u32(code::OC_MAXIMUM_RATE, r));
-    }
-    if let Some(s) = source {
-        c.push(Avp::base(
-            code::SOURCE_ID,
-            Value::DiameterIdentity(s.to_owned().into()),
-        ));
-    }
-    Avp::grouped(code::OC_OLR, c)
+    .to_avp()
 }
 
 fn test_request() -> Message {
@@ -165,6 +157,20 @@ fn messages() -> Vec<(&'static str, Message)> {
     .error_message("overload: throttled by loss abatement")
     .error_reporting_host("agent.example.com")
     .build();
+    // RFC 6733 §7.5: a 5014 answer carries the offending AVP in Failed-AVP.
+    let mut bad = raw.to_vec();
+    let test_avp_at = AvpIter::with_offset(&bad[20..], 20)
+        .map(Result::unwrap)
+        .find(|a| a.code == code::fd_test::TEST_AVP)
+        .unwrap()
+        .offset;
+    bad[test_avp_at + 7] = 14; // Integer32 with a 2-byte value
+    let err = Message::decode(bad.clone().into()).unwrap_err();
+    assert_eq!(err.result_code(), result::INVALID_AVP_LENGTH);
+    let failed =
+        ErrorAnswer::for_decode_error(&req.header, &bad, &err, "agent.example.com", "example.com")
+            .error_message("invalid AVP length")
+            .build();
     vec![
         ("CER", cer),
         ("CEA", cea),
@@ -178,6 +184,7 @@ fn messages() -> Vec<(&'static str, Message)> {
         ("Test-Answer with peer OLR (rate)", rate_peer),
         ("answer with Experimental-Result 5198", retry),
         ("3004 answer with E bit", busy),
+        ("5014 answer with Failed-AVP", failed),
     ]
 }
 
@@ -212,6 +219,11 @@ fn our_messages_decode_cleanly_in_tshark_with_the_same_fields() {
         }
         for w in theirs.warnings() {
             failures.push(format!("{name}: tshark expert warning: {}", w.message));
+        }
+        // The pcap writer's Ethernet/IPv4/TCP framing: checksums verified,
+        // sequence analysis clean.
+        for e in theirs.frame_experts.iter().filter(|e| e.is_warning()) {
+            failures.push(format!("{name}: tshark frame expert: {}", e.message));
         }
         for m in compare(ours, theirs) {
             failures.push(format!("{name}: {m}"));
@@ -343,4 +355,65 @@ fn a_malformed_message_is_detected() {
         "{:#?}",
         decoded[0]
     );
+}
+
+/// With checksum validation on, tshark does flag a bad TCP checksum, so
+/// the clean result above means the pcap writer's checksums are right.
+#[test]
+fn a_bad_tcp_checksum_is_flagged() {
+    use interop::pcap::{Dir, PcapWriter};
+    let mut w = PcapWriter::new();
+    let mut flow = w.open(
+        "127.0.0.1:40000".parse().unwrap(),
+        "127.0.0.1:3868".parse().unwrap(),
+    );
+    w.send(
+        &mut flow,
+        Dir::ToServer,
+        &test_request().to_bytes().unwrap(),
+    );
+    let mut file = w.bytes().to_vec();
+    // Walk to the fourth record (SYN, SYN-ACK, ACK, then the request).
+    let mut at = 24;
+    for _ in 0..3 {
+        let caplen = u32::from_le_bytes(file[at + 8..at + 12].try_into().unwrap()) as usize;
+        at += 16 + caplen;
+    }
+    let tcp_checksum = at + 16 + 14 + 20 + 16;
+    file[tcp_checksum] ^= 0xff;
+    let dir = RunDir::new("bad-checksum").unwrap();
+    let path = dir.path().join("bad.pcap");
+    std::fs::write(&path, &file).unwrap();
+    let decoded = Tshark::new().check_checksums().decode(&path).unwrap();
+    assert_eq!(decoded.len(), 1);
+    assert!(
+        decoded[0].frame_experts.iter().any(|e| e.is_warning()),
+        "{:?}",
+        decoded[0].frame_experts
+    );
+}
+
+/// Our messages also pass our own grammar, dictionary and flag-rule checks,
+/// and the typed DOIC AVPs read back what was built.
+#[test]
+fn our_messages_pass_our_checks_and_doic_avps_read_back() {
+    for (name, m) in messages() {
+        let bytes = m.to_bytes().unwrap();
+        if let Err(e) = check(&bytes, CheckOptions::default()) {
+            panic!("{name}: {e}");
+        }
+    }
+    let (_, rate) = &messages()[9];
+    let olr = OcOlr::from_avp(rate.find(code::OC_OLR).unwrap()).unwrap();
+    assert_eq!(olr.sequence_number, 19);
+    assert_eq!(olr.report_type, ReportType::Peer);
+    assert_eq!(olr.maximum_rate, Some(1500));
+    assert_eq!(olr.source_id.as_deref(), Some("agent.example.com"));
+    assert_eq!(olr.reduction_percentage, None);
+    let f = OcSupportedFeatures::from_avp(rate.find(code::OC_SUPPORTED_FEATURES).unwrap()).unwrap();
+    assert_eq!(
+        f.feature_vector,
+        Some(doic::OLR_RATE_ALGORITHM | doic::OC_PEER_REPORT)
+    );
+    assert_eq!(f.peer_algo, Some(doic::OLR_RATE_ALGORITHM));
 }
