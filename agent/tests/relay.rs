@@ -350,3 +350,25 @@ async fn under_load_one_socket_call_carries_many_messages() {
     assert!(per_read >= 4.0, "{per_read:.1} messages per read");
     assert!(per_write >= 4.0 * msg_len, "{per_write:.0} bytes per write");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cer_on_an_open_connection_is_answered_5012_and_the_connection_stays() {
+    let s = setup(1).await;
+    let mut c = s.client().await;
+    let caps = doic_agent::peer::capx::Capabilities {
+        origin_host: "client1.example.org".into(),
+        origin_realm: "example.org".into(),
+        ..Default::default()
+    };
+    let mut m = bytes::BytesMut::new();
+    wire::put_capabilities(&mut m, &caps, None, 77);
+    c.write_raw(&m).await.unwrap();
+    let a = answer(&mut c).await;
+    assert_eq!(
+        (Head::read(&a).cmd, Head::read(&a).hbh),
+        (wire::cmd::CER, 77)
+    );
+    assert_eq!(result_code(&a), Some(5012));
+    c.write_raw(&request(78, "example.net", &[])).await.unwrap();
+    assert_eq!(result_code(&answer(&mut c).await), Some(2001));
+}

@@ -319,7 +319,11 @@ impl Conn {
                     self.last_dpr = Some(head);
                     self.fsm.handle_dpr();
                 }
-                cmd::CER => self.fsm.handle_cer(Capabilities::default(), true, false),
+                cmd::CER => {
+                    // A CER on an open connection: answered 5012, kept open.
+                    self.cer_head = Some(head);
+                    self.fsm.handle_cer(Capabilities::default(), true, false);
+                }
                 _ => self.relay_request(msg, head),
             }
         } else {
