@@ -11,7 +11,7 @@ use doic_agent::agent::Agent;
 use doic_agent::config::Config;
 use doic_agent::peer::table::{PeerSlot, state};
 use interop::erl::{ErlClient, ErlServer};
-use interop::fd::{BenchSpec, FdServer, PeerTarget};
+use interop::fd::{BenchSpec, FdRelay, FdServer, PeerTarget};
 
 const AGENT: &str = "agent.example.com";
 
@@ -169,4 +169,69 @@ fn mixed_clients_through_the_agent_to_both_stacks() {
         "both stacks served: fd {to_fd}, erl {to_erl}"
     );
     watchdog_then_disconnect(agent, &["server1.example.net", "erl-server.example.net"]);
+}
+
+/// A freeDiameter relay between the agent and the server: its answers carry
+/// the relay's Route-Record (a freeDiameter habit), which the agent passes on.
+#[test]
+fn agent_behind_a_freediameter_relay() {
+    let server = FdServer::builder().start().unwrap();
+    let relay = FdRelay::builder(server.target(), server.realm())
+        .start()
+        .unwrap();
+    let agent = agent(&[relay.target()]);
+    let e = ErlClient::new(&target(&agent))
+        .n(500)
+        .concurrency(10)
+        .proxy_info()
+        .run()
+        .unwrap();
+    assert!(e.all_answered_ok(), "{}", e.output);
+    assert_eq!(e.ok(), 500, "{}", e.output);
+    agent.shutdown();
+    agent.join();
+}
+
+/// RFC 6733 §5.6.4: the agent and the server are both configured to dial
+/// each other. Whichever connection comes first (and, when they cross, the
+/// one the election keeps: `server1.example.net` > `agent.example.com`),
+/// exactly one stays open without flapping, and traffic flows on it. (The
+/// election itself is unit-tested in `peer::table`, where both connections
+/// can be made to cross deterministically.)
+#[test]
+fn connection_race_with_freediameter_is_resolved_by_election() {
+    let port = interop::process::free_port().unwrap();
+    let agent_target = PeerTarget::loopback(AGENT, port);
+    let server = FdServer::builder()
+        .connect_to(agent_target.clone())
+        .start()
+        .unwrap();
+    let text = format!(
+        "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{port}\"]\nworkers = 2\ntc_seconds = 1\n\
+         [[peer]]\nhost = \"server1.example.net\"\nrealm = \"example.net\"\nconnect = \"{}\"\n\
+         [[route]]\nrealm = \"example.net\"\npeers = [\"server1.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n",
+        server.target().addr
+    );
+    let agent =
+        Agent::start(Config::from_str_named(&text, Path::new("race.toml")).unwrap()).unwrap();
+    let s = slot(&agent, "server1.example.net");
+    wait(Duration::from_secs(20), "server open", || {
+        s.state() == state::OKAY
+    });
+    // Stable for a few reconnect intervals: one open connection, no flapping.
+    let opened = s.stats.requests_out.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(s.state(), state::OKAY);
+    let r = BenchSpec::new(target(&agent))
+        .seconds(1)
+        .concurrency(10)
+        .run()
+        .unwrap();
+    assert!(r.all_answered_ok(), "{r}");
+    assert_eq!(
+        s.stats.requests_out.load(Ordering::Relaxed) - opened,
+        r.answered
+    );
+    agent.shutdown();
+    agent.join();
 }
