@@ -372,3 +372,39 @@ async fn cer_on_an_open_connection_is_answered_5012_and_the_connection_stays() {
     c.write_raw(&request(78, "example.net", &[])).await.unwrap();
     assert_eq!(result_code(&answer(&mut c).await), Some(2001));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_never_takes_the_agent_down() {
+    let s = setup(1).await;
+    // A small deterministic generator: junk of every length, some of it
+    // starting like a Diameter header.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for round in 0..200u32 {
+        let mut c = s.client().await;
+        let len = (round as usize * 7) % 300 + 1;
+        let mut junk = Vec::with_capacity(len + 20);
+        if round % 2 == 0 {
+            // Plausible header: version 1, length covering the junk, request.
+            let total = (len + 20) as u32;
+            junk.extend_from_slice(&(0x0100_0000 | total).to_be_bytes());
+            junk.extend_from_slice(&[
+                0xc0, 0xff, 0xff, 0xfe, 0, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 1,
+            ]);
+        }
+        for _ in 0..len {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            junk.push(x as u8);
+        }
+        c.write_raw(&junk).await.unwrap();
+        // Either an answer or a closed connection, within the bound.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), c.read_message())
+            .await
+            .expect("the agent answers or closes, it does not hang");
+    }
+    // Still relaying.
+    let mut c = s.client().await;
+    c.write_raw(&request(1, "example.net", &[])).await.unwrap();
+    assert_eq!(result_code(&answer(&mut c).await), Some(2001));
+}

@@ -367,9 +367,11 @@ impl Conn {
             }
             self.fsm.handle_cea(caps, rc.unwrap_or(0));
             if self.fsm.state() == State::Open {
-                let (_, slot) = self.peer.clone().expect("initiators know their peer");
                 let local_host = self.shared.config.node.origin_host.clone();
-                if !slot.try_open(self.id, self.tx.clone(), false, &local_host) {
+                let opened = self.peer.as_ref().is_some_and(|(_, slot)| {
+                    slot.try_open(self.id, self.tx.clone(), false, &local_host)
+                });
+                if !opened {
                     self.close = Some("another connection to this peer is open");
                 }
             }
@@ -397,12 +399,12 @@ impl Conn {
                 CerVerdict::Accept(_)
             )
         {
-            let slot = self.shared.table.get(id).expect("id from the table");
             let local_host = cfg.node.origin_host.clone();
-            if slot.try_open(self.id, self.tx.clone(), true, &local_host) {
-                self.peer = Some((id, slot));
-            } else {
-                election_lost = true;
+            match self.shared.table.get(id) {
+                Some(slot) if slot.try_open(self.id, self.tx.clone(), true, &local_host) => {
+                    self.peer = Some((id, slot));
+                }
+                _ => election_lost = true,
             }
         }
         if !known {
