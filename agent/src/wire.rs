@@ -9,6 +9,7 @@ use std::net::IpAddr;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::codec;
 use crate::peer::capx::Capabilities;
 
 /// Diameter header length (RFC 6733 §3).
@@ -332,25 +333,6 @@ pub fn put_avp(out: &mut BytesMut, code: u32, data: &[u8]) {
     out.put_bytes(0, (4 - len % 4) % 4);
 }
 
-fn put_u32_avp(out: &mut BytesMut, code: u32, v: u32) {
-    put_avp(out, code, &v.to_be_bytes());
-}
-
-fn put_address(out: &mut BytesMut, code: u32, ip: IpAddr) {
-    let mut d = Vec::with_capacity(18);
-    match ip {
-        IpAddr::V4(a) => {
-            d.extend_from_slice(&1u16.to_be_bytes());
-            d.extend_from_slice(&a.octets());
-        }
-        IpAddr::V6(a) => {
-            d.extend_from_slice(&2u16.to_be_bytes());
-            d.extend_from_slice(&a.octets());
-        }
-    }
-    put_avp(out, code, &d);
-}
-
 /// Starts a message in `out`; returns its start offset for [`finish`].
 pub fn begin(out: &mut BytesMut, flags: u8, cmd: u32, app: u32, hbh: u32, e2e: u32) -> usize {
     let start = out.len();
@@ -382,105 +364,88 @@ pub fn put_relayed_request(out: &mut BytesMut, msg: &[u8], host: &str, hbh: u32,
     }
 }
 
-/// Appends an answer the agent generates for `req` (RFC 6733 §6.2, §7.2):
-/// Session-Id first when the request has one, Origin-Host, Origin-Realm,
-/// Result-Code, Error-Message, Failed-AVP when given, and the request's
-/// Proxy-Info AVPs in order. The E bit is set for 3xxx protocol errors;
-/// the P bit is copied.
+/// The codec header of a framed message (any header the framing accepted).
+fn codec_header(m: &[u8]) -> codec::Header {
+    let h = Head::read(m);
+    let mut c = codec::Header::new(h.cmd, h.app, codec::CommandFlags(h.flags));
+    c.hop_by_hop = h.hbh;
+    c.end_to_end = h.e2e;
+    c
+}
+
+/// Encodes a codec message into `out`. The agent's own messages are small
+/// and bounded, so encoding cannot fail; a failure would leave `out`
+/// untouched and is logged.
+fn put_message(out: &mut BytesMut, m: &codec::Message) {
+    if let Err(e) = m.encode(out) {
+        tracing::error!(cause = %e, "cannot encode an agent message");
+    }
+}
+
+/// Appends an answer the agent generates for `req` (RFC 6733 §6.2, §7.2),
+/// built by the codec's [`codec::builder::ErrorAnswer`]: Session-Id first
+/// when the request has one, Origin-Host, Origin-Realm, Result-Code,
+/// Error-Message, Failed-AVP when given, and the request's Proxy-Info AVPs
+/// in order. The E bit is set for 3xxx protocol errors; the P bit is copied.
+/// `_scan` is accepted for callers that already scanned the request.
 pub fn put_error_answer(
     out: &mut BytesMut,
     req: &[u8],
-    scan: Option<&Scan>,
+    _scan: Option<&Scan>,
     origin: (&str, &str),
     result_code: u32,
     failed_avp: Option<&[u8]>,
     message: &str,
 ) {
-    let h = Head::read(req);
-    let mut fl = h.flags & flags::PROXIABLE;
-    if (3000..4000).contains(&result_code) {
-        fl |= flags::ERROR;
-    }
-    let start = begin(out, fl, h.cmd, h.app, h.hbh, h.e2e);
-    if let Some(s) = scan
-        && let Some(sid) = s.session_id
-    {
-        put_avp(out, avp::SESSION_ID, slice(req, sid));
-    }
-    put_avp(out, avp::ORIGIN_HOST, origin.0.as_bytes());
-    put_avp(out, avp::ORIGIN_REALM, origin.1.as_bytes());
-    put_u32_avp(out, avp::RESULT_CODE, result_code);
+    let mut a =
+        codec::builder::ErrorAnswer::new(&codec_header(req), req, result_code, origin.0, origin.1);
     if !message.is_empty() {
-        let len = 8 + message.len();
-        out.put_u32(avp::ERROR_MESSAGE);
-        out.put_u32(len as u32); // M bit clear (RFC 6733 §7.3)
-        out.put_slice(message.as_bytes());
-        out.put_bytes(0, (4 - len % 4) % 4);
+        a = a.error_message(message);
     }
     if let Some(f) = failed_avp {
-        let mut inner = BytesMut::with_capacity(f.len() + 4);
-        inner.extend_from_slice(f);
-        inner.put_bytes(0, (4 - f.len() % 4) % 4);
-        put_avp(out, avp::FAILED_AVP, &inner);
+        a = a.failed_avp(Bytes::copy_from_slice(f));
     }
-    if let Some(s) = scan {
-        for p in &s.proxy_infos {
-            let whole = slice(req, *p);
-            out.extend_from_slice(whole);
-            out.put_bytes(0, (4 - whole.len() % 4) % 4);
-        }
+    put_message(out, &a.build());
+}
+
+/// The codec's form of the capabilities.
+fn codec_caps(caps: &Capabilities) -> codec::builder::Capabilities {
+    codec::builder::Capabilities {
+        origin_host: caps.origin_host.clone(),
+        origin_realm: caps.origin_realm.clone(),
+        host_ip_addresses: caps.host_ip_addresses.clone(),
+        vendor_id: caps.vendor_id,
+        product_name: caps.product_name.clone(),
+        auth_application_ids: caps.auth_applications.clone(),
+        acct_application_ids: caps.acct_applications.clone(),
+        firmware_revision: caps.firmware_revision,
+        ..Default::default()
     }
-    finish(out, start);
 }
 
 /// Appends a CER (request) or CEA (answer with `result_code`) carrying the
-/// local capabilities (RFC 6733 §5.3.1, §5.3.2).
+/// local capabilities (RFC 6733 §5.3.1, §5.3.2), built by the codec.
 pub fn put_capabilities(
     out: &mut BytesMut,
     caps: &Capabilities,
     answer_to: Option<(Head, u32)>,
     hbh: u32,
 ) {
-    let start = match answer_to {
-        None => begin(out, flags::REQUEST, cmd::CER, 0, hbh, hbh),
+    let c = codec_caps(caps);
+    let m = match answer_to {
+        None => codec::builder::cer(&c, hbh, hbh),
         Some((h, rc)) => {
-            let fl = if (3000..4000).contains(&rc) {
-                flags::ERROR
-            } else {
-                0
-            };
-            let s = begin(out, fl, cmd::CER, 0, h.hbh, h.e2e);
-            put_u32_avp(out, avp::RESULT_CODE, rc);
-            s
+            let mut req = codec::Header::new(cmd::CER, 0, codec::CommandFlags(h.flags));
+            req.hop_by_hop = h.hbh;
+            req.end_to_end = h.e2e;
+            codec::builder::cea(&req, rc, &c)
         }
     };
-    put_avp(out, avp::ORIGIN_HOST, caps.origin_host.as_bytes());
-    put_avp(out, avp::ORIGIN_REALM, caps.origin_realm.as_bytes());
-    for ip in &caps.host_ip_addresses {
-        put_address(out, avp::HOST_IP_ADDRESS, *ip);
-    }
-    put_u32_avp(out, avp::VENDOR_ID, caps.vendor_id);
-    // Product-Name has the M bit clear (RFC 6733 §5.3.7 table).
-    let len = 8 + caps.product_name.len();
-    out.put_u32(avp::PRODUCT_NAME);
-    out.put_u32(len as u32);
-    out.put_slice(caps.product_name.as_bytes());
-    out.put_bytes(0, (4 - len % 4) % 4);
-    for a in &caps.auth_applications {
-        put_u32_avp(out, avp::AUTH_APPLICATION_ID, *a);
-    }
-    for a in &caps.acct_applications {
-        put_u32_avp(out, avp::ACCT_APPLICATION_ID, *a);
-    }
-    if let Some(fw) = caps.firmware_revision {
-        out.put_u32(avp::FIRMWARE_REVISION);
-        out.put_u32(12);
-        out.put_u32(fw);
-    }
-    finish(out, start);
+    put_message(out, &m);
 }
 
-/// Appends a DWR/DPR (request, `answer_to` None) or DWA/DPA (2001).
+/// Appends a DWR/DPR (request, `answer_to` None; DPR with `cause`) or
+/// DWA/DPA (2001), built by the codec (RFC 6733 §5.4, §5.5).
 pub fn put_base(
     out: &mut BytesMut,
     command: u32,
@@ -489,20 +454,29 @@ pub fn put_base(
     hbh: u32,
     cause: Option<u32>,
 ) {
-    let start = match answer_to {
-        None => begin(out, flags::REQUEST, command, 0, hbh, hbh),
-        Some(h) => {
-            let s = begin(out, 0, command, 0, h.hbh, h.e2e);
-            put_u32_avp(out, avp::RESULT_CODE, 2001);
-            s
+    let (host, realm) = origin;
+    let m = match (command, answer_to) {
+        (cmd::DWR, None) => codec::builder::dwr(host, realm, None, hbh, hbh),
+        (cmd::DPR, None) => {
+            let cause = i32::try_from(cause.unwrap_or(0)).unwrap_or(0);
+            codec::builder::dpr(host, realm, cause, hbh, hbh)
+        }
+        (_, Some(h)) => {
+            let mut req = codec::Header::new(command, 0, codec::CommandFlags(h.flags));
+            req.hop_by_hop = h.hbh;
+            req.end_to_end = h.e2e;
+            if command == cmd::DPR {
+                codec::builder::dpa(&req, 2001, host, realm)
+            } else {
+                codec::builder::dwa(&req, 2001, host, realm, None)
+            }
+        }
+        (other, None) => {
+            tracing::error!(command = other, "not a base protocol request");
+            return;
         }
     };
-    put_avp(out, avp::ORIGIN_HOST, origin.0.as_bytes());
-    put_avp(out, avp::ORIGIN_REALM, origin.1.as_bytes());
-    if let Some(c) = cause {
-        put_u32_avp(out, avp::DISCONNECT_CAUSE, c);
-    }
-    finish(out, start);
+    put_message(out, &m);
 }
 
 /// Reads the capabilities and Result-Code of a CER or CEA.

@@ -402,6 +402,18 @@ async fn garbage_never_takes_the_agent_down() {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), c.read_message())
             .await
             .expect("the agent answers or closes, it does not hang");
+        // One connection per peer (RFC 6733 §5.6.4): before the same client
+        // connects again, the agent must have seen this connection end.
+        drop(c);
+        let shared = s.agent().shared().clone();
+        wait_until(std::time::Duration::from_secs(5), || {
+            shared
+                .table
+                .all()
+                .iter()
+                .all(|(_, p)| p.host != "client1.example.org" || !p.has_connection())
+        })
+        .await;
     }
     // Still relaying.
     let mut c = s.client().await;
