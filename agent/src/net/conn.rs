@@ -187,8 +187,10 @@ impl Conn {
                     sleep.as_mut().reset(armed);
                 }
                 _ = tick.tick() => self.handle_timers(),
-                changed = shutdown.changed(), if !*shutdown.borrow() => {
-                    if changed.is_err() || *shutdown.borrow() {
+                // Resolves at once when the stop was announced while this task
+                // was busy elsewhere (the receiver has not seen that version).
+                changed = shutdown.changed(), if self.closing_since.is_none() => {
+                    if changed.is_err() || *shutdown.borrow_and_update() {
                         self.stop();
                     }
                 }
