@@ -1,45 +1,146 @@
 //! `doic-agent`: parse the command line, run it, map errors to an exit code.
 
-use doic_agent::cli::Cli;
-use doic_agent::cli::Command;
+use std::process::ExitCode;
 
-fn main() -> std::process::ExitCode {
+use doic_agent::agent::Agent;
+use doic_agent::cli::{Cli, Command};
+use doic_agent::config::Config;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
     let cli = Cli::parse_or_exit();
-    match cli.command {
-        None => std::process::ExitCode::SUCCESS,
-        Some(command) => match command {
-            Command::Decode(args) => {
-                let input = doic_agent::inspect::DecodeInput {
-                    hex: args.hex,
-                    file: args.file,
-                };
-                report(doic_agent::inspect::decode(
-                    &input,
-                    args.check,
-                    &mut std::io::stdin(),
-                ))
-            }
-            Command::Encode(args) => report(doic_agent::inspect::encode(
+    let Some(command) = cli.command else {
+        return ExitCode::SUCCESS;
+    };
+    let command = match command {
+        Command::Decode(args) => {
+            let input = doic_agent::inspect::DecodeInput {
+                hex: args.hex,
+                file: args.file,
+            };
+            return report(doic_agent::inspect::decode(
+                &input,
+                args.check,
+                &mut std::io::stdin(),
+            ));
+        }
+        Command::Encode(args) => {
+            return report(doic_agent::inspect::encode(
                 args.file.as_deref(),
                 &mut std::io::stdin(),
-            )),
-        },
+            ));
+        }
+        other => other,
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("doic-agent: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 
 /// Prints a subcommand's output, or its one-line error, and gives the exit
 /// status.
-fn report(result: Result<String, doic_agent::inspect::InspectError>) -> std::process::ExitCode {
+fn report(result: Result<String, doic_agent::inspect::InspectError>) -> ExitCode {
     match result {
         Ok(out) => {
             use std::io::Write;
             // a closed pipe (e.g. `| head`) is not an error worth a panic
             let _ = writeln!(std::io::stdout().lock(), "{out}");
-            std::process::ExitCode::SUCCESS
+            ExitCode::SUCCESS
         }
         Err(e) => {
             eprintln!("doic-agent: {e}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::CheckConfig { file } => {
+            let config = Config::from_file(&file)?;
+            println!(
+                "{}: ok ({} peers, {} routes, {} workers)",
+                file.display(),
+                config.peers.len(),
+                config.routes.len(),
+                config.worker_count()
+            );
+            Ok(())
+        }
+        Command::Run { config } => {
+            let config = Config::from_file(&config)?;
+            let agent = Agent::start(config)?;
+            eprintln!(
+                "doic-agent: listening on {:?}{}",
+                agent.local_addrs(),
+                agent
+                    .metrics_addr()
+                    .map(|m| format!(", metrics at http://{m}/metrics"))
+                    .unwrap_or_default()
+            );
+            wait_for_signal()?;
+            eprintln!("doic-agent: stopping (DPR to every peer, draining)");
+            agent.shutdown();
+            agent.join();
+            Ok(())
+        }
+        Command::Demo {
+            seconds,
+            config,
+            outstanding,
+        } => {
+            let config = match config {
+                Some(path) => Config::from_file(&path)?,
+                None => Config::from_str_named(
+                    doic_agent::config::DEMO_CONFIG,
+                    std::path::Path::new("<embedded demo config>"),
+                )?,
+            };
+            doic_agent::demo::run(config, seconds, outstanding, stop_signal())?;
+            Ok(())
+        }
+        Command::Decode(_) | Command::Encode(_) => Ok(()),
+    }
+}
+
+/// Blocks until SIGTERM or SIGINT.
+fn wait_for_signal() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(signal())
+}
+
+async fn signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        r = tokio::signal::ctrl_c() => r?,
+    }
+    Ok(())
+}
+
+/// A flag raised by SIGTERM or SIGINT, watched from a small thread.
+fn stop_signal() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = flag.clone();
+    std::thread::spawn(move || {
+        if wait_for_signal().is_ok() {
+            f.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    flag
 }

@@ -49,6 +49,11 @@ const STAGES: &[Stage] = &[
         run: interop,
     },
     Stage {
+        name: "bench-relay",
+        about: "client -> server direct, via a freeDiameter relay, via the agent (1 and 2 workers): answers/s, p50/p99, ratios",
+        run: bench_relay,
+    },
+    Stage {
         name: "fuzz",
         about: "cargo-fuzz the Diameter decoder for 60 s from the seed corpus; fails on a crash",
         run: fuzz,
@@ -262,6 +267,21 @@ fn interop() -> anyhow::Result<()> {
         (t0.elapsed() - t_setup).as_secs_f64()
     );
     Ok(())
+}
+
+/// The relay benchmark (release build): the agent must reach 0.8 of the
+/// direct path's answers/s, measured in the same run.
+fn bench_relay() -> anyhow::Result<()> {
+    crate::peers::install()?;
+    run(
+        "cargo",
+        &["build", "--release", "-p", "bench", "--bin", "bench-relay"],
+    )?;
+    let mut cmd =
+        std::process::Command::new(crate::util::root().join("target/release/bench-relay"));
+    cmd.args(["--seconds", "4", "--rounds", "3", "--require", "0.8"]);
+    cmd.env("DOIC_PEERS_DIR", crate::peers::dir());
+    crate::util::run_cmd(&mut cmd)
 }
 
 /// Seconds the `fuzz` stage runs the decoder target.

@@ -1,0 +1,604 @@
+//! Agent configuration: the TOML file of `doic-agent run --config FILE`, its
+//! defaults and its validation. Reads a file (or a string), nothing else.
+//!
+//! The identity keys map onto RFC 6733: `origin_host`/`origin_realm` are the
+//! agent's DiameterIdentity (§4.3.1, §6.3, §6.4), `[[peer]]` entries are the
+//! peer table (§2.6), `[[route]]` entries the realm-based routing table
+//! (§2.7), and `tc_seconds`/`tw_seconds` the Tc (§2.1) and Tw (RFC 3539 §3.4.1)
+//! timers.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The Relay application id (RFC 6733 §2.4): advertised by a relay agent.
+pub const RELAY_APPLICATION_ID: u32 = 0xffff_ffff;
+
+/// A configuration that could not be read or is not valid. The message names
+/// the file, the key and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not TOML of the expected shape.
+    #[error("{file}: {message}")]
+    Parse {
+        /// The file.
+        file: PathBuf,
+        /// The parser's message (it names the key and the position).
+        message: String,
+    },
+    /// A key has a value that is not acceptable.
+    #[error("{file}: {key}: {why}")]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// The dotted key, e.g. `route[1].peers[0]`.
+        key: String,
+        /// Why the value is refused.
+        why: String,
+    },
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The agent's own identity, listeners and timers.
+    pub node: Node,
+    /// The metrics endpoint; absent means no endpoint.
+    #[serde(default)]
+    pub metrics: Option<Metrics>,
+    /// Known peers (`[[peer]]`).
+    #[serde(default, rename = "peer")]
+    pub peers: Vec<PeerConfig>,
+    /// Realm routes (`[[route]]`).
+    #[serde(default, rename = "route")]
+    pub routes: Vec<RouteConfig>,
+    /// Inbound peers accepted by name pattern.
+    #[serde(default)]
+    pub accept: Accept,
+}
+
+/// `[node]`: the agent itself.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    /// Origin-Host of the agent (RFC 6733 §6.3).
+    pub origin_host: String,
+    /// Origin-Realm of the agent (RFC 6733 §6.4).
+    pub origin_realm: String,
+    /// TCP listening addresses (IPv4 or IPv6).
+    #[serde(default)]
+    pub listen: Vec<SocketAddr>,
+    /// Worker threads; default one per core.
+    #[serde(default)]
+    pub workers: Option<usize>,
+    /// Host-IP-Address values sent in CER/CEA; default: the local address of
+    /// each connection.
+    #[serde(default)]
+    pub host_ip_addresses: Vec<IpAddr>,
+    /// Application ids advertised in CER/CEA; default: Relay (0xffffffff).
+    #[serde(default = "default_applications")]
+    pub applications: Vec<u32>,
+    /// Vendor-Id sent in CER/CEA (RFC 6733 §5.3.3).
+    #[serde(default)]
+    pub vendor_id: u32,
+    /// Product-Name sent in CER/CEA (RFC 6733 §5.3.7).
+    #[serde(default = "default_product_name")]
+    pub product_name: String,
+    /// Tc, the reconnect interval (RFC 6733 §2.1), in seconds.
+    #[serde(default = "default_tc")]
+    pub tc_seconds: f64,
+    /// Tw, the watchdog interval (RFC 3539 §3.4.1), in seconds.
+    #[serde(default = "default_tw")]
+    pub tw_seconds: f64,
+    /// Time given to pending requests on shutdown before they are answered
+    /// locally, in seconds.
+    #[serde(default = "default_drain")]
+    pub drain_seconds: f64,
+    /// How long a request may wait for its upstream answer before it is
+    /// answered 3002 DIAMETER_UNABLE_TO_DELIVER, in seconds.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_seconds: f64,
+}
+
+fn default_applications() -> Vec<u32> {
+    vec![RELAY_APPLICATION_ID]
+}
+fn default_product_name() -> String {
+    "doic-agent".to_owned()
+}
+fn default_tc() -> f64 {
+    30.0
+}
+fn default_tw() -> f64 {
+    30.0
+}
+fn default_drain() -> f64 {
+    5.0
+}
+fn default_request_timeout() -> f64 {
+    10.0
+}
+
+/// `[metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    /// Address of the HTTP listener serving `/metrics`.
+    pub listen: SocketAddr,
+}
+
+/// `[[peer]]`: one known peer.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    /// The peer's DiameterIdentity (its Origin-Host).
+    pub host: String,
+    /// The peer's realm.
+    pub realm: String,
+    /// Where the agent dials; absent for inbound-only peers.
+    #[serde(default)]
+    pub connect: Option<SocketAddr>,
+}
+
+/// `[[route]]`: a realm route.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The Destination-Realm routed by this entry.
+    pub realm: String,
+    /// The application id; absent matches every application.
+    #[serde(default)]
+    pub application: Option<u32>,
+    /// The next hops, by host name or with priority and weight.
+    pub peers: Vec<RoutePeer>,
+}
+
+/// One next hop of a route: a bare host name, or a table with priority and
+/// weight.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RoutePeer {
+    /// `"server1.example.net"`: priority 0, weight 1.
+    Host(String),
+    /// `{ host = "...", priority = 0, weight = 1 }`.
+    Weighted {
+        /// The peer's host name (a `[[peer]]` entry).
+        host: String,
+        /// Lower is preferred; candidates of the lowest priority that can
+        /// take the request are used first.
+        #[serde(default)]
+        priority: u32,
+        /// Relative share among candidates of equal priority.
+        #[serde(default = "default_weight")]
+        weight: u32,
+    },
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+impl RoutePeer {
+    /// `(host, priority, weight)` of this next hop.
+    #[must_use]
+    pub fn parts(&self) -> (&str, u32, u32) {
+        match self {
+            RoutePeer::Host(h) => (h, 0, 1),
+            RoutePeer::Weighted {
+                host,
+                priority,
+                weight,
+            } => (host, *priority, *weight),
+        }
+    }
+}
+
+/// `[accept]`: inbound peers accepted without a `[[peer]]` entry.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Accept {
+    /// Host name patterns: an exact name, or `*.suffix` matching any name
+    /// that ends with `.suffix`.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+}
+
+impl Accept {
+    /// True when `host` matches one of the patterns.
+    #[must_use]
+    pub fn matches(&self, host: &str) -> bool {
+        self.hosts.iter().any(|p| pattern_matches(p, host))
+    }
+}
+
+/// True when `host` matches `pattern` (`*.suffix` or an exact name), without
+/// regard to ASCII case.
+#[must_use]
+pub fn pattern_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix('*') {
+        Some(suffix) => {
+            host.len() > suffix.len()
+                && host
+                    .get(host.len() - suffix.len()..)
+                    .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix))
+        }
+        None => pattern.eq_ignore_ascii_case(host),
+    }
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, the key and why.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: path.to_owned(),
+            source,
+        })?;
+        Self::from_str_named(&text, path)
+    }
+
+    /// Parses and validates configuration text; `file` names it in errors.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, the key and why.
+    pub fn from_str_named(text: &str, file: &Path) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            file: file.to_owned(),
+            message: one_line(&e, text),
+        })?;
+        config.validate(file)?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: identities, references between sections,
+    /// timer ranges, duplicates.
+    fn validate(&self, file: &Path) -> Result<(), ConfigError> {
+        let bad = |key: String, why: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            key,
+            why,
+        };
+        check_identity(&self.node.origin_host)
+            .map_err(|why| bad("node.origin_host".into(), why))?;
+        check_identity(&self.node.origin_realm)
+            .map_err(|why| bad("node.origin_realm".into(), why))?;
+        if self.node.workers == Some(0) {
+            return Err(bad("node.workers".into(), "must be at least 1".into()));
+        }
+        if self.node.applications.is_empty() {
+            return Err(bad(
+                "node.applications".into(),
+                "must name at least one application id".into(),
+            ));
+        }
+        for (key, v) in [
+            ("node.tc_seconds", self.node.tc_seconds),
+            ("node.tw_seconds", self.node.tw_seconds),
+            ("node.drain_seconds", self.node.drain_seconds),
+            (
+                "node.request_timeout_seconds",
+                self.node.request_timeout_seconds,
+            ),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+                return Err(bad(
+                    key.into(),
+                    format!("{v} is not a duration in (0, 86400] seconds"),
+                ));
+            }
+        }
+        // RFC 3539 §3.4.1: Tw MUST NOT be set lower than 6 seconds.
+        if self.node.tw_seconds < 6.0 {
+            return Err(bad(
+                "node.tw_seconds".into(),
+                format!(
+                    "{} is below 6 seconds, the minimum of RFC 3539 §3.4.1",
+                    self.node.tw_seconds
+                ),
+            ));
+        }
+        let mut seen = HashSet::new();
+        for (i, p) in self.peers.iter().enumerate() {
+            check_identity(&p.host).map_err(|why| bad(format!("peer[{i}].host"), why))?;
+            check_identity(&p.realm).map_err(|why| bad(format!("peer[{i}].realm"), why))?;
+            if p.host.eq_ignore_ascii_case(&self.node.origin_host) {
+                return Err(bad(
+                    format!("peer[{i}].host"),
+                    format!("`{}` is the agent's own origin_host", p.host),
+                ));
+            }
+            if !seen.insert(p.host.to_ascii_lowercase()) {
+                return Err(bad(
+                    format!("peer[{i}].host"),
+                    format!("`{}` is listed twice", p.host),
+                ));
+            }
+        }
+        for (i, r) in self.routes.iter().enumerate() {
+            check_identity(&r.realm).map_err(|why| bad(format!("route[{i}].realm"), why))?;
+            if r.peers.is_empty() {
+                return Err(bad(
+                    format!("route[{i}].peers"),
+                    "must name at least one peer".into(),
+                ));
+            }
+            for (j, rp) in r.peers.iter().enumerate() {
+                let (host, _, weight) = rp.parts();
+                if !seen.contains(&host.to_ascii_lowercase()) {
+                    return Err(bad(
+                        format!("route[{i}].peers[{j}]"),
+                        format!("`{host}` is not a [[peer]] host"),
+                    ));
+                }
+                if weight == 0 {
+                    return Err(bad(
+                        format!("route[{i}].peers[{j}].weight"),
+                        "must be at least 1".into(),
+                    ));
+                }
+            }
+        }
+        for (i, p) in self.accept.hosts.iter().enumerate() {
+            let name = p.strip_prefix("*.").unwrap_or(p);
+            if p == "*" || check_identity(name).is_err() {
+                return Err(bad(
+                    format!("accept.hosts[{i}]"),
+                    format!("`{p}` is neither a host name nor `*.suffix`"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Worker threads to run: the configured number, or one per core.
+    #[must_use]
+    pub fn worker_count(&self) -> usize {
+        self.node.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(std::num::NonZero::get)
+                .unwrap_or(1)
+        })
+    }
+
+    /// Tc as a [`Duration`].
+    #[must_use]
+    pub fn tc(&self) -> Duration {
+        Duration::from_secs_f64(self.node.tc_seconds)
+    }
+
+    /// Tw as a [`Duration`].
+    #[must_use]
+    pub fn tw(&self) -> Duration {
+        Duration::from_secs_f64(self.node.tw_seconds)
+    }
+
+    /// The shutdown drain deadline as a [`Duration`].
+    #[must_use]
+    pub fn drain(&self) -> Duration {
+        Duration::from_secs_f64(self.node.drain_seconds)
+    }
+
+    /// The per-request upstream timeout as a [`Duration`].
+    #[must_use]
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.node.request_timeout_seconds)
+    }
+}
+
+/// A DiameterIdentity (RFC 6733 §4.3.1) is an FQDN: non-empty ASCII labels
+/// of letters, digits and hyphens separated by dots.
+fn check_identity(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.len() > 255 {
+        return Err(format!("`{s}` is longer than 255 characters"));
+    }
+    for label in s.split('.') {
+        if label.is_empty()
+            || !label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!(
+                "`{s}` is not a DiameterIdentity (dot-separated labels of letters, digits, `-`)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Renders a toml error on one line: `key (line L, column C): why`, the key
+/// being the table header and key name on the offending line.
+fn one_line(e: &toml::de::Error, text: &str) -> String {
+    let msg = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return msg;
+    };
+    let start = span.start.min(text.len());
+    let before = &text[..start];
+    let line_no = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = start - line_start + 1;
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let table = before
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    let key = line
+        .split_once('=')
+        .map(|(k, _)| k.trim().trim_matches('"').to_owned())
+        .filter(|k| !k.is_empty() && !k.starts_with('['));
+    let key = match (table, key) {
+        (Some(t), Some(k)) => format!("{t}.{k} "),
+        (None, Some(k)) => format!("{k} "),
+        (Some(t), None) => format!("[{t}] "),
+        (None, None) => String::new(),
+    };
+    format!("{key}(line {line_no}, column {column}): {msg}")
+}
+
+/// The configuration `doic-agent demo` runs when no file is given: the agent
+/// on 127.0.0.1:3868 in front of two loopback servers.
+pub const DEMO_CONFIG: &str = r#"
+[node]
+origin_host = "agent.example.com"
+origin_realm = "example.com"
+listen = ["127.0.0.1:3868"]
+tw_seconds = 6
+tc_seconds = 1
+
+[metrics]
+listen = "127.0.0.1:9464"
+
+[[peer]]
+host = "server1.example.net"
+realm = "example.net"
+connect = "127.0.0.1:3869"
+
+[[peer]]
+host = "server2.example.net"
+realm = "example.net"
+connect = "127.0.0.1:3870"
+
+[[route]]
+realm = "example.net"
+peers = ["server1.example.net", "server2.example.net"]
+
+[accept]
+hosts = ["*.example.org"]
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Config, ConfigError> {
+        Config::from_str_named(s, Path::new("t.toml"))
+    }
+
+    #[test]
+    fn the_documented_example_parses_with_defaults() {
+        let c = parse(DEMO_CONFIG).unwrap();
+        assert_eq!(c.node.origin_host, "agent.example.com");
+        assert_eq!(c.peers.len(), 2);
+        assert_eq!(c.routes[0].peers[1].parts(), ("server2.example.net", 0, 1));
+        assert_eq!(c.node.applications, vec![RELAY_APPLICATION_ID]);
+        assert_eq!(c.tw(), Duration::from_secs(6));
+        assert_eq!(c.request_timeout(), Duration::from_secs(10));
+        assert_eq!(
+            c.metrics.unwrap().listen,
+            "127.0.0.1:9464".parse::<SocketAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn weighted_route_peers_parse() {
+        let c = parse(
+            r#"[node]
+origin_host = "a.example.com"
+origin_realm = "example.com"
+[[peer]]
+host = "s.example.net"
+realm = "example.net"
+[[route]]
+realm = "example.net"
+application = 4
+peers = [{ host = "s.example.net", priority = 2, weight = 5 }]
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.routes[0].peers[0].parts(), ("s.example.net", 2, 5));
+        assert_eq!(c.routes[0].application, Some(4));
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = parse("[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\nlisten_on = []\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("t.toml: "), "{e}");
+        assert!(e.contains("listen_on"), "{e}");
+        let e = parse("[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\nlisten = [\"x\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("t.toml: node.listen (line 4, column 11): "),
+            "{e}"
+        );
+        assert!(e.contains("socket address"), "{e}");
+    }
+
+    #[test]
+    fn route_to_unknown_peer_is_refused_with_its_key() {
+        let e = parse(
+            r#"[node]
+origin_host = "a.example.com"
+origin_realm = "example.com"
+[[route]]
+realm = "example.net"
+peers = ["nobody.example.net"]
+"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "t.toml: route[0].peers[0]: `nobody.example.net` is not a [[peer]] host"
+        );
+    }
+
+    #[test]
+    fn tw_below_six_seconds_is_refused() {
+        let e = parse("[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\ntw_seconds = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("node.tw_seconds") && e.contains("RFC 3539"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_identity_and_bad_pattern_are_refused() {
+        let e = parse("[node]\norigin_host = \"a..b\"\norigin_realm = \"b\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("node.origin_host"), "{e}");
+        let e = parse(
+            "[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\n[accept]\nhosts = [\"*\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("accept.hosts[0]"), "{e}");
+    }
+
+    #[test]
+    fn patterns_match_suffixes_only() {
+        assert!(pattern_matches("*.example.org", "client1.example.org"));
+        assert!(pattern_matches("*.example.org", "CLIENT1.Example.ORG"));
+        assert!(!pattern_matches("*.example.org", "example.org"));
+        assert!(!pattern_matches(
+            "*.example.org",
+            "client1.example.org.evil"
+        ));
+        assert!(pattern_matches("a.example.org", "a.example.org"));
+        assert!(!pattern_matches("a.example.org", "b.example.org"));
+    }
+}

@@ -1,0 +1,221 @@
+//! The metrics endpoint: Prometheus text exposition format (version 0.0.4)
+//! at `GET /metrics`, served by a small HTTP/1.1 responder (one request per
+//! connection, `Connection: close`). Every name has the `doic_` prefix.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::agent::Shared;
+
+/// Serves `/metrics` until shutdown.
+pub(crate) async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
+    let Ok(listener) = TcpListener::from_std(listener) else {
+        return;
+    };
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    let s = shared.clone();
+                    tokio::spawn(async move {
+                        let _ = tokio::time::timeout(Duration::from_secs(5), respond(&s, stream)).await;
+                    });
+                }
+            }
+            _ = crate::agent::stopped(&mut shutdown) => break,
+        }
+    }
+}
+
+async fn respond(shared: &Shared, mut stream: TcpStream) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 || buf.len() > 8192 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let line = buf.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, body) = if method != "GET" {
+        ("405 Method Not Allowed", String::from("only GET\n"))
+    } else if path == "/metrics" {
+        ("200 OK", render(shared))
+    } else {
+        ("404 Not Found", String::from("try /metrics\n"))
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// The metrics text.
+#[must_use]
+pub fn render(shared: &Shared) -> String {
+    let mut o = String::with_capacity(4096);
+    let peers = shared.table.all();
+    let _ = writeln!(
+        o,
+        "# HELP doic_peer_requests_received_total Requests received from the peer."
+    );
+    let _ = writeln!(o, "# TYPE doic_peer_requests_received_total counter");
+    for (_, p) in &peers {
+        let _ = writeln!(
+            o,
+            "doic_peer_requests_received_total{{peer=\"{}\"}} {}",
+            p.host,
+            p.stats.requests_in.load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_peer_requests_sent_total Requests relayed to the peer (failovers included)."
+    );
+    let _ = writeln!(o, "# TYPE doic_peer_requests_sent_total counter");
+    for (_, p) in &peers {
+        let _ = writeln!(
+            o,
+            "doic_peer_requests_sent_total{{peer=\"{}\"}} {}",
+            p.host,
+            p.stats.requests_out.load(Ordering::Relaxed)
+        );
+    }
+    for (name, help, pick) in [
+        (
+            "doic_peer_answers_received_total",
+            "Answers received from the peer, by Result-Code.",
+            true,
+        ),
+        (
+            "doic_peer_answers_sent_total",
+            "Answers sent to the peer (the agent's own included), by Result-Code.",
+            false,
+        ),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (_, p) in &peers {
+            let map = if pick {
+                &p.stats.answers_in
+            } else {
+                &p.stats.answers_out
+            };
+            let map = map
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            for (code, n) in map {
+                let _ = writeln!(
+                    o,
+                    "{name}{{peer=\"{}\",result_code=\"{code}\"}} {n}",
+                    p.host
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_peer_failovers_total Requests moved from the peer to an alternate.\n# TYPE doic_peer_failovers_total counter"
+    );
+    for (_, p) in &peers {
+        let _ = writeln!(
+            o,
+            "doic_peer_failovers_total{{peer=\"{}\"}} {}",
+            p.host,
+            p.stats.failovers.load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_peer_pending Requests sent to the peer and not answered yet.\n# TYPE doic_peer_pending gauge"
+    );
+    for (_, p) in &peers {
+        let _ = writeln!(
+            o,
+            "doic_peer_pending{{peer=\"{}\"}} {}",
+            p.host,
+            p.outstanding.load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_peer_state Peer state: 0 closed, 1 connecting, 2 okay, 3 suspect, 4 closing.\n# TYPE doic_peer_state gauge"
+    );
+    for (_, p) in &peers {
+        let _ = writeln!(o, "doic_peer_state{{peer=\"{}\"}} {}", p.host, p.state());
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_peer_watchdog_messages_total Base protocol messages: DWR sent, DWA received, DPR sent, DPA received.\n# TYPE doic_peer_watchdog_messages_total counter"
+    );
+    for (_, p) in &peers {
+        let st = &p.stats;
+        for (m, v) in [
+            ("dwr_sent", &st.dwr_sent),
+            ("dwa_received", &st.dwa_received),
+            ("dpr_sent", &st.dpr_sent),
+            ("dpa_received", &st.dpa_received),
+        ] {
+            let _ = writeln!(
+                o,
+                "doic_peer_watchdog_messages_total{{peer=\"{}\",message=\"{m}\"}} {}",
+                p.host,
+                v.load(Ordering::Relaxed)
+            );
+        }
+    }
+    let io = &shared.io;
+    for (name, help, v) in [
+        (
+            "doic_io_reads_total",
+            "Socket reads that returned data.",
+            &io.reads,
+        ),
+        (
+            "doic_io_messages_read_total",
+            "Diameter messages completed by those reads.",
+            &io.messages_read,
+        ),
+        (
+            "doic_io_writes_total",
+            "Socket writes that wrote data.",
+            &io.writes,
+        ),
+        (
+            "doic_io_bytes_written_total",
+            "Bytes carried by those writes.",
+            &io.bytes_written,
+        ),
+    ] {
+        let _ = writeln!(
+            o,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_worker_utilisation Busy share of each worker thread over the last second.\n# TYPE doic_worker_utilisation gauge"
+    );
+    for i in 0..shared.worker_count() {
+        let _ = writeln!(
+            o,
+            "doic_worker_utilisation{{worker=\"{i}\"}} {:.3}",
+            shared.utilisation(i)
+        );
+    }
+    o
+}

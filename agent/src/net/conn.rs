@@ -1,0 +1,699 @@
+//! The tokio edge of one transport connection (RFC 6733 §2.1 over TCP): it
+//! owns the socket and drives the sans-io [`Fsm`] and [`Watchdog`], frames
+//! messages, relays requests and answers, and keeps the table of requests
+//! it sent upstream (new Hop-by-Hop Identifiers, §6.1.8 / §6.2).
+//!
+//! Reads and writes are batched: one read takes up to [`READ_CHUNK`] bytes
+//! and every complete message in it is handled; everything to send in one
+//! wake-up is appended to one buffer and written with as few `write`
+//! syscalls as the socket allows.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::agent::Shared;
+use crate::peer::capx::{self, Capabilities, CerVerdict};
+use crate::peer::fsm::{DisconnectCause, Event, Fsm, Role, State, Transmit};
+use crate::peer::table::{PeerSlot, PeerStats, Relayed, ToConn, state};
+use crate::peer::watchdog::{Delivery, Watchdog, WatchdogAction, WatchdogState};
+use crate::relay;
+use crate::routing::{PeerId, PeerView};
+use crate::wire::{self, Head, cmd};
+
+/// Bytes asked of the kernel per read.
+pub const READ_CHUNK: usize = 256 * 1024;
+/// A peer that lets this much output pile up is dropped.
+const MAX_BACKLOG: usize = 64 << 20;
+
+mod relaying;
+
+/// A request this connection relayed to its peer, waiting for the answer.
+struct Pending {
+    r: Relayed,
+    deadline: Instant,
+}
+
+/// The state of one connection task.
+struct Conn {
+    shared: Arc<Shared>,
+    id: u64,
+    stream: TcpStream,
+    fsm: Fsm,
+    peer: Option<(PeerId, Arc<PeerSlot>)>,
+    watchdog: Option<Watchdog>,
+    tx: UnboundedSender<ToConn>,
+    rx: UnboundedReceiver<ToConn>,
+    inbuf: BytesMut,
+    out: BytesMut,
+    pending: HashMap<u32, Pending>,
+    next_hbh: u32,
+    /// Requests from this peer relayed upstream, not yet answered back.
+    inflight_down: usize,
+    rotate: usize,
+    closing_since: Option<Instant>,
+    flushed_pending: bool,
+    close: Option<&'static str>,
+    /// Header of the CER being answered.
+    cer_head: Option<Head>,
+    /// Header of the DPR being answered.
+    last_dpr: Option<Head>,
+}
+
+/// Runs one connection to the end. `expect` is the peer an initiator
+/// dialled.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    role: Role,
+    expect: Option<PeerId>,
+) {
+    let _ = stream.set_nodelay(true);
+    let local_ip = stream
+        .local_addr()
+        .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |a| a.ip());
+    let remote = stream.peer_addr().ok();
+    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    let (tx, rx) = unbounded_channel();
+    let now = Instant::now();
+    let local = Capabilities::local(&shared.config, local_ip);
+    let fsm = Fsm::new(now.into_std(), role, local);
+    let peer = expect.and_then(|p| shared.table.get(p).map(|s| (p, s)));
+    if role == Role::Initiator
+        && let Some((_, slot)) = &peer
+        && !slot.begin_connecting(id, tx.clone())
+    {
+        return;
+    }
+    let span = tracing::debug_span!("conn", id, ?remote, ?role);
+    let mut c = Conn {
+        shared,
+        id,
+        stream,
+        fsm,
+        peer,
+        watchdog: None,
+        tx,
+        rx,
+        inbuf: BytesMut::with_capacity(READ_CHUNK),
+        out: BytesMut::with_capacity(64 * 1024),
+        pending: HashMap::new(),
+        next_hbh: (id as u32).wrapping_mul(0x9e37_79b9) ^ 0x5bd1_e995,
+        inflight_down: 0,
+        rotate: id as usize,
+        closing_since: None,
+        flushed_pending: false,
+        close: None,
+        cer_head: None,
+        last_dpr: None,
+    };
+    async move {
+        c.pump_fsm();
+        c.main_loop().await;
+        c.finish().await;
+    }
+    .instrument(span)
+    .await;
+}
+
+impl Conn {
+    fn origin(&self) -> (&str, &str) {
+        (
+            &self.shared.config.node.origin_host,
+            &self.shared.config.node.origin_realm,
+        )
+    }
+
+    async fn main_loop(&mut self) {
+        let mut shutdown = self.shared.shutdown.clone();
+        if *shutdown.borrow() {
+            self.stop();
+        }
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // One timer, reset only when the state machines' deadline moves.
+        let mut armed = self.next_deadline();
+        let sleep = tokio::time::sleep_until(armed);
+        tokio::pin!(sleep);
+        while self.close.is_none() {
+            self.flush_some();
+            if self.out.len() > MAX_BACKLOG {
+                self.close = Some("peer does not read");
+                break;
+            }
+            let interest = if self.out.is_empty() {
+                Interest::READABLE
+            } else {
+                Interest::READABLE | Interest::WRITABLE
+            };
+            let deadline = self.next_deadline();
+            if deadline != armed {
+                armed = deadline;
+                sleep.as_mut().reset(armed);
+            }
+            tokio::select! {
+                ready = self.stream.ready(interest) => match ready {
+                    Ok(r) => {
+                        if r.is_readable() {
+                            self.read_and_handle();
+                        }
+                    }
+                    Err(_) => self.close = Some("socket error"),
+                },
+                msg = self.rx.recv() => {
+                    if let Some(m) = msg {
+                        self.handle_to_conn(m);
+                        // Drain what else is queued: one write for all.
+                        for _ in 0..4096 {
+                            match self.rx.try_recv() {
+                                Ok(m) => self.handle_to_conn(m),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                }
+                () = &mut sleep => {
+                    self.handle_timers();
+                    // Re-arm even if the deadline did not move.
+                    armed = self.next_deadline();
+                    sleep.as_mut().reset(armed);
+                }
+                _ = tick.tick() => self.handle_timers(),
+                // Resolves at once when the stop was announced while this task
+                // was busy elsewhere (the receiver has not seen that version).
+                changed = shutdown.changed(), if self.closing_since.is_none() => {
+                    if changed.is_err() || *shutdown.borrow_and_update() {
+                        self.stop();
+                    }
+                }
+            }
+            self.pump_fsm();
+        }
+    }
+
+    fn next_deadline(&self) -> Instant {
+        let far = Instant::now() + Duration::from_secs(3600);
+        [
+            self.fsm.poll_timeout(),
+            self.watchdog.as_ref().and_then(Watchdog::poll_timeout),
+        ]
+        .into_iter()
+        .flatten()
+        .map(Instant::from_std)
+        .min()
+        .unwrap_or(far)
+    }
+
+    /// Writes as much of `out` as the socket takes without blocking.
+    fn flush_some(&mut self) {
+        while !self.out.is_empty() {
+            match self.stream.try_write(&self.out) {
+                Ok(0) => {
+                    self.close = Some("peer closed");
+                    return;
+                }
+                Ok(n) => {
+                    self.out.advance(n);
+                    let io = &self.shared.io;
+                    io.writes.fetch_add(1, Ordering::Relaxed);
+                    io.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.close = Some("write error");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn read_and_handle(&mut self) {
+        // Messages handed on keep their part of the buffer alive, so a new
+        // buffer is taken only when the spare room runs low (not per read).
+        if self.inbuf.capacity() - self.inbuf.len() < READ_CHUNK / 8 {
+            self.inbuf.reserve(READ_CHUNK);
+        }
+        match self.stream.try_read_buf(&mut self.inbuf) {
+            Ok(0) => {
+                self.close = Some("peer closed the connection");
+                return;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(_) => {
+                self.close = Some("read error");
+                return;
+            }
+        }
+        self.shared.io.reads.fetch_add(1, Ordering::Relaxed);
+        let mut messages = 0u64;
+        loop {
+            match wire::frame_len(&self.inbuf) {
+                Ok(Some(n)) => {
+                    let msg = self.inbuf.split_to(n).freeze();
+                    messages += 1;
+                    self.handle_message(msg);
+                    if self.close.is_some() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // The stream cannot be framed any more (§3): answer what
+                    // can be answered, then close.
+                    if self.inbuf.len() >= wire::HEADER_LEN {
+                        let head = Head::read(&self.inbuf);
+                        if head.is_request() {
+                            let req = self.inbuf.split_to(wire::HEADER_LEN);
+                            self.answer_error(&req, e.result_code, None, e.why);
+                        }
+                    }
+                    self.close = Some("framing error");
+                    break;
+                }
+            }
+        }
+        self.shared
+            .io
+            .messages_read
+            .fetch_add(messages, Ordering::Relaxed);
+    }
+
+    fn handle_message(&mut self, msg: Bytes) {
+        let head = Head::read(&msg);
+        tracing::trace!(
+            hop_by_hop = head.hbh,
+            end_to_end = head.e2e,
+            cmd_code = head.cmd,
+            app_id = head.app,
+            "message"
+        );
+        let now = Instant::now().into_std();
+        match self.fsm.state() {
+            State::WaitCer | State::WaitCea => return self.handle_exchange(msg, head),
+            State::Closed => return,
+            State::Open | State::Closing => {}
+        }
+        let is_dwa = !head.is_request() && head.cmd == cmd::DWR;
+        // RFC 3539 REOPEN throws received traffic away; the agent instead
+        // answers every request it receives (it never drops one) and applies
+        // REOPEN to what it sends: no requests are routed to the peer until
+        // three DWAs came back.
+        if let Some(w) = self.watchdog.as_mut() {
+            let _: Delivery = w.handle_receive(now, is_dwa);
+        }
+        self.pump_watchdog();
+        if head.is_request() {
+            match head.cmd {
+                cmd::DWR => {
+                    let o = self.origin();
+                    let (h, r) = (o.0.to_owned(), o.1.to_owned());
+                    wire::put_base(&mut self.out, cmd::DWR, (&h, &r), Some(head), 0, None);
+                }
+                cmd::DPR => {
+                    self.last_dpr = Some(head);
+                    self.fsm.handle_dpr();
+                }
+                cmd::CER => {
+                    // A CER on an open connection: answered 5012, kept open.
+                    self.cer_head = Some(head);
+                    self.fsm.handle_cer(Capabilities::default(), true, false);
+                }
+                _ => self.relay_request(msg, head),
+            }
+        } else {
+            match head.cmd {
+                cmd::DWR => self.count(|st| &st.dwa_received),
+                cmd::CER => {}
+                cmd::DPR => {
+                    self.count(|st| &st.dpa_received);
+                    self.fsm.handle_dpa();
+                    self.check_drained();
+                }
+                _ => self.relay_answer(msg, head),
+            }
+        }
+    }
+
+    /// CER/CEA before the connection is open.
+    fn handle_exchange(&mut self, msg: Bytes, head: Head) {
+        if head.cmd != cmd::CER || head.is_request() != (self.fsm.state() == State::WaitCer) {
+            self.close = Some("message before capabilities exchange");
+            return;
+        }
+        let (caps, rc) = match wire::read_capabilities(&msg) {
+            Ok(x) => x,
+            Err(e) => {
+                if head.is_request() {
+                    let local = self.fsm.local().clone();
+                    wire::put_capabilities(&mut self.out, &local, Some((head, e.result_code)), 0);
+                }
+                self.close = Some("malformed capabilities exchange");
+                return;
+            }
+        };
+        if head.is_request() {
+            self.handle_cer(head, caps);
+        } else {
+            let expected = self.peer.as_ref().map(|(_, s)| s.host.clone());
+            if expected.is_some_and(|h| !h.eq_ignore_ascii_case(&caps.origin_host)) {
+                self.close = Some("CEA from an unexpected Origin-Host");
+                return;
+            }
+            self.fsm.handle_cea(caps, rc.unwrap_or(0));
+            if self.fsm.state() == State::Open {
+                let local_host = self.shared.config.node.origin_host.clone();
+                let opened = self.peer.as_ref().is_some_and(|(_, slot)| {
+                    slot.try_open(self.id, self.tx.clone(), false, &local_host)
+                });
+                if !opened {
+                    self.close = Some("another connection to this peer is open");
+                }
+            }
+        }
+        self.cer_head = Some(head);
+    }
+
+    fn handle_cer(&mut self, head: Head, caps: Capabilities) {
+        let cfg = &self.shared.config;
+        let host = caps.origin_host.clone();
+        let configured = self.shared.table.by_host(&host);
+        let id = match configured {
+            Some(id) => Some(id),
+            None if cfg.accept.matches(&host) => self
+                .shared
+                .table
+                .lookup_or_add(&host, Some(&caps.origin_realm)),
+            None => None,
+        };
+        let known = id.is_some();
+        let mut election_lost = false;
+        if let Some(id) = id
+            && matches!(
+                capx::judge_cer(self.fsm.local(), &caps, true),
+                CerVerdict::Accept(_)
+            )
+        {
+            let local_host = cfg.node.origin_host.clone();
+            match self.shared.table.get(id) {
+                Some(slot) if slot.try_open(self.id, self.tx.clone(), true, &local_host) => {
+                    self.peer = Some((id, slot));
+                }
+                _ => election_lost = true,
+            }
+        }
+        if !known {
+            tracing::info!(origin_host = %host, "unknown peer refused");
+        }
+        self.cer_head = Some(head);
+        self.fsm.handle_cer(caps, known, election_lost);
+    }
+
+    /// Drains the FSM's transmissions and events.
+    fn pump_fsm(&mut self) {
+        while let Some(t) = self.fsm.poll_transmit() {
+            let local = self.fsm.local().clone();
+            let o = (local.origin_host.as_str(), local.origin_realm.as_str());
+            match t {
+                Transmit::Cer => {
+                    let hbh = self.alloc_hbh();
+                    wire::put_capabilities(&mut self.out, &local, None, hbh);
+                }
+                Transmit::Cea { result_code } => {
+                    if let Some(h) = self.cer_head {
+                        wire::put_capabilities(&mut self.out, &local, Some((h, result_code)), 0);
+                    }
+                }
+                Transmit::Dpr(cause) => {
+                    self.count(|st| &st.dpr_sent);
+                    let hbh = self.alloc_hbh();
+                    wire::put_base(&mut self.out, cmd::DPR, o, None, hbh, Some(cause as u32));
+                }
+                Transmit::Dpa => {
+                    if let Some(h) = self.last_dpr {
+                        wire::put_base(&mut self.out, cmd::DPR, o, Some(h), 0, None);
+                    }
+                }
+            }
+        }
+        while let Some(e) = self.fsm.poll_event() {
+            match e {
+                Event::Open {
+                    common_applications,
+                } => {
+                    tracing::info!(peer = %self.peer_host(), ?common_applications, "peer open");
+                    self.on_open();
+                }
+                Event::PeerDisconnecting => {
+                    if let Some((_, s)) = &self.peer {
+                        s.set_state(state::CLOSING);
+                    }
+                }
+                Event::Close(why) => {
+                    self.close.get_or_insert(why);
+                }
+            }
+        }
+    }
+}
+
+impl Conn {
+    fn count(&self, which: impl Fn(&PeerStats) -> &AtomicU64) {
+        if let Some((_, slot)) = &self.peer {
+            which(&slot.stats).fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn peer_host(&self) -> String {
+        self.peer
+            .as_ref()
+            .map(|(_, s)| s.host.clone())
+            .unwrap_or_default()
+    }
+
+    fn alloc_hbh(&mut self) -> u32 {
+        self.next_hbh = self.next_hbh.wrapping_add(1);
+        self.next_hbh
+    }
+
+    fn on_open(&mut self) {
+        let Some((_, slot)) = &self.peer else {
+            return;
+        };
+        let tw = self.shared.config.tw();
+        let seed = self.id ^ 0x2545_f491_4f6c_dd1d;
+        let mut w = slot.take_watchdog(|| Watchdog::new(tw, seed));
+        w.handle_connection_up(Instant::now().into_std());
+        self.watchdog = Some(w);
+        self.pump_watchdog();
+        if *self.shared.shutdown.borrow() {
+            self.stop();
+        }
+    }
+
+    /// Publishes the watchdog state and performs its actions.
+    fn pump_watchdog(&mut self) {
+        let Some(w) = self.watchdog.as_mut() else {
+            return;
+        };
+        let mut actions = Vec::new();
+        while let Some(a) = w.poll_action() {
+            actions.push(a);
+        }
+        let ws = w.state();
+        if let Some((_, slot)) = &self.peer
+            && self.fsm.state() == State::Open
+        {
+            slot.set_state(if ws == WatchdogState::Okay {
+                state::OKAY
+            } else {
+                state::SUSPECT
+            });
+        }
+        for a in actions {
+            match a {
+                WatchdogAction::SendDwr => {
+                    self.count(|st| &st.dwr_sent);
+                    let hbh = self.alloc_hbh();
+                    let o = self.origin();
+                    let (h, r) = (o.0.to_owned(), o.1.to_owned());
+                    wire::put_base(&mut self.out, cmd::DWR, (&h, &r), None, hbh, None);
+                }
+                WatchdogAction::Failover => {
+                    tracing::info!(peer = %self.peer_host(), "peer suspect: failing over pending requests");
+                    self.fail_over_all();
+                }
+                WatchdogAction::CloseConnection => {
+                    self.close.get_or_insert("watchdog: peer down");
+                }
+                WatchdogAction::Failback | WatchdogAction::AttemptOpen => {}
+            }
+        }
+    }
+
+    /// The agent is stopping: DPR, then drain (RFC 6733 §5.4).
+    fn stop(&mut self) {
+        if self.closing_since.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        self.closing_since = Some(now);
+        if let Some((_, slot)) = &self.peer
+            && self.fsm.state() == State::Open
+        {
+            slot.set_state(state::CLOSING);
+        }
+        self.fsm.handle_stop(
+            now.into_std(),
+            DisconnectCause::Rebooting,
+            self.shared.config.drain(),
+        );
+        self.check_drained();
+    }
+
+    fn check_drained(&mut self) {
+        if self.closing_since.is_some() && self.pending.is_empty() && self.inflight_down == 0 {
+            self.fsm.handle_drained();
+        }
+    }
+
+    fn handle_timers(&mut self) {
+        let now = Instant::now();
+        self.fsm.handle_timeout(now.into_std());
+        if let Some(w) = self.watchdog.as_mut() {
+            w.handle_timeout(now.into_std());
+        }
+        self.pump_watchdog();
+        // Requests whose upstream answer is overdue get the agent's 3002.
+        if !self.pending.is_empty() {
+            let late: Vec<u32> = self
+                .pending
+                .iter()
+                .filter(|(_, p)| p.deadline <= now)
+                .map(|(h, _)| *h)
+                .collect();
+            for h in late {
+                if let Some(p) = self.pending.remove(&h) {
+                    self.upstream_done();
+                    relay::answer_locally(
+                        &self.shared,
+                        p.r,
+                        relay::UNABLE_TO_DELIVER,
+                        "upstream answer timed out",
+                    );
+                }
+            }
+        }
+        // Near the end of the drain, pending requests are answered locally
+        // so that downstream peers still receive them before closing.
+        if let Some(since) = self.closing_since
+            && !self.flushed_pending
+            && now >= since + self.shared.config.drain().mul_f64(0.8)
+        {
+            self.flushed_pending = true;
+            self.answer_all_pending("agent is shutting down");
+        }
+        self.check_drained();
+    }
+
+    fn upstream_done(&self) {
+        if let Some((_, slot)) = &self.peer {
+            slot.outstanding.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn answer_all_pending(&mut self, why: &str) {
+        for (_, p) in std::mem::take(&mut self.pending) {
+            self.upstream_done();
+            relay::answer_locally(&self.shared, p.r, relay::UNABLE_TO_DELIVER, why);
+        }
+    }
+
+    fn fail_over_all(&mut self) {
+        let Some((id, slot)) = self.peer.clone() else {
+            return self.answer_all_pending("peer connection lost");
+        };
+        for (_, p) in std::mem::take(&mut self.pending) {
+            self.upstream_done();
+            self.rotate = self.rotate.wrapping_add(1);
+            relay::fail_over(&self.shared, id, &slot, p.r, self.rotate);
+        }
+    }
+
+    fn handle_to_conn(&mut self, m: ToConn) {
+        match m {
+            ToConn::Request(r) => self.send_upstream(r),
+            ToConn::Answer { msg, hbh, code } => {
+                let start = self.out.len();
+                self.out.extend_from_slice(&msg);
+                wire::set_hbh(&mut self.out[start..], hbh);
+                self.inflight_down = self.inflight_down.saturating_sub(1);
+                if let Some((_, slot)) = &self.peer {
+                    PeerSlot::count(&slot.stats.answers_out, code);
+                }
+                self.check_drained();
+            }
+            ToConn::Close => {
+                self.close.get_or_insert("election lost");
+            }
+        }
+    }
+
+    /// Ends the connection: flush, fail over what is pending, release the
+    /// peer slot, give the watchdog back.
+    async fn finish(&mut self) {
+        tracing::debug!(peer = %self.peer_host(), why = self.close.unwrap_or("done"), "connection closing");
+        let now = Instant::now();
+        if let Some(w) = self.watchdog.as_mut() {
+            w.handle_connection_down(now.into_std());
+            while w.poll_action().is_some() {}
+        }
+        if let Some((_, slot)) = &self.peer {
+            slot.release(self.id);
+            if let Some(w) = self.watchdog.take() {
+                slot.put_watchdog(w);
+            }
+        }
+        if self.closing_since.is_some() {
+            self.answer_all_pending("agent is shutting down");
+        } else {
+            self.fail_over_all();
+        }
+        // Queued requests for this connection go elsewhere too.
+        self.rx.close();
+        while let Ok(m) = self.rx.try_recv() {
+            match m {
+                ToConn::Request(mut r) => {
+                    if let Some((id, slot)) = &self.peer {
+                        slot.outstanding.fetch_sub(1, Ordering::Relaxed);
+                        r.tried.push(*id);
+                    }
+                    if let Err((r, _)) = relay::dispatch(&self.shared, r, None, self.rotate) {
+                        relay::answer_locally(
+                            &self.shared,
+                            r,
+                            relay::UNABLE_TO_DELIVER,
+                            "peer connection lost",
+                        );
+                    }
+                }
+                other => self.handle_to_conn(other),
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            use tokio::io::AsyncWriteExt;
+            let _ = self.stream.write_all(&self.out).await;
+            let _ = self.stream.shutdown().await;
+        })
+        .await;
+        self.out.clear();
+    }
+}

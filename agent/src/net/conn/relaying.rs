@@ -1,0 +1,210 @@
+//! The relaying half of a connection (RFC 6733 §6.1): requests from this
+//! connection's peer are checked with the codec's relay scan (§7.1
+//! Result-Codes), loop-checked (§6.1.3), routed (§6.1.5-6.1.7) and
+//! dispatched; requests routed to this peer are written with a
+//! Route-Record and a fresh Hop-by-Hop Identifier (§6.1.9); answers from
+//! this peer are matched and sent back (§6.2), TOO_BUSY retried elsewhere.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+use tokio::time::Instant;
+
+use super::{Conn, Pending};
+use crate::codec::Routing;
+use crate::peer::fsm::State;
+use crate::peer::table::{PeerSlot, Relayed, ToConn};
+use crate::peer::watchdog::Watchdog;
+use crate::relay::{self, AnswerFate};
+use crate::routing::{self, PeerId, PeerView};
+use crate::wire::{self, Head, flags};
+
+impl Conn {
+    /// A request routed to this connection's peer.
+    pub(super) fn send_upstream(&mut self, mut r: Relayed) {
+        let usable =
+            self.fsm.state() == State::Open && self.watchdog.as_ref().is_some_and(Watchdog::usable);
+        let Some((id, slot)) = self.peer.clone() else {
+            return relay::answer_locally(
+                &self.shared,
+                r,
+                relay::UNABLE_TO_DELIVER,
+                "peer not open",
+            );
+        };
+        if !usable {
+            slot.outstanding.fetch_sub(1, Ordering::Relaxed);
+            r.tried.push(id);
+            self.rotate = self.rotate.wrapping_add(1);
+            if let Err((r, _)) = relay::dispatch(&self.shared, r, None, self.rotate) {
+                relay::answer_locally(
+                    &self.shared,
+                    r,
+                    relay::UNABLE_TO_DELIVER,
+                    "peer not available",
+                );
+            }
+            return;
+        }
+        let hbh = self.alloc_hbh();
+        wire::put_relayed_request(&mut self.out, &r.msg, &r.from, hbh, r.retransmit);
+        slot.stats.requests_out.fetch_add(1, Ordering::Relaxed);
+        let deadline = Instant::now() + self.shared.config.request_timeout();
+        if let Some(old) = self.pending.insert(hbh, Pending { r, deadline }) {
+            // 2^32 identifiers later: the old one is long overdue.
+            self.upstream_done();
+            relay::answer_locally(
+                &self.shared,
+                old.r,
+                relay::UNABLE_TO_DELIVER,
+                "hop-by-hop identifier reused",
+            );
+        }
+    }
+
+    /// Writes the agent's own answer to a request from this peer (cold
+    /// path: the request is scanned again for Session-Id and Proxy-Info).
+    pub(super) fn answer_error(&mut self, req: &[u8], code: u32, failed: Option<&[u8]>, why: &str) {
+        let scan = wire::scan(req).ok();
+        let o = self.origin();
+        let (h, r) = (o.0.to_owned(), o.1.to_owned());
+        wire::put_error_answer(
+            &mut self.out,
+            req,
+            scan.as_ref(),
+            (&h, &r),
+            code,
+            failed,
+            why,
+        );
+        if let Some((_, slot)) = &self.peer {
+            PeerSlot::count(&slot.stats.answers_out, code);
+        }
+    }
+
+    /// A request from this connection's peer: check (the codec's relay
+    /// scan, RFC 6733 §7.1 Result-Codes), loop check (§6.1.3), route
+    /// (§6.1.6-6.1.7), dispatch (§6.1.9).
+    pub(super) fn relay_request(&mut self, msg: Bytes, head: Head) {
+        if let Some((_, slot)) = &self.peer {
+            slot.stats.requests_in.fetch_add(1, Ordering::Relaxed);
+        }
+        let routing = match Routing::scan(&msg) {
+            Ok(r) => r,
+            Err(e) => {
+                let failed = e.failed_avp().cloned();
+                let why = e.to_string();
+                return self.answer_error(&msg, e.result_code(), failed.as_deref(), &why);
+            }
+        };
+        if head.flags & flags::PROXIABLE == 0 {
+            return self.answer_error(
+                &msg,
+                relay::APPLICATION_UNSUPPORTED,
+                None,
+                "non-proxiable request for an agent without local applications",
+            );
+        }
+        let own = &self.shared.config.node.origin_host;
+        if routing::has_looped(own, routing.route_records()) {
+            return self.answer_error(&msg, relay::LOOP_DETECTED, None, "route-record loop");
+        }
+        let Some(realm) = routing.destination_realm() else {
+            let mut f = BytesMut::new();
+            wire::put_avp(&mut f, wire::avp::DESTINATION_REALM, &[]);
+            return self.answer_error(
+                &msg,
+                relay::MISSING_AVP,
+                Some(&f),
+                "missing Destination-Realm",
+            );
+        };
+        let realm = msg.slice_ref(realm);
+        let dest_host = routing
+            .destination_host()
+            .map(|h| String::from_utf8_lossy(h).into_owned());
+        // RFC 6733 §6.1.7 predictive loop avoidance: peers named in a
+        // Route-Record, and the sender itself, are not candidates.
+        let mut tried: Vec<PeerId> = routing
+            .route_records()
+            .filter_map(|rr| self.shared.table.by_host(&String::from_utf8_lossy(rr)))
+            .collect();
+        let (from, sender) = match &self.peer {
+            Some((id, slot)) => (slot.host_arc(), Some(*id)),
+            None => (Arc::from(""), None),
+        };
+        tried.extend(sender);
+        let excluded = tried.len();
+        let r = Relayed {
+            realm,
+            msg,
+            hbh: head.hbh,
+            reply: self.tx.clone(),
+            pinned: false,
+            tried,
+            retransmit: head.flags & flags::RETRANSMIT != 0,
+            app: head.app,
+            from,
+        };
+        self.rotate = self.rotate.wrapping_add(1);
+        match relay::dispatch(&self.shared, r, dest_host.as_deref(), self.rotate) {
+            Ok(()) => self.inflight_down += 1,
+            Err((r, e)) => {
+                // Every candidate eliminated by §6.1.7 is 3002, not 3004.
+                let code = if r.tried.len() == excluded {
+                    relay::UNABLE_TO_DELIVER
+                } else {
+                    e.result_code()
+                };
+                let why = if code == relay::UNABLE_TO_DELIVER {
+                    "no route"
+                } else {
+                    "every candidate refused"
+                };
+                self.answer_error(&r.msg, code, None, why);
+            }
+        }
+    }
+
+    /// An answer from this connection's peer to a request the agent relayed.
+    pub(super) fn relay_answer(&mut self, msg: Bytes, head: Head) {
+        let Some(p) = self.pending.remove(&head.hbh) else {
+            tracing::trace!(hop_by_hop = head.hbh, "answer to no pending request");
+            return;
+        };
+        self.upstream_done();
+        let routing = Routing::scan(&msg).ok();
+        let rc = routing.as_ref().and_then(Routing::result_code);
+        let erc = routing
+            .as_ref()
+            .and_then(Routing::experimental_result_code)
+            .map(|(_, code)| code);
+        let code = rc.or(erc).unwrap_or(0);
+        if let Some((id, slot)) = &self.peer {
+            PeerSlot::count(&slot.stats.answers_in, code);
+            if relay::answer_fate(rc, erc, p.r.pinned) == AnswerFate::Retry {
+                let mut r = p.r;
+                r.tried.push(*id);
+                self.rotate = self.rotate.wrapping_add(1);
+                match relay::dispatch(&self.shared, r, None, self.rotate) {
+                    Ok(()) => return,
+                    Err((r, _)) => {
+                        let _ = r.reply.send(ToConn::Answer {
+                            msg,
+                            hbh: r.hbh,
+                            code,
+                        });
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = p.r.reply.send(ToConn::Answer {
+            msg,
+            hbh: p.r.hbh,
+            code,
+        });
+        self.check_drained();
+    }
+}

@@ -1,0 +1,411 @@
+//! The peer table of RFC 6733 §2.6, shared by every worker: one slot per
+//! peer (configured `[[peer]]` entries first, then inbound peers accepted
+//! by name pattern), with the live connection's channel, its state for the
+//! router, the outstanding count and per-peer counters. The §5.6.4 election
+//! happens here, where both connections to a peer are visible.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::Bytes;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::capx::local_wins_election;
+use super::watchdog::Watchdog;
+use crate::config::Config;
+use crate::routing::{PeerId, PeerView};
+
+/// A message for a connection task.
+#[derive(Debug)]
+pub enum ToConn {
+    /// Relay this request to the connection's peer.
+    Request(Relayed),
+    /// Write this answer to the connection's peer with its original
+    /// Hop-by-Hop Identifier.
+    Answer {
+        /// The answer as received upstream (or built by the agent).
+        msg: Bytes,
+        /// The Hop-by-Hop Identifier the downstream peer used.
+        hbh: u32,
+        /// Its Result-Code (or Experimental-Result-Code; 0 when absent),
+        /// for the counters.
+        code: u32,
+    },
+    /// Close the connection now (it lost the §5.6.4 election).
+    Close,
+}
+
+/// A request on its way upstream, with what is needed to answer it.
+#[derive(Debug)]
+pub struct Relayed {
+    /// The request as received from downstream (without the agent's
+    /// Route-Record, which is added on the way out).
+    pub msg: Bytes,
+    /// The downstream Hop-by-Hop Identifier, restored on the answer.
+    pub hbh: u32,
+    /// Where the answer goes.
+    pub reply: UnboundedSender<ToConn>,
+    /// Pinned to its peer by Destination-Host: never failed over.
+    pub pinned: bool,
+    /// Peers already tried (for failover and TOO_BUSY retries).
+    pub tried: Vec<PeerId>,
+    /// Send with the T flag (RFC 6733 §5.5.4).
+    pub retransmit: bool,
+    /// Destination-Realm and Application-Id, for re-routing.
+    pub realm: Bytes,
+    /// Application-Id of the request.
+    pub app: u32,
+    /// Identity of the downstream peer, recorded in the Route-Record added
+    /// upstream (RFC 6733 §6.1.9).
+    pub from: Arc<str>,
+}
+
+/// What the table knows of a peer's connection.
+#[derive(Debug, Clone)]
+enum ConnReg {
+    Idle,
+    Connecting(u64, UnboundedSender<ToConn>),
+    Open(u64, UnboundedSender<ToConn>),
+}
+
+/// Router-visible state of a peer.
+pub mod state {
+    /// No connection.
+    pub const CLOSED: u8 = 0;
+    /// Capabilities exchange in progress.
+    pub const CONNECTING: u8 = 1;
+    /// Open and watchdog OKAY: takes requests.
+    pub const OKAY: u8 = 2;
+    /// Open but watchdog SUSPECT or REOPEN: takes no new requests.
+    pub const SUSPECT: u8 = 3;
+    /// DPR sent or received.
+    pub const CLOSING: u8 = 4;
+}
+
+/// Counters of one peer (monotonic).
+#[derive(Debug, Default)]
+pub struct PeerStats {
+    /// Requests received from this peer.
+    pub requests_in: AtomicU64,
+    /// Requests relayed to this peer (including failovers).
+    pub requests_out: AtomicU64,
+    /// Answers received from this peer, by Result-Code (0: none found).
+    pub answers_in: Mutex<BTreeMap<u32, u64>>,
+    /// Answers written to this peer, by Result-Code (including the agent's).
+    pub answers_out: Mutex<BTreeMap<u32, u64>>,
+    /// Requests moved from this peer to an alternate one.
+    pub failovers: AtomicU64,
+    /// DWRs sent to the peer.
+    pub dwr_sent: AtomicU64,
+    /// DWAs received from the peer.
+    pub dwa_received: AtomicU64,
+    /// DPRs sent to the peer.
+    pub dpr_sent: AtomicU64,
+    /// DPAs received from the peer.
+    pub dpa_received: AtomicU64,
+}
+
+/// One peer of the table.
+#[derive(Debug)]
+pub struct PeerSlot {
+    /// Its DiameterIdentity.
+    pub host: String,
+    host_arc: Arc<str>,
+    /// Its realm (from the configuration, or from its CER).
+    pub realm: String,
+    /// Where the agent dials it, if anywhere.
+    pub connect: Option<SocketAddr>,
+    state: AtomicU8,
+    /// Requests sent and not yet answered.
+    pub outstanding: AtomicU32,
+    reg: Mutex<ConnReg>,
+    watchdog: Mutex<Option<Watchdog>>,
+    /// Counters.
+    pub stats: PeerStats,
+}
+
+impl PeerSlot {
+    fn new(host: &str, realm: &str, connect: Option<SocketAddr>) -> Self {
+        Self {
+            host: host.to_owned(),
+            host_arc: Arc::from(host),
+            realm: realm.to_owned(),
+            connect,
+            state: AtomicU8::new(state::CLOSED),
+            outstanding: AtomicU32::new(0),
+            reg: Mutex::new(ConnReg::Idle),
+            watchdog: Mutex::new(None),
+            stats: PeerStats::default(),
+        }
+    }
+
+    /// The DiameterIdentity, shared (for Route-Record).
+    #[must_use]
+    pub fn host_arc(&self) -> Arc<str> {
+        self.host_arc.clone()
+    }
+
+    /// The router-visible state (see [`state`]).
+    #[must_use]
+    pub fn state(&self) -> u8 {
+        self.state.load(Ordering::Relaxed)
+    }
+
+    /// Sets the router-visible state.
+    pub fn set_state(&self, s: u8) {
+        self.state.store(s, Ordering::Relaxed);
+    }
+
+    /// The channel of the open connection, if any.
+    #[must_use]
+    pub fn sender(&self) -> Option<UnboundedSender<ToConn>> {
+        match &*self
+            .reg
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            ConnReg::Open(_, tx) => Some(tx.clone()),
+            _ => None,
+        }
+    }
+
+    /// True while a connection is registered (connecting or open).
+    #[must_use]
+    pub fn has_connection(&self) -> bool {
+        !matches!(
+            *self
+                .reg
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ConnReg::Idle
+        )
+    }
+
+    /// An initiator connection starts its capabilities exchange. Returns
+    /// false when another connection is already registered (do not dial).
+    pub fn begin_connecting(&self, conn: u64, tx: UnboundedSender<ToConn>) -> bool {
+        let mut reg = self
+            .reg
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if matches!(*reg, ConnReg::Idle) {
+            *reg = ConnReg::Connecting(conn, tx);
+            self.set_state(state::CONNECTING);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A connection finished its capabilities exchange and wants to open.
+    ///
+    /// RFC 6733 §5.6.4: when the agent is dialling this peer at the same
+    /// time, the node with the higher Origin-Host keeps its initiator
+    /// connection. Returns false when this connection must be refused
+    /// (election lost, or another connection is already open).
+    pub fn try_open(
+        &self,
+        conn: u64,
+        tx: UnboundedSender<ToConn>,
+        responder: bool,
+        local_host: &str,
+    ) -> bool {
+        let mut reg = self
+            .reg
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*reg {
+            ConnReg::Open(id, _) if *id != conn => return false,
+            ConnReg::Connecting(id, other) if *id != conn && responder => {
+                if local_wins_election(local_host, &self.host) {
+                    return false;
+                }
+                let _ = other.send(ToConn::Close);
+            }
+            _ => {}
+        }
+        *reg = ConnReg::Open(conn, tx);
+        true
+    }
+
+    /// The connection `conn` ended: the slot becomes idle if it was its.
+    pub fn release(&self, conn: u64) {
+        let mut reg = self
+            .reg
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mine = match &*reg {
+            ConnReg::Connecting(id, _) | ConnReg::Open(id, _) => *id == conn,
+            ConnReg::Idle => false,
+        };
+        if mine {
+            *reg = ConnReg::Idle;
+            self.set_state(state::CLOSED);
+        }
+    }
+
+    /// Takes the peer's watchdog (it outlives connections, RFC 3539
+    /// Appendix A), creating it on first use.
+    pub fn take_watchdog(&self, make: impl FnOnce() -> Watchdog) -> Watchdog {
+        self.watchdog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .unwrap_or_else(make)
+    }
+
+    /// Gives the watchdog back when the connection ends.
+    pub fn put_watchdog(&self, w: Watchdog) {
+        *self
+            .watchdog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(w);
+    }
+
+    /// Counts an answer by Result-Code in `map`.
+    pub fn count(map: &Mutex<BTreeMap<u32, u64>>, code: u32) {
+        *map.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(code)
+            .or_default() += 1;
+    }
+}
+
+/// The peer table.
+#[derive(Debug, Default)]
+pub struct PeerTable {
+    slots: RwLock<Vec<Arc<PeerSlot>>>,
+}
+
+impl PeerTable {
+    /// The table of a configuration: one slot per `[[peer]]`, in order.
+    #[must_use]
+    pub fn from_config(config: &Config) -> Self {
+        let slots = config
+            .peers
+            .iter()
+            .map(|p| Arc::new(PeerSlot::new(&p.host, &p.realm, p.connect)))
+            .collect();
+        Self {
+            slots: RwLock::new(slots),
+        }
+    }
+
+    /// The slot of a peer.
+    #[must_use]
+    pub fn get(&self, id: PeerId) -> Option<Arc<PeerSlot>> {
+        self.slots
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(id)
+            .cloned()
+    }
+
+    /// Every slot with its id.
+    #[must_use]
+    pub fn all(&self) -> Vec<(PeerId, Arc<PeerSlot>)> {
+        self.slots
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .enumerate()
+            .collect()
+    }
+
+    /// The id of `host`, adding a slot for an inbound peer accepted by
+    /// pattern when `add_realm` is given.
+    pub fn lookup_or_add(&self, host: &str, add_realm: Option<&str>) -> Option<PeerId> {
+        if let Some(id) = self.by_host(host) {
+            return Some(id);
+        }
+        let realm = add_realm?;
+        let mut slots = self
+            .slots
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(id) = slots.iter().position(|s| s.host.eq_ignore_ascii_case(host)) {
+            return Some(id);
+        }
+        slots.push(Arc::new(PeerSlot::new(host, realm, None)));
+        Some(slots.len() - 1)
+    }
+}
+
+impl PeerView for PeerTable {
+    fn by_host(&self, host: &str) -> Option<PeerId> {
+        self.slots
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .position(|s| s.host.eq_ignore_ascii_case(host))
+    }
+
+    fn usable(&self, id: PeerId) -> bool {
+        self.get(id).is_some_and(|s| s.state() == state::OKAY)
+    }
+
+    fn outstanding(&self, id: PeerId) -> u32 {
+        self.get(id)
+            .map_or(u32::MAX, |s| s.outstanding.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc::unbounded_channel;
+
+    #[test]
+    fn election_keeps_the_higher_origin_hosts_initiator_connection() {
+        // Local "b..." > remote "a...": the local initiator wins and the
+        // peer's incoming connection is refused.
+        let slot = PeerSlot::new("a.example.net", "example.net", None);
+        let (tx1, mut rx1) = unbounded_channel();
+        assert!(slot.begin_connecting(1, tx1.clone()));
+        let (tx2, _) = unbounded_channel();
+        assert!(!slot.try_open(2, tx2, true, "b.example.com"));
+        assert!(slot.try_open(1, tx1, false, "b.example.com"));
+        assert!(rx1.try_recv().is_err());
+
+        // Local "a..." < remote "z...": the incoming connection wins and the
+        // local initiator connection is told to close.
+        let slot = PeerSlot::new("z.example.net", "example.net", None);
+        let (tx1, mut rx1) = unbounded_channel();
+        assert!(slot.begin_connecting(1, tx1));
+        let (tx2, _) = unbounded_channel();
+        assert!(slot.try_open(2, tx2, true, "a.example.com"));
+        assert!(matches!(rx1.try_recv(), Ok(ToConn::Close)));
+        let (tx3, _) = unbounded_channel();
+        assert!(
+            !slot.try_open(3, tx3, true, "a.example.com"),
+            "one open connection per peer"
+        );
+        slot.release(1);
+        assert!(
+            slot.sender().is_some(),
+            "releasing the loser keeps the winner"
+        );
+        slot.release(2);
+        assert!(slot.sender().is_none());
+    }
+
+    #[test]
+    fn pattern_accepted_peers_get_a_slot_once() {
+        let t = PeerTable::default();
+        assert_eq!(t.lookup_or_add("c.example.org", None), None);
+        let id = t
+            .lookup_or_add("c.example.org", Some("example.org"))
+            .unwrap();
+        assert_eq!(
+            t.lookup_or_add("C.EXAMPLE.ORG", Some("example.org")),
+            Some(id)
+        );
+        assert_eq!(t.all().len(), 1);
+        assert!(!t.usable(id));
+        t.get(id).unwrap().set_state(state::OKAY);
+        assert!(t.usable(id));
+    }
+}

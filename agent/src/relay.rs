@@ -1,0 +1,198 @@
+//! RFC 6733 §6.1 relay duties that span connections: dispatching a request
+//! to the next hop chosen by the [`crate::routing::Router`], failover of
+//! pending requests to an alternate peer with the T flag (§5.5.4), TOO_BUSY
+//! retries, and the answers the agent gives itself when a request cannot be
+//! delivered (3002), every candidate refused it (3004) or it looped (3005).
+//! Experimental-Result 5198 (DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY) is
+//! never retried elsewhere.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::agent::Shared;
+use crate::peer::table::{PeerSlot, Relayed, ToConn};
+use crate::routing::{PeerId, RouteError};
+use crate::wire;
+
+/// Result-Code 3002 DIAMETER_UNABLE_TO_DELIVER.
+pub const UNABLE_TO_DELIVER: u32 = 3002;
+/// Result-Code 3004 DIAMETER_TOO_BUSY.
+pub const TOO_BUSY: u32 = 3004;
+/// Result-Code 3005 DIAMETER_LOOP_DETECTED.
+pub const LOOP_DETECTED: u32 = 3005;
+/// Result-Code 3007 DIAMETER_APPLICATION_UNSUPPORTED.
+pub const APPLICATION_UNSUPPORTED: u32 = 3007;
+/// Result-Code 5005 DIAMETER_MISSING_AVP.
+pub const MISSING_AVP: u32 = 5005;
+/// Experimental-Result-Code 5198 DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY.
+pub const RETRY_NOT_ALLOWED_TO_ANY: u32 = 5198;
+
+/// Sends `r` to the next hop the router picks, skipping `r.tried`.
+/// `destination_host` is consulted only on the first attempt.
+///
+/// # Errors
+/// The request back with the reason it could not be dispatched.
+#[expect(
+    clippy::result_large_err,
+    reason = "the request comes back by value on the cold path; boxing would allocate on it"
+)]
+pub(crate) fn dispatch(
+    shared: &Shared,
+    mut r: Relayed,
+    destination_host: Option<&str>,
+    rotate: usize,
+) -> Result<(), (Relayed, RouteError)> {
+    let realm_bytes = r.realm.clone();
+    let lossy;
+    let realm = match std::str::from_utf8(&realm_bytes) {
+        Ok(s) => s,
+        Err(_) => {
+            lossy = String::from_utf8_lossy(&realm_bytes).into_owned();
+            lossy.as_str()
+        }
+    };
+    let mut host = destination_host;
+    loop {
+        let choice = match shared
+            .router
+            .choose(&shared.table, host, realm, r.app, &r.tried, rotate)
+        {
+            Ok(c) => c,
+            Err(e) => return Err((r, e)),
+        };
+        host = None;
+        let Some(slot) = shared.table.get(choice.peer) else {
+            return Err((r, RouteError::NoRoute));
+        };
+        let Some(tx) = slot.sender() else {
+            r.tried.push(choice.peer);
+            if choice.pinned {
+                return Err((r, RouteError::NoRoute));
+            }
+            continue;
+        };
+        r.pinned = choice.pinned;
+        slot.outstanding.fetch_add(1, Ordering::Relaxed);
+        match tx.send(ToConn::Request(r)) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                slot.outstanding.fetch_sub(1, Ordering::Relaxed);
+                let ToConn::Request(back) = e.0 else {
+                    unreachable!("sent a request")
+                };
+                r = back;
+                r.tried.push(choice.peer);
+                if choice.pinned {
+                    return Err((r, RouteError::NoRoute));
+                }
+            }
+        }
+    }
+}
+
+/// Builds the agent's own answer to `msg` with `result_code`.
+#[must_use]
+pub(crate) fn local_answer(shared: &Shared, msg: &[u8], result_code: u32, why: &str) -> Bytes {
+    let scan = wire::scan(msg).ok();
+    let mut out = BytesMut::with_capacity(256);
+    wire::put_error_answer(
+        &mut out,
+        msg,
+        scan.as_ref(),
+        (
+            &shared.config.node.origin_host,
+            &shared.config.node.origin_realm,
+        ),
+        result_code,
+        None,
+        why,
+    );
+    out.freeze()
+}
+
+/// Answers a relayed request on behalf of the agent, through its reply
+/// channel.
+pub(crate) fn answer_locally(shared: &Shared, r: Relayed, result_code: u32, why: &str) {
+    let msg = local_answer(shared, &r.msg, result_code, why);
+    let _ = r.reply.send(ToConn::Answer {
+        msg,
+        hbh: r.hbh,
+        code: result_code,
+    });
+}
+
+/// A request pending at `from` must move (its peer went SUSPECT or DOWN,
+/// RFC 3539 Failover()): pinned requests are answered 3002, others are
+/// re-sent to an alternate peer with the T flag, or answered 3002 when
+/// there is none.
+pub(crate) fn fail_over(
+    shared: &Shared,
+    from: PeerId,
+    slot: &Arc<PeerSlot>,
+    mut r: Relayed,
+    rotate: usize,
+) {
+    if r.pinned {
+        answer_locally(shared, r, UNABLE_TO_DELIVER, "destination host unavailable");
+        return;
+    }
+    slot.stats.failovers.fetch_add(1, Ordering::Relaxed);
+    if !r.tried.contains(&from) {
+        r.tried.push(from);
+    }
+    r.retransmit = true;
+    if let Err((r, _)) = dispatch(shared, r, None, rotate) {
+        answer_locally(shared, r, UNABLE_TO_DELIVER, "no alternate peer");
+    }
+}
+
+/// What to do with an answer received from upstream.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AnswerFate {
+    /// Pass it on to the downstream peer.
+    Forward,
+    /// Try the next candidate (the upstream peer answered 3004 TOO_BUSY and
+    /// the request is not pinned).
+    Retry,
+}
+
+/// Decides an answer's fate from its Result-Code, Experimental-Result-Code
+/// and whether its request is pinned. 5198 is always forwarded.
+#[must_use]
+pub(crate) fn answer_fate(
+    result_code: Option<u32>,
+    experimental: Option<u32>,
+    pinned: bool,
+) -> AnswerFate {
+    if experimental == Some(RETRY_NOT_ALLOWED_TO_ANY) || pinned {
+        return AnswerFate::Forward;
+    }
+    if result_code == Some(TOO_BUSY) {
+        AnswerFate::Retry
+    } else {
+        AnswerFate::Forward
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn too_busy_is_retried_unless_pinned() {
+        assert_eq!(answer_fate(Some(3004), None, false), AnswerFate::Retry);
+        assert_eq!(answer_fate(Some(3004), None, true), AnswerFate::Forward);
+        assert_eq!(answer_fate(Some(2001), None, false), AnswerFate::Forward);
+    }
+
+    #[test]
+    fn retry_not_allowed_to_any_is_never_retried() {
+        assert_eq!(
+            answer_fate(Some(3004), Some(5198), false),
+            AnswerFate::Forward
+        );
+        assert_eq!(answer_fate(None, Some(5198), false), AnswerFate::Forward);
+    }
+}

@@ -1,0 +1,186 @@
+//! Shared set-up of the integration tests: loopback servers, an agent in
+//! front of them, raw message helpers.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use doic_agent::agent::Agent;
+use doic_agent::config::Config;
+use doic_agent::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, TEST_CMD};
+use doic_agent::peer::table::state;
+use doic_agent::wire::{self, avp, flags};
+
+pub const AGENT: &str = "agent.example.com";
+
+/// Two servers and an agent routing example.net to both.
+pub struct Setup {
+    pub agent: Option<Agent>,
+    pub servers: Vec<Server>,
+    pub addr: SocketAddr,
+}
+
+pub async fn servers(n: usize, b: ServerBehaviour) -> Vec<Server> {
+    let mut v = Vec::new();
+    for i in 1..=n {
+        let id = Identity::new(&format!("server{i}.example.net"), "example.net");
+        v.push(
+            Server::spawn("127.0.0.1:0".parse().unwrap(), id, b.clone())
+                .await
+                .unwrap(),
+        );
+    }
+    v
+}
+
+pub fn config_for(servers: &[Server], extra_node: &str) -> Config {
+    let mut t = format!(
+        "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\ntc_seconds = 0.2\ntw_seconds = 6\ndrain_seconds = 2\nrequest_timeout_seconds = 5\n{extra_node}\n"
+    );
+    let mut names = Vec::new();
+    for (i, s) in servers.iter().enumerate() {
+        let host = format!("server{}.example.net", i + 1);
+        t += &format!(
+            "[[peer]]\nhost = \"{host}\"\nrealm = \"example.net\"\nconnect = \"{}\"\n",
+            s.addr
+        );
+        names.push(format!("\"{host}\""));
+    }
+    t += &format!(
+        "[[route]]\nrealm = \"example.net\"\npeers = [{}]\n",
+        names.join(", ")
+    );
+    t += "[accept]\nhosts = [\"*.example.org\"]\n";
+    Config::from_str_named(&t, Path::new("test.toml")).unwrap()
+}
+
+/// Starts the agent and waits until every server peer is OKAY.
+pub async fn start(servers: Vec<Server>, config: Config) -> Setup {
+    let n = servers.len();
+    let agent = Agent::start(config).unwrap();
+    let addr = agent.local_addrs()[0];
+    let shared = agent.shared().clone();
+    wait_until(Duration::from_secs(10), || {
+        shared
+            .table
+            .all()
+            .iter()
+            .filter(|(_, s)| s.state() == state::OKAY)
+            .count()
+            == n
+    })
+    .await;
+    Setup {
+        agent: Some(agent),
+        servers,
+        addr,
+    }
+}
+
+pub async fn setup(n: usize) -> Setup {
+    let s = servers(n, ServerBehaviour::default()).await;
+    let c = config_for(&s, "");
+    start(s, c).await
+}
+
+pub async fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < limit,
+            "condition not reached within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+impl Setup {
+    pub fn agent(&self) -> &Agent {
+        self.agent.as_ref().unwrap()
+    }
+
+    pub async fn client(&self) -> Client {
+        let c = Client::connect(
+            self.addr,
+            Identity::new("client1.example.org", "example.org"),
+            vec![TEST_APP],
+        )
+        .await
+        .unwrap();
+        assert_eq!(c.cea_result, 2001);
+        c
+    }
+
+    /// Stops the agent (DPR, drain) on a blocking thread.
+    pub async fn stop(&mut self) {
+        let agent = self.agent.take().unwrap();
+        tokio::task::spawn_blocking(move || {
+            agent.shutdown();
+            agent.join();
+        })
+        .await
+        .unwrap();
+        for s in &self.servers {
+            s.stop();
+        }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Some(a) = self.agent.take() {
+            a.shutdown();
+            std::thread::spawn(move || a.join());
+        }
+        for s in &self.servers {
+            s.stop();
+        }
+    }
+}
+
+/// A test request with extra AVPs appended.
+pub fn request(hbh: u32, realm: &str, extra: &[(u32, &[u8])]) -> BytesMut {
+    let mut out = BytesMut::new();
+    let s = wire::begin(
+        &mut out,
+        flags::REQUEST | flags::PROXIABLE,
+        TEST_CMD,
+        TEST_APP,
+        hbh,
+        hbh + 1000,
+    );
+    wire::put_avp(
+        &mut out,
+        avp::SESSION_ID,
+        format!("client1.example.org;1;{hbh}").as_bytes(),
+    );
+    wire::put_avp(&mut out, avp::ORIGIN_HOST, b"client1.example.org");
+    wire::put_avp(&mut out, avp::ORIGIN_REALM, b"example.org");
+    wire::put_avp(&mut out, avp::DESTINATION_REALM, realm.as_bytes());
+    for (c, d) in extra {
+        wire::put_avp(&mut out, *c, d);
+    }
+    wire::finish(&mut out, s);
+    out
+}
+
+/// Reads until an answer (DWR from the agent are answered away).
+pub async fn answer(c: &mut Client) -> Bytes {
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), c.read_message())
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        let h = wire::Head::read(&m);
+        if !h.is_request() {
+            return m;
+        }
+    }
+}
+
+pub fn result_code(m: &[u8]) -> Option<u32> {
+    wire::scan(m).unwrap().result_code
+}

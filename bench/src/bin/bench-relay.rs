@@ -1,0 +1,271 @@
+//! `bench-relay`: relay throughput and latency against anchors measured in
+//! the same run. One Rust load client (closed loop: N outstanding; then open
+//! loop at a fixed rate for latency at equal load) sends freeDiameter
+//! test_app requests to a freeDiameter test_app server:
+//!
+//! - direct (the anchor),
+//! - through a freeDiameter relay (`rt_default`),
+//! - through the agent with 1 worker and with 2 workers.
+//!
+//! Targets are measured in interleaved rounds; the table gives medians and
+//! the ratio of each to direct.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use doic_agent::agent::Agent;
+use doic_agent::config::Config;
+use doic_agent::loadgen::{
+    Client, Identity, Pace, Report, Server, ServerBehaviour, TEST_APP, Traffic,
+};
+use doic_agent::peer::table::state;
+use interop::fd::{FdRelay, FdServer, PeerTarget};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench-relay",
+    about = "Relay throughput: direct vs freeDiameter relay vs the agent"
+)]
+struct Args {
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 4)]
+    seconds: u64,
+    /// Interleaved rounds (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Outstanding requests of the closed loop.
+    #[arg(long, default_value_t = 64)]
+    outstanding: usize,
+    /// Open-loop rate as a share of the direct closed-loop rate.
+    #[arg(long, default_value_t = 0.4)]
+    open_share: f64,
+    /// Fail unless the agent (best worker count) reaches this share of direct.
+    #[arg(long)]
+    require: Option<f64>,
+    /// Use the project's built-in loopback server instead of freeDiameter
+    /// (no freeDiameter relay row then): measures the agent's own cost.
+    #[arg(long)]
+    builtin: bool,
+}
+
+struct Target {
+    name: &'static str,
+    addr: SocketAddr,
+    closed: Vec<Report>,
+    open: Vec<Report>,
+}
+
+fn agent(server: &PeerTarget, workers: usize) -> anyhow::Result<Agent> {
+    let text = format!(
+        "[node]\norigin_host = \"agent{workers}.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = {workers}\ntc_seconds = 1\n\
+         [[peer]]\nhost = \"{}\"\nrealm = \"example.net\"\nconnect = \"{}\"\n\
+         [[route]]\nrealm = \"example.net\"\npeers = [\"{}\"]\n[accept]\nhosts = [\"*.example.org\"]\n",
+        server.identity, server.addr, server.identity
+    );
+    let agent = Agent::start(Config::from_str_named(&text, Path::new("bench.toml"))?)?;
+    let t0 = Instant::now();
+    while !agent
+        .shared()
+        .table
+        .all()
+        .iter()
+        .any(|(_, s)| s.state() == state::OKAY)
+    {
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(15),
+            "agent never opened the server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(agent)
+}
+
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    pace: Pace,
+    seconds: u64,
+) -> anyhow::Result<Report> {
+    rt.block_on(async {
+        let mut c = Client::connect(
+            addr,
+            Identity::new("client1.example.org", "example.org"),
+            vec![TEST_APP],
+        )
+        .await?;
+        anyhow::ensure!(c.cea_result == 2001, "CEA {} from {addr}", c.cea_result);
+        let t = Traffic {
+            destination_realm: "example.net".into(),
+            destination_host: None,
+        };
+        // Warm-up, then the measurement.
+        let stop = AtomicBool::new(false);
+        c.run(
+            &t,
+            pace,
+            Duration::from_millis(300),
+            Duration::from_secs(5),
+            &stop,
+        )
+        .await?;
+        let r = c
+            .run(
+                &t,
+                pace,
+                Duration::from_secs(seconds),
+                Duration::from_secs(10),
+                &stop,
+            )
+            .await?;
+        let _ = c.disconnect().await;
+        anyhow::ensure!(
+            r.sent == r.answered,
+            "{addr}: sent {} answered {}",
+            r.sent,
+            r.answered
+        );
+        anyhow::ensure!(
+            r.by_code.get(&2001) == Some(&r.answered),
+            "{addr}: result codes {:?}",
+            r.by_code
+        );
+        Ok(r)
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let peers_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let (server, relay, builtin) = if args.builtin {
+        let id = Identity::new("server1.example.net", "example.net");
+        let s = peers_rt.block_on(Server::spawn(
+            "127.0.0.1:0".parse()?,
+            id,
+            ServerBehaviour::default(),
+        ))?;
+        (None, None, Some(s))
+    } else {
+        let server = FdServer::builder()
+            .start()
+            .context("freeDiameter test_app server")?;
+        let relay = FdRelay::builder(server.target(), server.realm())
+            .start()
+            .context("freeDiameter relay")?;
+        (Some(server), Some(relay), None)
+    };
+    let server_target = match (&server, &builtin) {
+        (Some(s), _) => s.target(),
+        (None, Some(b)) => PeerTarget::new("server1.example.net", b.addr)?,
+        (None, None) => unreachable!("one server runs"),
+    };
+    let a1 = agent(&server_target, 1)?;
+    let a2 = agent(&server_target, 2)?;
+    let target = |name, addr| Target {
+        name,
+        addr,
+        closed: vec![],
+        open: vec![],
+    };
+    let mut targets = vec![target("direct", server_target.addr)];
+    if let Some(r) = &relay {
+        targets.push(target("freeDiameter relay", r.target().addr));
+    }
+    targets.push(target("agent, 1 worker", a1.local_addrs()[0]));
+    targets.push(target("agent, 2 workers", a2.local_addrs()[0]));
+    eprintln!(
+        "bench-relay: {} rounds x {} s, closed loop {} outstanding, then open loop at {:.0}% of direct",
+        args.rounds,
+        args.seconds,
+        args.outstanding,
+        args.open_share * 100.0
+    );
+    for round in 0..args.rounds {
+        for t in &mut targets {
+            let r = measure(&rt, t.addr, Pace::Closed(args.outstanding), args.seconds)?;
+            eprintln!(
+                "round {round} closed {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us",
+                t.name,
+                r.rate(),
+                r.percentile_us(50.0),
+                r.percentile_us(99.0)
+            );
+            t.closed.push(r);
+        }
+    }
+    let direct_rate = median(targets[0].closed.iter().map(Report::rate).collect());
+    let open_rate = (direct_rate * args.open_share).max(100.0) as u64;
+    for round in 0..args.rounds {
+        for t in &mut targets {
+            let r = measure(&rt, t.addr, Pace::Open(open_rate), args.seconds)?;
+            eprintln!(
+                "round {round} open   {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us",
+                t.name,
+                r.rate(),
+                r.percentile_us(50.0),
+                r.percentile_us(99.0)
+            );
+            t.open.push(r);
+        }
+    }
+    println!();
+    println!(
+        "| path | closed-loop answers/s | ratio to direct | p50 us | p99 us | open loop {open_rate}/s: p50 us | p99 us |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let mut best_agent: f64 = 0.0;
+    for t in &targets {
+        let rate = median(t.closed.iter().map(Report::rate).collect());
+        let p = |v: &[Report], q: f64| {
+            median(v.iter().map(|r| f64::from(r.percentile_us(q))).collect())
+        };
+        let ratio = rate / direct_rate;
+        if t.name.starts_with("agent") {
+            best_agent = best_agent.max(ratio);
+        }
+        println!(
+            "| {} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            t.name,
+            rate,
+            ratio,
+            p(&t.closed, 50.0),
+            p(&t.closed, 99.0),
+            p(&t.open, 50.0),
+            p(&t.open, 99.0)
+        );
+    }
+    a1.shutdown();
+    a2.shutdown();
+    a1.join();
+    a2.join();
+    drop(relay);
+    drop(server);
+    if let Some(req) = args.require {
+        anyhow::ensure!(
+            best_agent >= req,
+            "the agent reached {best_agent:.2} of direct, below the required {req:.2}"
+        );
+    }
+    Ok(())
+}
