@@ -257,6 +257,34 @@ pub(crate) fn write_avp_header(
     }
 }
 
+/// Appends one AVP (header, `data`, zero padding) to `out` without building
+/// an [`Avp`]: for answers and Failed-AVP contents written straight into a
+/// buffer. The V bit follows `vendor_id`.
+///
+/// # Errors
+/// When the AVP would exceed the 24-bit AVP Length.
+pub fn put_avp(
+    out: &mut impl BufMut,
+    code: u32,
+    flags: AvpFlags,
+    vendor_id: Option<u32>,
+    data: &[u8],
+) -> Result<(), EncodeError> {
+    let hlen = if vendor_id.is_some() {
+        AVP_HEADER_LEN_VENDOR
+    } else {
+        AVP_HEADER_LEN
+    };
+    let length = hlen + data.len();
+    if length > MAX_AVP_LEN {
+        return Err(EncodeError::AvpTooLong { code, length });
+    }
+    write_avp_header(out, code, flags, vendor_id, length);
+    out.put_slice(data);
+    out.put_slice(&[0u8; 3][..padding(length)]);
+    Ok(())
+}
+
 /// The value of an owned AVP.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AvpData {
@@ -657,6 +685,29 @@ mod tests {
         let mut it = AvpIter::new(&b);
         assert!(it.next().unwrap().is_err());
         assert!(it.next().is_none());
+    }
+
+    #[test]
+    fn put_avp_matches_the_owned_encoder() {
+        let mut out = Vec::new();
+        put_avp(&mut out, 281, AvpFlags(0), None, b"oops").unwrap();
+        assert_eq!(out, Avp::str(281, "oops").to_bytes().unwrap().as_ref());
+        let mut out = Vec::new();
+        put_avp(
+            &mut out,
+            1,
+            AvpFlags(AvpFlags::MANDATORY),
+            Some(10415),
+            b"abcde",
+        )
+        .unwrap();
+        assert_eq!(out.len(), 20);
+        let a = AvpIter::new(&out).next().unwrap().unwrap();
+        assert_eq!(
+            (a.code, a.vendor_id, a.data),
+            (1, Some(10415), &b"abcde"[..])
+        );
+        assert!(a.flags.is_vendor() && a.flags.is_mandatory());
     }
 
     #[test]

@@ -30,7 +30,7 @@ mod proptests;
 pub mod relay;
 pub mod value;
 
-pub use avp::{Avp, AvpData, AvpFlags, AvpIter, RawAvp};
+pub use avp::{Avp, AvpData, AvpFlags, AvpIter, RawAvp, put_avp};
 pub use doic::{OcOlr, OcSupportedFeatures, ReportType};
 pub use error::{DecodeError, EncodeError};
 pub use grammar::{CheckOptions, check};
