@@ -420,3 +420,18 @@ async fn garbage_never_takes_the_agent_down() {
     c.write_raw(&request(1, "example.net", &[])).await.unwrap();
     assert_eq!(result_code(&answer(&mut c).await), Some(2001));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unframeable_stream_is_answered_5011_then_closed() {
+    let s = setup(1).await;
+    let mut c = s.client().await;
+    let mut m = request(31, "example.net", &[]);
+    m[0] = 2; // version 2: the stream cannot be framed (RFC 6733 §3)
+    c.write_raw(&m).await.unwrap();
+    let a = answer(&mut c).await;
+    assert_eq!((Head::read(&a).hbh, result_code(&a)), (31, Some(5011)));
+    let end = tokio::time::timeout(std::time::Duration::from_secs(5), c.read_message())
+        .await
+        .unwrap();
+    assert!(end.is_err(), "then the connection is closed");
+}

@@ -256,7 +256,7 @@ impl Conn {
         self.shared.io.reads.fetch_add(1, Ordering::Relaxed);
         let mut messages = 0u64;
         loop {
-            match wire::frame_len(&self.inbuf) {
+            match crate::codec::frame_len_max(&self.inbuf, wire::MAX_MESSAGE_LEN) {
                 Ok(Some(n)) => {
                     let msg = self.inbuf.split_to(n).freeze();
                     messages += 1;
@@ -273,7 +273,8 @@ impl Conn {
                         let head = Head::read(&self.inbuf);
                         if head.is_request() {
                             let req = self.inbuf.split_to(wire::HEADER_LEN);
-                            self.answer_error(&req, e.result_code, None, e.why);
+                            let why = e.to_string();
+                            self.answer_error(&req, e.result_code(), None, &why);
                         }
                     }
                     self.close = Some("framing error");
