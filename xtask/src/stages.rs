@@ -279,7 +279,7 @@ fn bench_relay() -> anyhow::Result<()> {
     )?;
     let mut cmd =
         std::process::Command::new(crate::util::root().join("target/release/bench-relay"));
-    cmd.args(["--seconds", "4", "--rounds", "3", "--require", "0.8"]);
+    cmd.args(["--seconds", "4", "--rounds", "5", "--require", "0.8"]);
     cmd.env("DOIC_PEERS_DIR", crate::peers::dir());
     crate::util::run_cmd(&mut cmd)
 }
