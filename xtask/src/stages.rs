@@ -294,22 +294,24 @@ fn fuzz() -> anyhow::Result<()> {
     std::fs::create_dir_all(&scratch)?;
     let scratch = scratch.to_string_lossy().into_owned();
     let max_time = format!("-max_total_time={FUZZ_SECS}");
-    run(
-        "cargo",
-        &[
-            "+nightly",
-            "fuzz",
-            "run",
-            "decode",
-            &scratch,
-            "fuzz/corpus/decode",
-            "--",
-            &max_time,
-            "-rss_limit_mb=2048",
-            // an input that takes this long is a hang, reported as a crash
-            "-timeout=10",
-        ],
-    )
+    let mut cmd = std::process::Command::new("cargo");
+    cmd.args([
+        "+nightly",
+        "fuzz",
+        "run",
+        "decode",
+        &scratch,
+        "fuzz/corpus/decode",
+        "--",
+        &max_time,
+        "-rss_limit_mb=2048",
+        // an input that takes this long is a hang, reported as a crash
+        "-timeout=10",
+    ])
+    // the decoder needs no kernel program: skip building it again for the
+    // fuzz target's own target directory
+    .env("DOIC_EBPF_SKIP", "1");
+    crate::util::run_cmd(&mut cmd)
 }
 
 fn bench_codec() -> anyhow::Result<()> {
