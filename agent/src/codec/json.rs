@@ -108,21 +108,28 @@ pub fn to_json(buf: &[u8]) -> Result<Json, DecodeError> {
     }
     Ok(json!({
         "header": header,
-        "avps": avps_json(&buf[HEADER_LEN..], HEADER_LEN)?,
+        "avps": avps_json(&buf[HEADER_LEN..], HEADER_LEN, false)?,
     }))
 }
 
-fn avps_json(body: &[u8], base: usize) -> Result<Json, DecodeError> {
+/// `lenient`: inside Failed-AVP (RFC 6733 §7.5), whose content is the
+/// offending AVP as received, so its values are not checked by the strict
+/// decoder either; a value that is not valid for its type is written as
+/// an OctetString, which encodes back to the same bytes.
+fn avps_json(body: &[u8], base: usize, lenient: bool) -> Result<Json, DecodeError> {
     let mut out = Vec::new();
     for r in AvpIter::with_offset(body, base) {
-        out.push(avp_json(&r?)?);
+        out.push(avp_json(&r?, lenient)?);
     }
     Ok(Json::Array(out))
 }
 
-fn avp_json(r: &RawAvp<'_>) -> Result<Json, DecodeError> {
+fn avp_json(r: &RawAvp<'_>, lenient: bool) -> Result<Json, DecodeError> {
     let def = r.def();
-    let ty = def.map_or(AvpType::OctetString, |d| d.ty);
+    let mut ty = def.map_or(AvpType::OctetString, |d| d.ty);
+    if lenient && ty != AvpType::Grouped && r.value_as(ty).is_err() {
+        ty = AvpType::OctetString;
+    }
     let mut o = Map::new();
     o.insert("code".into(), json!(r.code));
     o.insert("vendor_id".into(), json!(r.vendor_id));
@@ -138,7 +145,11 @@ fn avp_json(r: &RawAvp<'_>) -> Result<Json, DecodeError> {
     o.insert("name".into(), json!(def.map(|d| d.name)));
     o.insert("type".into(), json!(ty.name()));
     if ty == AvpType::Grouped {
-        o.insert("avps".into(), avps_json(r.data, r.offset + r.header_len())?);
+        let lenient = lenient || (r.code == dictionary::code::FAILED_AVP && r.vendor_id.is_none());
+        o.insert(
+            "avps".into(),
+            avps_json(r.data, r.offset + r.header_len(), lenient)?,
+        );
     } else {
         let v = r.value_as(ty)?;
         o.insert("value".into(), value_json(&v));
@@ -611,6 +622,45 @@ mod tests {
         assert_eq!(unknown["name"], Json::Null);
         assert_eq!(unknown["value"], "010203");
         assert_eq!(unknown["vendor_id"], 1);
+    }
+
+    #[test]
+    fn failed_avp_content_round_trips_even_when_not_valid_for_its_type() {
+        // RFC 6733 §7.5: Failed-AVP carries the offending AVP as received; a
+        // Proxy-Host that is not printable ASCII must not stop the JSON form
+        // (found by fuzzing).
+        let bad = Avp::new(
+            crate::dictionary::code::PROXY_HOST,
+            None,
+            true,
+            AvpData::Bytes(bytes::Bytes::from_static(b"edge1.e\x8aample.org")),
+        );
+        let failed = Avp::new(
+            crate::dictionary::code::FAILED_AVP,
+            None,
+            true,
+            AvpData::Grouped(vec![bad]),
+        );
+        let b = sample_with(failed);
+        Message::decode(bytes::Bytes::from(b.clone())).expect("strict decode is lenient there");
+        let j = to_json(&b).unwrap();
+        let f = j["avps"].as_array().unwrap().last().unwrap();
+        assert_eq!(f["avps"][0]["type"], "OctetString");
+        assert_eq!(from_json(&j).unwrap(), b);
+        // outside Failed-AVP the same value is still an error
+        let plain = Avp::new(
+            crate::dictionary::code::PROXY_HOST,
+            None,
+            true,
+            AvpData::Bytes(bytes::Bytes::from_static(b"edge1.e\x8aample.org")),
+        );
+        assert!(to_json(&sample_with(plain)).is_err());
+    }
+
+    fn sample_with(extra: Avp) -> Vec<u8> {
+        let mut m = Message::decode(bytes::Bytes::from(sample())).unwrap();
+        m.avps.push(extra);
+        m.to_bytes().unwrap().to_vec()
     }
 
     #[test]
