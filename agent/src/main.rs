@@ -83,6 +83,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Run { config } => {
             let config = Config::from_file(&config)?;
             let agent = Agent::start(config)?;
+            doic_agent::telemetry::start(&agent);
+            let shared = agent.shared().clone();
             eprintln!(
                 "doic-agent: listening on {:?}{}",
                 agent.local_addrs(),
@@ -95,6 +97,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             eprintln!("doic-agent: stopping (DPR to every peer, draining)");
             agent.shutdown();
             agent.join();
+            // The program stays attached until every connection has closed.
+            shared.kernel.detach();
             Ok(())
         }
         Command::Demo {

@@ -119,6 +119,9 @@ pub(crate) async fn run(
         c.pump_fsm();
         c.main_loop().await;
         c.finish().await;
+        if let Some(remote) = remote {
+            c.shared.kernel.note_closed(remote);
+        }
     }
     .instrument(span)
     .await;
