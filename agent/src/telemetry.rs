@@ -345,7 +345,11 @@ pub fn start(agent: &crate::agent::Agent) -> bool {
             return false;
         }
     };
-    shared.kernel.attach(Telemetry::start_or_log(&cfg));
+    let telemetry = Telemetry::start_or_log(&cfg);
+    if let Some(t) = &telemetry {
+        info!(program_ids = ?t.program_ids(), ports = ?cfg.ports, "kernel telemetry started");
+    }
+    shared.kernel.attach(telemetry);
     shared.kernel.is_attached()
 }
 
