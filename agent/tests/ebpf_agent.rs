@@ -7,6 +7,9 @@
 //! privileges, or with `mode = "off"`, the agent relays all the same and
 //! shows `doic_ebpf_attached 0`.
 //!
+//! The same runs in a network namespace with the program on a veth (the
+//! client in the other namespace).
+//!
 //! Needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN), so the tests are
 //! ignored by plain `cargo test`; `cargo xtask test --only ebpf` runs them
 //! one at a time (the XDP hook on `lo` takes one program).
@@ -58,6 +61,8 @@ struct AgentProc {
     child: Child,
     stderr: Arc<Mutex<Vec<String>>>,
     metrics: String,
+    /// The network namespace the agent runs in, if not the test's.
+    netns: Option<String>,
 }
 
 impl AgentProc {
@@ -93,6 +98,7 @@ impl AgentProc {
             child,
             stderr,
             metrics: format!("127.0.0.1:{metrics}"),
+            netns: None,
         };
         // The agent prints this once its telemetry has started (or not).
         let t0 = Instant::now();
@@ -108,14 +114,31 @@ impl AgentProc {
     }
 
     fn metrics(&self) -> Option<String> {
-        let mut s = std::net::TcpStream::connect(&self.metrics).ok()?;
+        let addr = self.metrics.clone();
+        match &self.netns {
+            Some(ns) => support::netns::in_netns(ns, move || http_metrics(&addr)),
+            None => http_metrics(&addr),
+        }
+    }
+
+    fn in_netns(mut self, ns: &str) -> Self {
+        self.netns = Some(ns.to_owned());
+        self
+    }
+}
+
+fn http_metrics(addr: &str) -> Option<String> {
+    {
+        let mut s = std::net::TcpStream::connect(addr).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
         let mut out = String::new();
         s.read_to_string(&mut out).ok()?;
         Some(out)
     }
+}
 
+impl AgentProc {
     /// Polls `/metrics` until `ok` holds; panics with the page and the log
     /// after `limit`.
     fn wait_for(&self, limit: Duration, what: &str, ok: impl Fn(&str) -> bool) -> String {
@@ -482,4 +505,105 @@ fn the_agent_never_panics_on_an_unusable_ebpf_section() {
         err.contains("bad.toml: ebpf.syn_allow: is empty while syn_guard is on"),
         "{err}"
     );
+}
+
+#[test]
+#[ignore = "needs root: creates network namespaces and attaches to a veth"]
+fn in_a_netns_on_a_veth_the_kernel_counts_equal_the_capture_and_the_client() {
+    use support::netns::{B4, VethPair, in_netns, link_details};
+    const LISTEN: u16 = 3868;
+    let pair = VethPair::new("agent");
+    // The upstream server lives in the agent's namespace, on its loopback.
+    let (server_rt, server) = in_netns(&pair.b, || {
+        let rt = rt();
+        let server = rt.block_on(async {
+            Server::spawn(
+                "127.0.0.1:3869".parse().unwrap(),
+                Identity::new("s.example.net", "example.net"),
+                ServerBehaviour::default(),
+            )
+            .await
+            .unwrap()
+        });
+        (rt, server)
+    });
+    let cfg = write_config(
+        "veth",
+        &format!(
+            "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"{B4}:{LISTEN}\"]\nworkers = 1\ntw_seconds = 60\n[metrics]\nlisten = \"127.0.0.1:9464\"\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"{}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n[ebpf]\ninterfaces = [\"{}\"]\nmode = \"auto\"\n",
+            server.addr, pair.veth_b
+        ),
+    );
+    let dev = pair.veth_b.clone();
+    let capture = in_netns(&pair.b, move || Capture::start(&dev, LISTEN));
+    let agent = AgentProc::spawn(&cfg, 9464, &["ip", "netns", "exec", &pair.b]).in_netns(&pair.b);
+    agent.wait_for(Duration::from_secs(10), "upstream peer open", |p| {
+        p.contains(UP) && p.contains("\ndoic_ebpf_attached 1\n")
+    });
+    assert!(
+        link_details(&pair.b, &pair.veth_b).contains("doic_xdp"),
+        "{}",
+        link_details(&pair.b, &pair.veth_b)
+    );
+    let ids = program_ids(&agent.log());
+    assert!(!ids.is_empty(), "{}", agent.log());
+
+    // The client, in the other namespace, across the veth.
+    let (client_rt, client, me) = in_netns(&pair.a, || {
+        let rt = rt();
+        let mut c = rt
+            .block_on(Client::connect(
+                format!("{B4}:{LISTEN}").parse().unwrap(),
+                Identity::new("client1.example.org", "example.org"),
+                vec![TEST_APP],
+            ))
+            .unwrap();
+        rt.block_on(one_at_a_time(&mut c, REQUESTS));
+        let me = c.local_addr().unwrap();
+        (rt, c, me)
+    });
+    let page = agent.wait_for(Duration::from_secs(5), "the client's requests", |p| {
+        kernel(p, "requests", me, "in") == Some(REQUESTS + 1)
+            && kernel(p, "answers", me, "out") == Some(REQUESTS + 1)
+    });
+    assert_eq!(kernel(&page, "syn", me, "in"), Some(1));
+    assert_eq!(kernel(&page, "answers", me, "in"), Some(0));
+    // Packets and bytes, both directions, equal the capture on the veth.
+    let t0 = Instant::now();
+    loop {
+        let page = agent.metrics().unwrap();
+        let counts = capture.counts();
+        let mut same = true;
+        let mut report = String::new();
+        for (dir, label) in [(Direction::FromPeer, "in"), (Direction::ToPeer, "out")] {
+            let cap = counts.get(&(me, dir)).copied().unwrap_or_default();
+            let ker = (
+                kernel(&page, "packets", me, label).unwrap_or(0),
+                kernel(&page, "bytes", me, label).unwrap_or(0),
+            );
+            same &= cap == ker && cap.0 > REQUESTS;
+            report.push_str(&format!("{label}: kernel {ker:?} capture {cap:?}; "));
+        }
+        if same {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{report}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The upstream leg is on the namespace's loopback, where nothing is
+    // attached: no series for the server.
+    assert!(
+        !page.contains(&format!("peer=\"{}\"", server.addr)),
+        "{page}"
+    );
+
+    let (status, log) = agent.terminate();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(!link_details(&pair.b, &pair.veth_b).contains("doic_xdp"));
+    for id in ids {
+        assert!(!prog_loaded(id), "program {id} still loaded after exit");
+    }
+    drop((client, client_rt));
+    server.stop();
+    drop(server_rt);
 }
