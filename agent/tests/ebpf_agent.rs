@@ -607,3 +607,74 @@ fn in_a_netns_on_a_veth_the_kernel_counts_equal_the_capture_and_the_client() {
     server.stop();
     drop(server_rt);
 }
+
+#[test]
+#[ignore = "needs root: attaches the kernel program to lo"]
+fn the_control_thread_hands_per_peer_arrival_rates_to_the_overload_logic() {
+    let rt = rt();
+    let server = rt.block_on(upstream());
+    let text = format!(
+        "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\ntw_seconds = 60\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"{}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n[ebpf]\ninterfaces = [\"lo\"]\n",
+        server.addr
+    );
+    let config =
+        doic_agent::config::Config::from_str_named(&text, std::path::Path::new("rates.toml"))
+            .unwrap();
+    let agent = doic_agent::agent::Agent::start(config).unwrap();
+    assert!(doic_agent::telemetry::start(&agent));
+    let shared = agent.shared().clone();
+    let mut client = rt
+        .block_on(Client::connect(
+            agent.local_addrs()[0],
+            Identity::new("client1.example.org", "example.org"),
+            vec![TEST_APP],
+        ))
+        .unwrap();
+    let me = client.local_addr().unwrap();
+    // Steady load for about four ticks, one request at a time.
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    let mut seen = Vec::new();
+    let mut last_at = None;
+    while t0.elapsed() < Duration::from_millis(4500) {
+        rt.block_on(one_at_a_time(&mut client, 20));
+        sent += 20;
+        let load = shared.kernel.load();
+        if load.at != last_at {
+            last_at = load.at;
+            if let Some(r) = load.arrival_rate(me) {
+                assert!(load.total_arrival_rate() >= r);
+                seen.push(r);
+            }
+        }
+    }
+    let client_rate = sent as f64 / t0.elapsed().as_secs_f64();
+    // The first window may cover the connection's start: judge the rest.
+    assert!(seen.len() >= 2, "{seen:?}");
+    let steady = &seen[1..];
+    for r in steady {
+        assert!(
+            *r > client_rate * 0.5 && *r < client_rate * 1.5,
+            "kernel arrival rate {r:.0}/s vs client {client_rate:.0}/s: {seen:?}"
+        );
+    }
+    // Idle: the rate falls to zero within two ticks.
+    let t1 = Instant::now();
+    loop {
+        if shared.kernel.load().arrival_rate(me) == Some(0.0) {
+            break;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            shared.kernel.load()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    rt.block_on(client.disconnect()).unwrap();
+    agent.shutdown();
+    agent.join();
+    shared.kernel.detach();
+    assert!(!shared.kernel.is_attached());
+    server.stop();
+}
