@@ -127,6 +127,31 @@ fn measure(
     })
 }
 
+/// CPU time of this process so far (user + system), in microseconds: on
+/// `lo` the kernel's receive path, hooks included, mostly runs in the
+/// sender's context and is charged here.
+fn cpu_us() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Rate and CPU microseconds per answered request of one measurement.
+fn measure_cpu(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    outstanding: usize,
+    seconds: u64,
+) -> anyhow::Result<(f64, f64)> {
+    let c0 = cpu_us();
+    let r = measure(rt, addr, outstanding, seconds)?;
+    let cpu = cpu_us() - c0;
+    Ok((r.rate(), cpu / r.answered.max(1) as f64))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -162,18 +187,20 @@ fn main() -> anyhow::Result<()> {
         args.rounds, args.seconds, args.outstanding, args.mode
     );
     let (mut off, mut on, mut ratios, mut aa) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut cpu_ratios = Vec::new();
     for round in 0..args.rounds {
         kernel.detach();
-        let before = measure(&rt, addr, args.outstanding, args.seconds)?.rate();
+        let (before, cpu_before) = measure_cpu(&rt, addr, args.outstanding, args.seconds)?;
         anyhow::ensure!(doic_agent::telemetry::start(&agent), "attach failed");
-        let with = measure(&rt, addr, args.outstanding, args.seconds)?.rate();
+        let (with, cpu_with) = measure_cpu(&rt, addr, args.outstanding, args.seconds)?;
         kernel.detach();
-        let after = measure(&rt, addr, args.outstanding, args.seconds)?.rate();
+        let (after, cpu_after) = measure_cpu(&rt, addr, args.outstanding, args.seconds)?;
+        cpu_ratios.push(cpu_with / ((cpu_before + cpu_after) / 2.0));
         // The sandwich cancels a linear drift of the machine's load; the
         // two runs without measure the noise (A/A).
         let ratio = with / ((before + after) / 2.0);
         println!(
-            "round {round}: without {before:>9.0}/s  with {with:>9.0}/s  without {after:>9.0}/s  ratio {ratio:.3}  A/A {:.3}",
+            "round {round}: without {before:>9.0}/s  with {with:>9.0}/s  without {after:>9.0}/s  ratio {ratio:.3}  A/A {:.3}  cpu/request {cpu_before:.2} {cpu_with:.2} {cpu_after:.2} us",
             after / before
         );
         off.push((before + after) / 2.0);
@@ -193,6 +220,10 @@ fn main() -> anyhow::Result<()> {
         median(off),
         median(on),
         args.tolerance * 100.0
+    );
+    println!(
+        "cpu per relayed request (client, agent, server and the kernel's loopback path): with / without = {:.3} (median of rounds)",
+        median(cpu_ratios)
     );
     agent.shutdown();
     agent.join();
