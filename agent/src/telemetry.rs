@@ -218,12 +218,14 @@ struct Attached {
 
 /// Kernel telemetry as the running agent holds it: the attached program (or
 /// none), the last counters read and the rates derived from them. Shared by
-/// the control thread (ticks), the connections (closes) and `/metrics`.
+/// the control thread (ticks), the connections (opens, closes) and
+/// `/metrics`.
 #[derive(Debug, Default)]
 pub struct Kernel {
     attached: AtomicBool,
     state: Mutex<Option<Attached>>,
-    closed: Mutex<Vec<SocketAddr>>,
+    /// Connections opened (true) and closed (false), in order.
+    events: Mutex<Vec<(SocketAddr, bool)>>,
     view: RwLock<View>,
     load: RwLock<Arc<KernelLoad>>,
 }
@@ -262,7 +264,16 @@ impl Kernel {
     /// removed [`FORGET_GRACE`] later, so the table does not fill.
     pub fn note_closed(&self, peer: SocketAddr) {
         if self.is_attached() {
-            lock(&self.closed).push(peer);
+            lock(&self.events).push((peer, false));
+        }
+    }
+
+    /// Records that a connection to `peer` opened: a removal still pending
+    /// for the same address (an agent redialling a server's `address:port`)
+    /// is cancelled, so the new connection keeps its counters.
+    pub fn note_open(&self, peer: SocketAddr) {
+        if self.is_attached() {
+            lock(&self.events).push((peer, true));
         }
     }
 
@@ -274,18 +285,8 @@ impl Kernel {
         let Some(a) = state.as_mut() else {
             return;
         };
-        let closed = std::mem::take(&mut *lock(&self.closed));
-        for peer in closed {
-            a.forget.insert(peer, now + FORGET_GRACE);
-        }
-        let due: Vec<SocketAddr> = a
-            .forget
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(p, _)| *p)
-            .collect();
-        for peer in due {
-            a.forget.remove(&peer);
+        let events = std::mem::take(&mut *lock(&self.events));
+        for peer in due_for_removal(&mut a.forget, events, now) {
             match a.telemetry.forget(peer) {
                 Ok(n) => debug!(%peer, entries = n, "kernel counters of a closed peer forgotten"),
                 Err(e) => warn!(%peer, error = %e, "cannot forget a closed peer's kernel counters"),
@@ -324,6 +325,31 @@ impl Kernel {
         let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
         ebpf::render_prometheus(out, self.is_attached(), &view.peers, view.global.as_ref());
     }
+}
+
+/// Applies connection events in order to the pending removals and returns
+/// (and drops from `pending`) the peers whose grace is over at `now`.
+fn due_for_removal(
+    pending: &mut HashMap<SocketAddr, Instant>,
+    events: Vec<(SocketAddr, bool)>,
+    now: Instant,
+) -> Vec<SocketAddr> {
+    for (peer, open) in events {
+        if open {
+            pending.remove(&peer);
+        } else {
+            pending.insert(peer, now + FORGET_GRACE);
+        }
+    }
+    let due: Vec<SocketAddr> = pending
+        .iter()
+        .filter(|(_, at)| **at <= now)
+        .map(|(p, _)| *p)
+        .collect();
+    for p in &due {
+        pending.remove(p);
+    }
+    due
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -438,11 +464,36 @@ mod tests {
         k.note_closed("127.0.0.1:1".parse().unwrap());
         k.handle_tick(Instant::now());
         assert!(k.load().rates.is_empty());
-        assert!(lock(&k.closed).is_empty());
+        k.note_open("127.0.0.1:1".parse().unwrap());
+        assert!(lock(&k.events).is_empty());
         let mut out = String::new();
         k.render(&mut out);
         assert!(out.contains("\ndoic_ebpf_attached 0\n"), "{out}");
         assert!(!out.contains("doic_kernel_packets_total{"), "{out}");
+    }
+
+    #[test]
+    fn closed_peers_go_after_the_grace_unless_reopened() {
+        let t0 = Instant::now();
+        let (a, b, c): (SocketAddr, SocketAddr, SocketAddr) = (
+            "127.0.0.1:40000".parse().unwrap(),
+            "127.0.0.1:3869".parse().unwrap(),
+            "127.0.0.1:40001".parse().unwrap(),
+        );
+        let mut pending = HashMap::new();
+        // a closes; b closes then reopens (a redial); c opens then closes.
+        let due = due_for_removal(
+            &mut pending,
+            vec![(a, false), (b, false), (b, true), (c, true), (c, false)],
+            t0,
+        );
+        assert!(due.is_empty(), "nothing before the grace");
+        let just_before = t0 + FORGET_GRACE - Duration::from_millis(1);
+        assert!(due_for_removal(&mut pending, Vec::new(), just_before).is_empty());
+        let mut due = due_for_removal(&mut pending, Vec::new(), t0 + FORGET_GRACE);
+        due.sort();
+        assert_eq!(due, [a, c]);
+        assert!(pending.is_empty());
     }
 
     #[test]
