@@ -487,7 +487,7 @@ fn without_privileges_the_agent_relays_and_says_why_in_one_line() {
 }
 
 #[test]
-fn the_agent_never_panics_on_an_unusable_ebpf_section() {
+fn check_config_refuses_an_unusable_ebpf_section_in_one_line() {
     // check-config: one precise line.
     let cfg = write_config(
         "bad",
