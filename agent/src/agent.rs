@@ -54,6 +54,8 @@ pub struct Shared {
     pub(crate) next_conn: AtomicU64,
     /// Socket call counters of every connection (batching evidence).
     pub io: IoStats,
+    /// Kernel telemetry: counters per peer, arrival rates (control thread).
+    pub kernel: crate::telemetry::Kernel,
     workers: Vec<WorkerSlot>,
     next_worker: AtomicUsize,
 }
@@ -221,6 +223,7 @@ impl Agent {
             shutdown,
             next_conn: AtomicU64::new(1),
             io: IoStats::default(),
+            kernel: crate::telemetry::Kernel::default(),
             workers: slots,
             next_worker: AtomicUsize::new(0),
         });
@@ -328,6 +331,7 @@ fn control_loop(shared: &Shared, stop: &AtomicBool) {
             let permille = (delta.as_secs_f64() / elapsed.as_secs_f64() * 1000.0).min(1000.0);
             w.utilisation.store(permille as u32, Ordering::Relaxed);
         }
+        shared.kernel.handle_tick(at);
     }
 }
 

@@ -67,6 +67,10 @@ pub struct Config {
     /// Inbound peers accepted by name pattern.
     #[serde(default)]
     pub accept: Accept,
+    /// Kernel telemetry (`[ebpf]`); absent means the defaults of
+    /// [`crate::telemetry::Section`].
+    #[serde(default)]
+    pub ebpf: Option<crate::telemetry::Section>,
 }
 
 /// `[node]`: the agent itself.
@@ -360,6 +364,9 @@ impl Config {
                     format!("`{p}` is neither a host name nor `*.suffix`"),
                 ));
             }
+        }
+        if let Some(section) = &self.ebpf {
+            section.check(self).map_err(|(key, why)| bad(key, why))?;
         }
         Ok(())
     }

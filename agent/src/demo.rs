@@ -72,6 +72,7 @@ pub fn run(
     let destination_realm = config.routes[0].realm.clone();
     let agent = Agent::start(config)?;
     let target = agent.local_addrs()[0];
+    crate::telemetry::start(&agent);
     println!(
         "demo: agent on {target}, servers {}",
         servers
@@ -180,6 +181,7 @@ pub fn run(
         })?;
     agent.shutdown();
     agent.join();
+    shared.kernel.detach();
     for (_, s) in &servers {
         s.stop();
     }

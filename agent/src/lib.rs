@@ -8,6 +8,7 @@
 //! | --- | --- |
 //! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
 //! | [`ebpf`] | kernel telemetry: loads and attaches the XDP/TC program, reads per-peer Diameter counters, renders them for Prometheus |
+//! | [`telemetry`] | the kernel program inside the agent: `[ebpf]` section, attach/detach with the agent, per-tick counters and arrival rates for overload control |
 //! | [`doic`] | DOIC overload control core, sans-io (RFC 7683, RFC 8581, RFC 8582) |
 //! | [`audit`] | evidence trail: reports, OCS versions, treatment counters |
 //! | [`bucket`] | RFC 8582 §8.3 leaky bucket: lock-free, shared by all workers, priorities and randomised phase |
@@ -47,4 +48,5 @@ pub mod net;
 pub mod peer;
 pub mod relay;
 pub mod routing;
+pub mod telemetry;
 pub mod wire;

@@ -370,6 +370,14 @@ impl Client {
         Ok(c)
     }
 
+    /// The client's own address (the agent sees it as the peer's address).
+    ///
+    /// # Errors
+    /// When the socket has no address any more.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.stream.local_addr()
+    }
+
     /// Reads one whole message.
     ///
     /// # Errors

@@ -82,7 +82,12 @@ fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Run { config } => {
             let config = Config::from_file(&config)?;
+            // Before anything slow (loading the kernel program): a SIGTERM
+            // from then on stops the agent cleanly.
+            let signals = Signals::install()?;
             let agent = Agent::start(config)?;
+            doic_agent::telemetry::start(&agent);
+            let shared = agent.shared().clone();
             eprintln!(
                 "doic-agent: listening on {:?}{}",
                 agent.local_addrs(),
@@ -91,10 +96,12 @@ fn run(command: Command) -> anyhow::Result<()> {
                     .map(|m| format!(", metrics at http://{m}/metrics"))
                     .unwrap_or_default()
             );
-            wait_for_signal()?;
+            signals.wait();
             eprintln!("doic-agent: stopping (DPR to every peer, draining)");
             agent.shutdown();
             agent.join();
+            // The program stays attached until every connection has closed.
+            shared.kernel.detach();
             Ok(())
         }
         Command::Demo {
@@ -113,6 +120,40 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Decode(_) | Command::Encode(_) => Ok(()),
+    }
+}
+
+/// SIGTERM and SIGINT handlers, installed up front.
+struct Signals {
+    rt: tokio::runtime::Runtime,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (term, int) = {
+            let _guard = rt.enter();
+            (
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::interrupt())?,
+            )
+        };
+        Ok(Self { rt, term, int })
+    }
+
+    /// Blocks until SIGTERM or SIGINT.
+    fn wait(mut self) {
+        self.rt.block_on(async {
+            tokio::select! {
+                _ = self.term.recv() => {}
+                _ = self.int.recv() => {}
+            }
+        });
     }
 }
 

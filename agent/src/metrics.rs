@@ -217,5 +217,6 @@ pub fn render(shared: &Shared) -> String {
             shared.utilisation(i)
         );
     }
+    shared.kernel.render(&mut o);
     o
 }

@@ -44,6 +44,11 @@ const STAGES: &[Stage] = &[
         run: bench_ebpf,
     },
     Stage {
+        name: "bench-ebpf-relay",
+        about: "relay throughput with the kernel program attached vs without, same agent, sandwiched rounds; fails beyond 3% + measured A/A noise (root)",
+        run: bench_ebpf_relay,
+    },
+    Stage {
         name: "interop",
         about: "install the third-party peers, then run the interop harness tests against them",
         run: interop,
@@ -196,6 +201,8 @@ fn ebpf() -> anyhow::Result<()> {
             "ebpf_parse",
             "--test",
             "ebpf_netns",
+            "--test",
+            "ebpf_agent",
             "--",
             "--ignored",
             "--test-threads=1",
@@ -271,6 +278,29 @@ fn interop() -> anyhow::Result<()> {
 
 /// The relay benchmark (release build): the agent must reach 0.8 of the
 /// direct path's answers/s, measured in the same run.
+/// The relay with and without the kernel program (bench/src/bin/bench-ebpf-relay.rs):
+/// medians of sandwiched rounds; fails when the loss exceeds 3% plus the
+/// noise the run measures between its own runs without the program.
+fn bench_ebpf_relay() -> anyhow::Result<()> {
+    require_root("bench-ebpf-relay")?;
+    setup::ebpf()?;
+    run(
+        "cargo",
+        &[
+            "build",
+            "--release",
+            "-p",
+            "bench",
+            "--bin",
+            "bench-ebpf-relay",
+        ],
+    )?;
+    let mut cmd =
+        std::process::Command::new(crate::util::root().join("target/release/bench-ebpf-relay"));
+    cmd.args(["--seconds", "1", "--rounds", "15", "--tolerance", "0.03"]);
+    crate::util::run_cmd(&mut cmd)
+}
+
 fn bench_relay() -> anyhow::Result<()> {
     crate::peers::install()?;
     run(

@@ -81,6 +81,9 @@ pub(crate) async fn run(
         .local_addr()
         .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |a| a.ip());
     let remote = stream.peer_addr().ok();
+    if let Some(remote) = remote {
+        shared.kernel.note_open(remote);
+    }
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = unbounded_channel();
     let now = Instant::now();
@@ -119,6 +122,9 @@ pub(crate) async fn run(
         c.pump_fsm();
         c.main_loop().await;
         c.finish().await;
+        if let Some(remote) = remote {
+            c.shared.kernel.note_closed(remote);
+        }
     }
     .instrument(span)
     .await;
