@@ -60,6 +60,9 @@ pub struct Relayed {
     /// Identity of the downstream peer, recorded in the Route-Record added
     /// upstream (RFC 6733 §6.1.9).
     pub from: Arc<str>,
+    /// DOIC transaction state, when overload control treated the request
+    /// (given back to the core with the answer).
+    pub doic: Option<Box<crate::doic::PendingTx>>,
 }
 
 /// What the table knows of a peer's connection.

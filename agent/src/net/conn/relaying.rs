@@ -136,6 +136,41 @@ impl Conn {
         };
         tried.extend(sender);
         let excluded = tried.len();
+        let mut decision = crate::overload::Decision::Relay;
+        if let Some(ov) = &self.shared.overload {
+            let realm_text = String::from_utf8_lossy(&realm);
+            self.rotate = self.rotate.wrapping_add(1);
+            decision = crate::overload::treat_request(
+                &self.shared,
+                ov,
+                &crate::overload::RequestIn {
+                    msg: &msg,
+                    head,
+                    routing: &routing,
+                    from: &from,
+                    realm: &realm_text,
+                    dest_host: dest_host.as_deref(),
+                    excluded: &tried,
+                    rotate: self.rotate,
+                },
+            );
+        }
+        let (msg, doic, to) = match decision {
+            crate::overload::Decision::Answer { msg, code } => {
+                self.out.extend_from_slice(&msg);
+                if let Some((_, slot)) = &self.peer {
+                    PeerSlot::count(&slot.stats.answers_out, code);
+                }
+                return;
+            }
+            crate::overload::Decision::Forward {
+                peer,
+                pinned,
+                msg,
+                tx,
+            } => (msg, Some(tx), Some((peer, pinned))),
+            crate::overload::Decision::Relay => (msg, None, None),
+        };
         let r = Relayed {
             realm,
             msg,
@@ -146,9 +181,14 @@ impl Conn {
             retransmit: head.flags & flags::RETRANSMIT != 0,
             app: head.app,
             from,
+            doic,
         };
         self.rotate = self.rotate.wrapping_add(1);
-        match relay::dispatch(&self.shared, r, dest_host.as_deref(), self.rotate) {
+        let sent = match to {
+            Some((peer, pinned)) => relay::dispatch_to(&self.shared, r, peer, pinned, self.rotate),
+            None => relay::dispatch(&self.shared, r, dest_host.as_deref(), self.rotate),
+        };
+        match sent {
             Ok(()) => self.inflight_down += 1,
             Err((r, e)) => {
                 // Every candidate eliminated by §6.1.7 is 3002, not 3004.
@@ -174,6 +214,15 @@ impl Conn {
             return;
         };
         self.upstream_done();
+        let mut msg = msg;
+        let mut retry_ok = true;
+        if let Some(ov) = &self.shared.overload
+            && let Some(tx) = p.r.doic.as_deref()
+        {
+            let from_peer = self.peer_host();
+            // Never retried elsewhere after 5198 (retry_on_alternate).
+            (msg, retry_ok) = crate::overload::treat_answer(ov, tx, &from_peer, msg);
+        }
         let routing = Routing::scan(&msg).ok();
         let rc = routing.as_ref().and_then(Routing::result_code);
         let erc = routing
@@ -183,7 +232,7 @@ impl Conn {
         let code = rc.or(erc).unwrap_or(0);
         if let Some((id, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_in, code);
-            if relay::answer_fate(rc, erc, p.r.pinned) == AnswerFate::Retry {
+            if retry_ok && relay::answer_fate(rc, erc, p.r.pinned) == AnswerFate::Retry {
                 let mut r = p.r;
                 r.tried.push(*id);
                 self.rotate = self.rotate.wrapping_add(1);
