@@ -304,24 +304,29 @@ async fn host_report_is_forwarded_to_a_doic_client_that_then_abates_itself() {
         OLR_DEFAULT_ALGO,
         vec![olr(4, ReportType::Host, 100, Some(60))],
     );
-    let a = exchange(&mut c, 1, 1, 1, Some(&cf)).await;
-    // The host report as received (the agent may add its own realm report,
-    // seed 002).
-    let o: Vec<_> = olrs_of(&a[0])
-        .into_iter()
-        .filter(|o| o.report_type == ReportType::Host)
-        .collect();
+    let a = exchange_to(&mut c, 1, 1, 1, Some(&cf), Some(S1)).await;
+    // One OC-OLR: the host report as received (no realm report of the
+    // agent's for a one-server realm).
+    let o = olrs_of(&a[0]);
     assert_eq!(o.len(), 1, "{o:?}");
     assert_eq!(
         (o[0].sequence_number, o[0].report_type),
         (4, ReportType::Host)
     );
     assert_eq!(o[0].reduction_percentage, Some(100));
-    // RFC 7683 §5.2.3: the client received the report and abates at the
-    // source; the agent does not abate its requests again.
+    let f = features_of(&a[0]);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].feature_vector, Some(OLR_DEFAULT_ALGO));
+    // RFC 7683 §5.2.3: the client received the report and abates requests
+    // for S1 at the source; the agent does not abate them again.
     let before = s1.requests();
-    let a = exchange(&mut c, 10, 30, 4, Some(&cf)).await;
+    let a = exchange_to(&mut c, 10, 30, 4, Some(&cf), Some(S1)).await;
     assert_eq!(count(&a, 2001), 30);
+    assert_eq!(s1.requests() - before, 30);
+    // Realm-routed requests are not covered by a host report at the client
+    // (RFC 7683 §5.2.2): the agent abates those itself.
+    let a = exchange(&mut c, 100, 10, 1, Some(&cf)).await;
+    assert_eq!(count(&a, 5012), 10);
     assert_eq!(s1.requests() - before, 30);
     stop(agent);
 }
@@ -380,10 +385,20 @@ async fn rate_report_bounds_what_reaches_the_server_and_shows_in_metrics() {
         assert_eq!(count(&a, 2001) + count(&a, 5012), 500);
         hbh += 500;
     }
-    let rate = (s1.requests() - before) as f64 / t0.elapsed().as_secs_f64();
+    let secs = t0.elapsed().as_secs_f64();
+    let rate = (s1.requests() - before) as f64 / secs;
+    let offered = f64::from(hbh - 100) / secs;
+    // At most the maximum rate (plus the bucket's burst tolerance, RFC 8582
+    // §8.3.2: 1 + TAU1/T requests); at least 90 % of what could pass (the
+    // machine is shared with the other tests: the offered load may dip).
+    // The 2 % bound at 10x load is the `bench-doic` stage's.
     assert!(
-        (rate / 200.0 - 1.0).abs() < 0.15,
+        rate <= 200.0 + 10.0 / secs,
         "rate reaching the server {rate}/s"
+    );
+    assert!(
+        rate >= 0.9 * offered.min(200.0) - 10.0,
+        "rate reaching the server {rate}/s, offered {offered}/s"
     );
     let t0 = Instant::now();
     loop {

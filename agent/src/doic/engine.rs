@@ -449,8 +449,12 @@ impl Doic {
         let app = req.app_id;
         let realm = req.dest_realm;
         // Keep the agent's own view of the realm's capacity current.
+        // With a single server the host report says all there is to say: no
+        // realm report is made (it would double the OC-OLRs of the answer,
+        // which application grammars with `[ OC-OLR ]` refuse, as the OTP
+        // interop test showed).
         let servers: Vec<&str> = candidates.iter().filter_map(|c| c.server).collect();
-        if !servers.is_empty() {
+        if servers.len() > 1 {
             let ocs = &self.ocs;
             let ramp = self.cfg.ramp;
             self.realms.observe(

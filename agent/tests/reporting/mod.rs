@@ -306,13 +306,25 @@ pub async fn exchange(
     window: u32,
     features: Option<&OcSupportedFeatures>,
 ) -> Vec<Bytes> {
+    exchange_to(c, hbh0, n, window, features, None).await
+}
+
+/// [`exchange`] with a Destination-Host.
+pub async fn exchange_to(
+    c: &mut Client,
+    hbh0: u32,
+    n: u32,
+    window: u32,
+    features: Option<&OcSupportedFeatures>,
+    dest_host: Option<&str>,
+) -> Vec<Bytes> {
     let mut answers: Vec<Option<Bytes>> = vec![None; n as usize];
     let mut sent = 0u32;
     let mut got = 0u32;
     while got < n {
         let mut batch = BytesMut::new();
         while sent < n && sent - got < window {
-            batch.extend_from_slice(&request(hbh0 + sent, features, None));
+            batch.extend_from_slice(&request(hbh0 + sent, features, dest_host));
             sent += 1;
         }
         if !batch.is_empty() {
