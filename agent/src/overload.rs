@@ -31,8 +31,10 @@ use crate::codec::{CommandFlags, Header, builder};
 use crate::dictionary::code;
 use crate::doic::report::Abatement;
 use crate::doic::treatment::{Replica, ThrottleAnswer};
-use crate::doic::wire::{DoicAvps, apply_answer, apply_request, text};
-use crate::doic::{AnswerView, Candidate, Doic, DoicConfig, PendingTx, RequestView, Treatment};
+use crate::doic::wire::{DoicAvps, apply_answer, text};
+use crate::doic::{
+    AnswerView, Candidate, Doic, DoicConfig, OcSupportedFeatures, PendingTx, RequestView, Treatment,
+};
 use crate::routing::PeerId;
 use crate::wire::Head;
 
@@ -45,6 +47,28 @@ const MAX_CANDIDATES: usize = 4;
 thread_local! {
     static WORKER: Cell<usize> = const { Cell::new(usize::MAX) };
     static CORE: RefCell<Option<Doic>> = const { RefCell::new(None) };
+    /// The last OC-Supported-Features encoded for requests (always the same
+    /// for one agent: its vector and SourceID), and its encoding.
+    static ENCODED: RefCell<Option<(OcSupportedFeatures, Bytes)>> = const { RefCell::new(None) };
+}
+
+/// The encoding of `f`, reused while it does not change.
+fn encoded(f: &OcSupportedFeatures) -> Bytes {
+    ENCODED.with(|e| {
+        let mut e = e.borrow_mut();
+        if let Some((k, b)) = e.as_ref()
+            && k == f
+        {
+            return b.clone();
+        }
+        let mut out = BytesMut::with_capacity(64);
+        if f.to_avp().encode(&mut out).is_err() {
+            return Bytes::new();
+        }
+        let b = out.freeze();
+        *e = Some((f.clone(), b.clone()));
+        b
+    })
 }
 
 /// Marks the current thread as worker `index` (called once by the worker
@@ -199,8 +223,11 @@ pub(crate) enum Decision {
         peer: PeerId,
         /// Whether it is pinned by Destination-Host.
         pinned: bool,
-        /// The request with the agent's OC-Supported-Features.
-        msg: Bytes,
+        /// The request without the OC-Supported-Features it came with, when
+        /// it had one (`None`: send it as received).
+        msg: Option<Bytes>,
+        /// The agent's OC-Supported-Features, encoded, to append.
+        append: Bytes,
         /// Transaction state for the answer.
         tx: Box<PendingTx>,
     },
@@ -239,48 +266,61 @@ pub(crate) struct RequestIn<'a> {
 /// Treats one request (RFC 8581 §5 order) and applies the decision to its
 /// bytes.
 pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -> Decision {
-    // Candidates in the router's order of preference.
-    let mut tried = r.excluded.to_vec();
-    let mut ids: Vec<(PeerId, bool)> = Vec::with_capacity(2);
+    // Candidates in the router's order of preference (fixed arrays: no
+    // allocation on the per-request path).
+    let mut tried = [PeerId::default(); 16];
+    let excluded = r.excluded.len().min(tried.len() - MAX_CANDIDATES);
+    tried[..excluded].copy_from_slice(&r.excluded[..excluded]);
+    let mut n_tried = excluded;
+    let mut ids = [(PeerId::default(), false); MAX_CANDIDATES];
+    let mut slots: [Option<std::sync::Arc<crate::peer::table::PeerSlot>>; MAX_CANDIDATES] =
+        Default::default();
+    let mut n = 0;
     let mut host = r.dest_host;
-    while ids.len() < MAX_CANDIDATES {
-        let Ok(c) =
-            shared
-                .router
-                .choose(&shared.table, host, r.realm, r.head.app, &tried, r.rotate)
-        else {
+    while n < MAX_CANDIDATES {
+        let Ok(c) = shared.router.choose(
+            &shared.table,
+            host,
+            r.realm,
+            r.head.app,
+            &tried[..n_tried],
+            r.rotate,
+        ) else {
+            break;
+        };
+        let Some(slot) = shared.table.get(c.peer) else {
             break;
         };
         host = None;
-        ids.push((c.peer, c.pinned));
-        tried.push(c.peer);
+        ids[n] = (c.peer, c.pinned);
+        slots[n] = Some(slot);
+        n += 1;
+        tried[n_tried] = c.peer;
+        n_tried += 1;
         if c.pinned {
             break;
         }
     }
-    if ids.is_empty() {
+    if n == 0 {
         return Decision::Relay;
     }
-    let slots: Vec<_> = ids
-        .iter()
-        .filter_map(|(id, _)| shared.table.get(*id))
-        .collect();
-    if slots.len() != ids.len() {
-        return Decision::Relay;
-    }
-    let candidates: Vec<Candidate<'_>> = slots
-        .iter()
-        .map(|s| Candidate {
+    let mut candidates = [Candidate {
+        peer: "",
+        server: None,
+    }; MAX_CANDIDATES];
+    for (c, s) in candidates.iter_mut().zip(slots.iter().flatten()) {
+        *c = Candidate {
             peer: &s.host,
             server: Some(&s.host),
-        })
-        .collect();
-    let features = match DoicAvps::read(r.routing) {
-        Ok(d) => d.features,
-        // A malformed OC-Supported-Features: the client is treated as not
-        // supporting DOIC; the AVP is replaced on the way up.
-        Err(_) => None,
-    };
+        };
+    }
+    let candidates = &candidates[..n];
+    let received = r.routing.oc_supported_features();
+    // A malformed OC-Supported-Features: the client is treated as not
+    // supporting DOIC; the AVP is replaced on the way up.
+    let features = received
+        .as_ref()
+        .and_then(|a| OcSupportedFeatures::from_raw(a).ok());
     let view = RequestView {
         app_id: r.head.app,
         command_code: r.head.cmd,
@@ -292,7 +332,7 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
     };
     let now = Instant::now();
     let out = with_core(ov, |core, _| {
-        let t = core.treat(now, &view, &candidates);
+        let t = core.treat(now, &view, candidates);
         match t {
             Treatment::Forward {
                 index,
@@ -304,19 +344,26 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
                 add_features,
                 tx,
             } => {
-                let mut buf = match MessageBuf::new(BytesMut::from(&r.msg[..])) {
-                    Ok(b) => b,
-                    Err(_) => return Decision::Relay,
+                // RFC 7683 §5.1.3, RFC 8581 §6.1.1: one OC-Supported-Features,
+                // the agent's; a received one is removed (the only copy).
+                let msg = if received.is_some() {
+                    let Ok(mut buf) = MessageBuf::new(BytesMut::from(&r.msg[..])) else {
+                        return Decision::Relay;
+                    };
+                    if buf.remove_avps(is_features).is_err() {
+                        return Decision::Relay;
+                    }
+                    Some(buf.freeze())
+                } else {
+                    None
                 };
-                if apply_request(&mut buf, &add_features).is_err() {
-                    return Decision::Relay;
-                }
                 let (peer, pinned) = ids[index];
                 tracing::trace!(peer = %candidates[index].peer, diverted = index != 0, "doic forward");
                 Decision::Forward {
                     peer,
                     pinned,
-                    msg: buf.freeze(),
+                    msg,
+                    append: encoded(&add_features),
                     tx: Box::new(tx),
                 }
             }
@@ -333,6 +380,10 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
         }
     });
     out.unwrap_or(Decision::Relay)
+}
+
+fn is_features(a: &crate::codec::avp::RawAvp<'_>) -> bool {
+    a.vendor_id.is_none() && a.code == code::OC_SUPPORTED_FEATURES
 }
 
 /// The agent's answer to a throttled request: Result-Code 3004 or 5012, or
@@ -385,13 +436,11 @@ pub(crate) fn treat_answer(
     ov: &Overload,
     tx: &PendingTx,
     from_peer: &str,
-    msg: Bytes,
-) -> (Bytes, bool) {
-    let Ok(routing) = Routing::scan(&msg) else {
-        return (msg, true);
-    };
-    let head = Head::read(&msg);
-    let (doic, malformed) = match DoicAvps::read(&routing) {
+    msg: &Bytes,
+    routing: &Routing<'_>,
+) -> (Option<Bytes>, bool) {
+    let head = Head::read(msg);
+    let (doic, malformed) = match DoicAvps::read(routing) {
         Ok(d) => (d, false),
         Err(_) => (DoicAvps::default(), true),
     };
@@ -410,21 +459,21 @@ pub(crate) fn treat_answer(
         ov.publish(worker, std::mem::take(&mut act.replicate));
         act
     }) else {
-        return (msg, true);
+        return (None, true);
     };
     // Undecodable DOIC AVPs never go onward (RFC 7683 §10.4 spirit: only
     // what the agent understood and accepted is relayed).
     act.strip |= malformed;
     let retry = act.retry_on_alternate;
     if !act.strip && act.add_features.is_none() && act.forward_reports.is_empty() {
-        return (msg, retry);
+        return (None, retry);
     }
     let Ok(mut buf) = MessageBuf::new(BytesMut::from(&msg[..])) else {
-        return (msg, retry);
+        return (None, retry);
     };
     match apply_answer(&mut buf, &act) {
-        Ok(()) => (buf.freeze(), retry),
-        Err(_) => (msg, retry),
+        Ok(()) => (Some(buf.freeze()), retry),
+        Err(_) => (None, retry),
     }
 }
 

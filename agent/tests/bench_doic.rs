@@ -13,6 +13,10 @@
 
 mod reporting;
 
+// The allocator of the agent's binaries (main.rs, bench-relay).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 

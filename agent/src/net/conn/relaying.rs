@@ -48,7 +48,12 @@ impl Conn {
             return;
         }
         let hbh = self.alloc_hbh();
+        let start = self.out.len();
         wire::put_relayed_request(&mut self.out, &r.msg, &r.from, hbh, r.retransmit);
+        if !r.append.is_empty() {
+            self.out.extend_from_slice(&r.append);
+            wire::finish(&mut self.out, start);
+        }
         slot.stats.requests_out.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + self.shared.config.request_timeout();
         if let Some(old) = self.pending.insert(hbh, Pending { r, deadline }) {
@@ -155,7 +160,7 @@ impl Conn {
                 },
             );
         }
-        let (msg, doic, to) = match decision {
+        let (msg, doic, append, to) = match decision {
             crate::overload::Decision::Answer { msg, code } => {
                 self.out.extend_from_slice(&msg);
                 if let Some((_, slot)) = &self.peer {
@@ -166,10 +171,16 @@ impl Conn {
             crate::overload::Decision::Forward {
                 peer,
                 pinned,
-                msg,
+                msg: rewritten,
+                append,
                 tx,
-            } => (msg, Some(tx), Some((peer, pinned))),
-            crate::overload::Decision::Relay => (msg, None, None),
+            } => (
+                rewritten.unwrap_or(msg),
+                Some(tx),
+                append,
+                Some((peer, pinned)),
+            ),
+            crate::overload::Decision::Relay => (msg, None, Bytes::new(), None),
         };
         let r = Relayed {
             realm,
@@ -182,6 +193,7 @@ impl Conn {
             app: head.app,
             from,
             doic,
+            append,
         };
         self.rotate = self.rotate.wrapping_add(1);
         let sent = match to {
@@ -214,15 +226,6 @@ impl Conn {
             return;
         };
         self.upstream_done();
-        let mut msg = msg;
-        let mut retry_ok = true;
-        if let Some(ov) = &self.shared.overload
-            && let Some(tx) = p.r.doic.as_deref()
-        {
-            let from_peer = self.peer_host();
-            // Never retried elsewhere after 5198 (retry_on_alternate).
-            (msg, retry_ok) = crate::overload::treat_answer(ov, tx, &from_peer, msg);
-        }
         let routing = Routing::scan(&msg).ok();
         let rc = routing.as_ref().and_then(Routing::result_code);
         let erc = routing
@@ -230,6 +233,17 @@ impl Conn {
             .and_then(Routing::experimental_result_code)
             .map(|(_, code)| code);
         let code = rc.or(erc).unwrap_or(0);
+        let mut retry_ok = true;
+        let mut rewritten = None;
+        if let Some(ov) = &self.shared.overload
+            && let Some(tx) = p.r.doic.as_deref()
+            && let Some(scan) = routing.as_ref()
+        {
+            let from_peer = self.peer.as_ref().map_or("", |(_, s)| s.host.as_str());
+            // Never retried elsewhere after 5198 (retry_on_alternate).
+            (rewritten, retry_ok) = crate::overload::treat_answer(ov, tx, from_peer, &msg, scan);
+        }
+        let msg = rewritten.unwrap_or(msg);
         if let Some((id, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_in, code);
             if retry_ok && relay::answer_fate(rc, erc, p.r.pinned) == AnswerFate::Retry {
