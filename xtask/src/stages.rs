@@ -64,6 +64,11 @@ const STAGES: &[Stage] = &[
         run: bench_codec,
     },
     Stage {
+        name: "bench-doic",
+        about: "DOIC through the running agent: rate within 2 % at 10x load, loss within 1 pp over 100k, first request after a report, throughput >= 95 % of the relay without DOIC",
+        run: bench_doic,
+    },
+    Stage {
         name: "bench-bucket",
         about: "leaky bucket against governor; fails if any ratio is above 1.0",
         run: bench_bucket,
@@ -338,6 +343,27 @@ fn bench_bucket() -> anyhow::Result<()> {
         &[
             "bench", "-p", "bench", "--bench", "bucket", "--", "--check", "--rounds", "7",
             "--iters", "1000000",
+        ],
+    )
+}
+
+/// DOIC precision and cost through the running agent (release build): the
+/// `#[ignore]`d tests of agent/tests/bench_doic.rs print their figures and
+/// fail outside the bounds.
+fn bench_doic() -> anyhow::Result<()> {
+    run(
+        "cargo",
+        &[
+            "test",
+            "--release",
+            "-p",
+            "agent",
+            "--test",
+            "bench_doic",
+            "--",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
         ],
     )
 }
