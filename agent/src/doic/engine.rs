@@ -453,8 +453,8 @@ impl Doic {
         // realm report is made (it would double the OC-OLRs of the answer,
         // which application grammars with `[ OC-OLR ]` refuse, as the OTP
         // interop test showed).
-        let servers: Vec<&str> = candidates.iter().filter_map(|c| c.server).collect();
-        if servers.len() > 1 {
+        if candidates.iter().filter(|c| c.server.is_some()).count() > 1 {
+            let servers: Vec<&str> = candidates.iter().filter_map(|c| c.server).collect();
             let ocs = &self.ocs;
             let ramp = self.cfg.ramp;
             self.realms.observe(
