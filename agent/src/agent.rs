@@ -56,6 +56,8 @@ pub struct Shared {
     pub io: IoStats,
     /// Kernel telemetry: counters per peer, arrival rates (control thread).
     pub kernel: crate::telemetry::Kernel,
+    /// DOIC state shared by the workers; `None` when overload control is off.
+    pub overload: Option<crate::overload::Overload>,
     workers: Vec<WorkerSlot>,
     next_worker: AtomicUsize,
 }
@@ -175,6 +177,7 @@ impl Agent {
                     if let Some(core) = core {
                         core_affinity::set_for_current(core);
                     }
+                    crate::overload::set_worker(index);
                     let rt = match tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
@@ -216,7 +219,10 @@ impl Agent {
         }
         let table = PeerTable::from_config(&config);
         let router = Router::from_config(&config, |h| table.by_host(h));
+        let overload =
+            crate::overload::Overload::new(&config.node.origin_host, config.doic_effective(), n);
         let shared = Arc::new(Shared {
+            overload,
             config,
             table,
             router,
@@ -310,15 +316,30 @@ fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
 
 /// The control thread: once a second, the workers' busy share. (Overload
 /// control attaches here: it reads the same load signals.)
-fn control_loop(shared: &Shared, stop: &AtomicBool) {
+fn control_loop(shared: &Arc<Shared>, stop: &AtomicBool) {
     let mut last: Vec<Duration> = shared
         .workers
         .iter()
         .map(|w| w.handle.metrics().worker_total_busy_duration(0))
         .collect();
     let mut at = Instant::now();
+    let mut ticks = 0u64;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
+        ticks += 1;
+        if shared.overload.is_some() && !*shared.shutdown.borrow() {
+            // DOIC expiry, ramps and snapshots run on each worker (its core
+            // lives there); the audit trail is rendered once a second.
+            let full = ticks.is_multiple_of(10);
+            for i in 0..shared.workers.len() {
+                let s = shared.clone();
+                shared.workers[i].handle.spawn(async move {
+                    if let Some(ov) = &s.overload {
+                        crate::overload::tick(ov, full);
+                    }
+                });
+            }
+        }
         if at.elapsed() < Duration::from_secs(1) {
             continue;
         }

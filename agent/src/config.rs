@@ -71,6 +71,10 @@ pub struct Config {
     /// [`crate::telemetry::Section`].
     #[serde(default)]
     pub ebpf: Option<crate::telemetry::Section>,
+    /// Diameter overload control (`[doic]`, RFC 7683/8581/8582); absent
+    /// means the agent relays without DOIC.
+    #[serde(default)]
+    pub doic: Option<crate::doic::DoicConfig>,
 }
 
 /// `[node]`: the agent itself.
@@ -154,6 +158,10 @@ pub struct PeerConfig {
     /// Where the agent dials; absent for inbound-only peers.
     #[serde(default)]
     pub connect: Option<SocketAddr>,
+    /// Its overload reports are believed (RFC 7683 §10.4); otherwise they
+    /// are stripped and ignored.
+    #[serde(default)]
+    pub trusted: bool,
 }
 
 /// `[[route]]`: a realm route.
@@ -356,6 +364,10 @@ impl Config {
                 }
             }
         }
+        if let Some(d) = &self.doic {
+            d.validate()
+                .map_err(|e| bad("doic".into(), e.to_string()))?;
+        }
         for (i, p) in self.accept.hosts.iter().enumerate() {
             let name = p.strip_prefix("*.").unwrap_or(p);
             if p == "*" || check_identity(name).is_err() {
@@ -369,6 +381,18 @@ impl Config {
             section.check(self).map_err(|(key, why)| bad(key, why))?;
         }
         Ok(())
+    }
+
+    /// The `[doic]` section with the `trusted` flags of the `[[peer]]`
+    /// entries folded into its per-peer policies; `None` when DOIC is off
+    /// (no section, or `enabled = false`).
+    #[must_use]
+    pub fn doic_effective(&self) -> Option<crate::doic::DoicConfig> {
+        let mut d = self.doic.clone().filter(|d| d.enabled)?;
+        for p in self.peers.iter().filter(|p| p.trusted) {
+            d.peers.entry(p.host.clone()).or_default().trusted = true;
+        }
+        Some(d)
     }
 
     /// Worker threads to run: the configured number, or one per core.

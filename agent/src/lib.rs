@@ -17,6 +17,7 @@
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
 //! | [`agent`] | the running agent: pinned workers, listeners, dialling, control thread, shutdown |
 //! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O |
+//! | [`overload`] | DOIC in the relay: per-worker cores, request/answer treatment, replication, control tick, `/metrics` and `/audit` |
 //! | [`relay`] | relay duties across connections: dispatch, failover with the T flag, local answers |
 //! | [`loadgen`] | built-in loopback peers: answering server, closed/open-loop load client |
 //! | [`demo`] | `doic-agent demo`: the agent between built-in peers, live summary |
@@ -45,6 +46,7 @@ pub mod inspect;
 pub mod loadgen;
 pub mod metrics;
 pub mod net;
+pub mod overload;
 pub mod peer;
 pub mod relay;
 pub mod routing;

@@ -51,6 +51,11 @@ async fn respond(shared: &Shared, mut stream: TcpStream) -> std::io::Result<()> 
         ("405 Method Not Allowed", String::from("only GET\n"))
     } else if path == "/metrics" {
         ("200 OK", render(shared))
+    } else if path == "/audit" {
+        match &shared.overload {
+            Some(ov) => ("200 OK", crate::overload::audit_json(ov).to_string()),
+            None => ("404 Not Found", String::from("overload control is off\n")),
+        }
     } else {
         ("404 Not Found", String::from("try /metrics\n"))
     };
@@ -218,5 +223,8 @@ pub fn render(shared: &Shared) -> String {
         );
     }
     shared.kernel.render(&mut o);
+    if let Some(ov) = &shared.overload {
+        crate::overload::render_metrics(ov, &mut o);
+    }
     o
 }

@@ -92,6 +92,46 @@ pub(crate) fn dispatch(
     }
 }
 
+/// Sends `r` to `peer`, the next hop overload control chose among the
+/// router's candidates (RFC 8581 §5: possibly a diversion). When that peer
+/// cannot take it any more, the router picks another one.
+///
+/// # Errors
+/// The request back with the reason it could not be dispatched.
+#[expect(
+    clippy::result_large_err,
+    reason = "the request comes back by value on the cold path; boxing would allocate on it"
+)]
+pub(crate) fn dispatch_to(
+    shared: &Shared,
+    mut r: Relayed,
+    peer: PeerId,
+    pinned: bool,
+    rotate: usize,
+) -> Result<(), (Relayed, RouteError)> {
+    if let Some(slot) = shared.table.get(peer)
+        && let Some(tx) = slot.sender()
+    {
+        r.pinned = pinned;
+        slot.outstanding.fetch_add(1, Ordering::Relaxed);
+        match tx.send(ToConn::Request(r)) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                slot.outstanding.fetch_sub(1, Ordering::Relaxed);
+                let ToConn::Request(back) = e.0 else {
+                    unreachable!("sent a request")
+                };
+                r = back;
+            }
+        }
+    }
+    if pinned {
+        return Err((r, RouteError::NoRoute));
+    }
+    r.tried.push(peer);
+    dispatch(shared, r, None, rotate)
+}
+
 /// Builds the agent's own answer to `msg` with `result_code`.
 #[must_use]
 pub(crate) fn local_answer(shared: &Shared, msg: &[u8], result_code: u32, why: &str) -> Bytes {

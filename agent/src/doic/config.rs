@@ -66,6 +66,13 @@ impl Default for PeerPolicy {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DoicConfig {
+    /// Overload control in the relay; `false` relays as if the section were
+    /// absent (the anchor of the throughput comparison).
+    pub enabled: bool,
+    /// The agent's own capacity in requests per second: above it, the agent
+    /// sends peer reports with the rate algorithm to its DOIC clients
+    /// (RFC 8581 §6.2.4, RFC 8582 §6.1); absent means never.
+    pub own_capacity: Option<u32>,
     /// Algorithms advertised and accepted; loss is always included.
     pub algorithms: Vec<Algorithm>,
     /// Support peer reports (RFC 8581).
@@ -107,6 +114,8 @@ pub struct DoicConfig {
 impl Default for DoicConfig {
     fn default() -> Self {
         Self {
+            enabled: true,
+            own_capacity: None,
             algorithms: vec![Algorithm::Loss, Algorithm::Rate],
             peer_report: true,
             peer_algo: Algorithm::Rate,

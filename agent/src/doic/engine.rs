@@ -449,8 +449,12 @@ impl Doic {
         let app = req.app_id;
         let realm = req.dest_realm;
         // Keep the agent's own view of the realm's capacity current.
-        let servers: Vec<&str> = candidates.iter().filter_map(|c| c.server).collect();
-        if !servers.is_empty() {
+        // With a single server the host report says all there is to say: no
+        // realm report is made (it would double the OC-OLRs of the answer,
+        // which application grammars with `[ OC-OLR ]` refuse, as the OTP
+        // interop test showed).
+        if candidates.iter().filter(|c| c.server.is_some()).count() > 1 {
+            let servers: Vec<&str> = candidates.iter().filter_map(|c| c.server).collect();
             let ocs = &self.ocs;
             let ramp = self.cfg.ramp;
             self.realms.observe(
@@ -463,6 +467,7 @@ impl Doic {
             );
         }
         let key = (app, ReportType::Realm, realm);
+        let mut realm_abated = false;
         if let Some(o) = self
             .ocs
             .lookup(now, app, ReportType::Realm, realm, &mut self.audit)
@@ -480,15 +485,25 @@ impl Doic {
                 }
             }
         } else if let Some(st) = self.realms.state_mut(app, realm) {
-            // The agent's own realm report, applied for clients not sent it.
+            // The agent's own realm report (seed 002). A DOIC client that
+            // received it abates realm traffic at the source. For the other
+            // clients the agent applies it when diversion among several
+            // servers cannot carry the realm; with one candidate its host OCS
+            // is exact and decides alone below. Either way the host step then
+            // does not throttle again (that would abate twice).
             if st.percent > 0 {
                 st.counts.matched += 1;
                 let delivered = client.is_some() && st.delivered_to(req.from_peer);
                 if delivered {
                     st.counts.delegated += 1;
-                } else if super::loss::select_percent(&mut self.rng, st.percent) {
-                    st.counts.throttled += 1;
-                    return FirstStep::Throttle(ReportType::Realm);
+                    realm_abated = true;
+                } else if candidates.len() > 1 {
+                    if super::loss::select_percent(&mut self.rng, st.percent) {
+                        st.counts.throttled += 1;
+                        return FirstStep::Throttle(ReportType::Realm);
+                    }
+                    st.counts.passed += 1;
+                    realm_abated = true;
                 } else {
                     st.counts.passed += 1;
                 }
@@ -511,6 +526,11 @@ impl Doic {
                 if let Some(i) = alt {
                     self.ocs.count(key, Outcome::Diverted);
                     FirstStep::Divert(i)
+                } else if realm_abated {
+                    // The realm report already abated the realm's deficit;
+                    // throttling again would abate twice.
+                    self.ocs.count(key, Outcome::Passed);
+                    FirstStep::Pass
                 } else {
                     self.ocs.count(key, Outcome::Throttled);
                     FirstStep::Throttle(ReportType::Host)

@@ -60,6 +60,12 @@ pub struct Relayed {
     /// Identity of the downstream peer, recorded in the Route-Record added
     /// upstream (RFC 6733 §6.1.9).
     pub from: Arc<str>,
+    /// DOIC transaction state, when overload control treated the request
+    /// (given back to the core with the answer).
+    pub doic: Option<Box<crate::doic::PendingTx>>,
+    /// Encoded AVPs appended after the Route-Record on the way out (the
+    /// agent's OC-Supported-Features, RFC 7683 §5.1.3); empty for none.
+    pub append: Bytes,
 }
 
 /// What the table knows of a peer's connection.

@@ -719,3 +719,32 @@ fn agent_made_answers_carry_its_doic_avps() {
         (3004, true, true)
     );
 }
+
+#[test]
+fn one_server_host_report_is_applied_once_to_realm_traffic() {
+    // RFC 7683 §6.1: the reacting node abates the requested percentage. With
+    // one server in the realm the agent's own realm report (seed 002) says
+    // the same thing as the host report; applying both abated 75 % instead
+    // of 50 % (found by the relay's end-to-end test).
+    let mut net = Net::new();
+    net.server("s1", REALM);
+    net.agent("a", DoicConfig::default(), &["s1"], false);
+    net.realm_route("a", REALM, &[("s1", Some("s1"))]);
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 50 },
+        60,
+    );
+    let n = 20_000;
+    let answers: Vec<Ans> = (0..n)
+        .map(|_| net.send_via("a", Req::realm("n", REALM)))
+        .collect();
+    let t = tally(&answers);
+    let throttled = *t.get(&5012).unwrap_or(&0) as f64 / f64::from(n);
+    assert!(
+        (throttled - 0.5).abs() < 0.02,
+        "throttled share {throttled}: {t:?}"
+    );
+}

@@ -48,7 +48,12 @@ impl Conn {
             return;
         }
         let hbh = self.alloc_hbh();
+        let start = self.out.len();
         wire::put_relayed_request(&mut self.out, &r.msg, &r.from, hbh, r.retransmit);
+        if !r.append.is_empty() {
+            self.out.extend_from_slice(&r.append);
+            wire::finish(&mut self.out, start);
+        }
         slot.stats.requests_out.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + self.shared.config.request_timeout();
         if let Some(old) = self.pending.insert(hbh, Pending { r, deadline }) {
@@ -136,6 +141,47 @@ impl Conn {
         };
         tried.extend(sender);
         let excluded = tried.len();
+        let mut decision = crate::overload::Decision::Relay;
+        if let Some(ov) = &self.shared.overload {
+            let realm_text = String::from_utf8_lossy(&realm);
+            self.rotate = self.rotate.wrapping_add(1);
+            decision = crate::overload::treat_request(
+                &self.shared,
+                ov,
+                &crate::overload::RequestIn {
+                    msg: &msg,
+                    head,
+                    routing: &routing,
+                    from: &from,
+                    realm: &realm_text,
+                    dest_host: dest_host.as_deref(),
+                    excluded: &tried,
+                    rotate: self.rotate,
+                },
+            );
+        }
+        let (msg, doic, append, to) = match decision {
+            crate::overload::Decision::Answer { msg, code } => {
+                self.out.extend_from_slice(&msg);
+                if let Some((_, slot)) = &self.peer {
+                    PeerSlot::count(&slot.stats.answers_out, code);
+                }
+                return;
+            }
+            crate::overload::Decision::Forward {
+                peer,
+                pinned,
+                msg: rewritten,
+                append,
+                tx,
+            } => (
+                rewritten.unwrap_or(msg),
+                Some(tx),
+                append,
+                Some((peer, pinned)),
+            ),
+            crate::overload::Decision::Relay => (msg, None, Bytes::new(), None),
+        };
         let r = Relayed {
             realm,
             msg,
@@ -146,9 +192,15 @@ impl Conn {
             retransmit: head.flags & flags::RETRANSMIT != 0,
             app: head.app,
             from,
+            doic,
+            append,
         };
         self.rotate = self.rotate.wrapping_add(1);
-        match relay::dispatch(&self.shared, r, dest_host.as_deref(), self.rotate) {
+        let sent = match to {
+            Some((peer, pinned)) => relay::dispatch_to(&self.shared, r, peer, pinned, self.rotate),
+            None => relay::dispatch(&self.shared, r, dest_host.as_deref(), self.rotate),
+        };
+        match sent {
             Ok(()) => self.inflight_down += 1,
             Err((r, e)) => {
                 // Every candidate eliminated by §6.1.7 is 3002, not 3004.
@@ -181,9 +233,20 @@ impl Conn {
             .and_then(Routing::experimental_result_code)
             .map(|(_, code)| code);
         let code = rc.or(erc).unwrap_or(0);
+        let mut retry_ok = true;
+        let mut rewritten = None;
+        if let Some(ov) = &self.shared.overload
+            && let Some(tx) = p.r.doic.as_deref()
+            && let Some(scan) = routing.as_ref()
+        {
+            let from_peer = self.peer.as_ref().map_or("", |(_, s)| s.host.as_str());
+            // Never retried elsewhere after 5198 (retry_on_alternate).
+            (rewritten, retry_ok) = crate::overload::treat_answer(ov, tx, from_peer, &msg, scan);
+        }
+        let msg = rewritten.unwrap_or(msg);
         if let Some((id, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_in, code);
-            if relay::answer_fate(rc, erc, p.r.pinned) == AnswerFate::Retry {
+            if retry_ok && relay::answer_fate(rc, erc, p.r.pinned) == AnswerFate::Retry {
                 let mut r = p.r;
                 r.tried.push(*id);
                 self.rotate = self.rotate.wrapping_add(1);

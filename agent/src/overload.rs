@@ -1,0 +1,601 @@
+//! DOIC in the running relay: RFC 7683 §5.1 (the agent's
+//! OC-Supported-Features in every relayed request, SourceID replaced, RFC
+//! 8581 §6.1), §5.2.2 and §8 (throttled requests answered 3004 / 5012 /
+//! Experimental-Result 5198), §5.2.1 and §10 (reports of trusted peers
+//! accepted, forwarded to DOIC clients, stripped otherwise), RFC 8581 §6.2.5
+//! (peer reports never relayed) and RFC 8582 (the rate bucket shared by the
+//! workers).
+//!
+//! Each worker thread owns one [`Doic`] core in a thread local: the
+//! per-request path takes no lock. A report accepted on one worker comes
+//! back from [`Doic::on_answer`] as [`Replica`]s, which are put in the other
+//! workers' inboxes (a mutex taken only when a report arrives; the request
+//! path checks an atomic flag). The control thread ([`tick`], every 100 ms on
+//! each worker) drives [`Doic::handle_timeout`] and publishes each worker's
+//! [`Snapshot`] for `/metrics` and `GET /audit`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::agent::Shared;
+use crate::audit::Totals;
+use crate::codec::avp::Avp;
+use crate::codec::relay::{MessageBuf, Routing};
+use crate::codec::{CommandFlags, Header, builder};
+use crate::dictionary::code;
+use crate::doic::report::Abatement;
+use crate::doic::treatment::{Replica, ThrottleAnswer};
+use crate::doic::wire::{DoicAvps, apply_answer, text};
+use crate::doic::{
+    AnswerView, Candidate, Doic, DoicConfig, OcSupportedFeatures, PendingTx, RequestView, Treatment,
+};
+use crate::routing::PeerId;
+use crate::wire::Head;
+
+/// Vendor-Id put in the Experimental-Result of a 5198 answer (3GPP; the code
+/// is vendor practice, the vendor the deployment's choice).
+pub const RETRY_NOT_ALLOWED_VENDOR: u32 = 10415;
+/// Most candidates offered to the core for one request.
+const MAX_CANDIDATES: usize = 4;
+
+thread_local! {
+    static WORKER: Cell<usize> = const { Cell::new(usize::MAX) };
+    static CORE: RefCell<Option<Doic>> = const { RefCell::new(None) };
+    /// The last OC-Supported-Features encoded for requests (always the same
+    /// for one agent: its vector and SourceID), and its encoding.
+    static ENCODED: RefCell<Option<(OcSupportedFeatures, Bytes)>> = const { RefCell::new(None) };
+}
+
+/// The encoding of `f`, reused while it does not change.
+fn encoded(f: &OcSupportedFeatures) -> Bytes {
+    ENCODED.with(|e| {
+        let mut e = e.borrow_mut();
+        if let Some((k, b)) = e.as_ref()
+            && k == f
+        {
+            return b.clone();
+        }
+        let mut out = BytesMut::with_capacity(64);
+        if f.to_avp().encode(&mut out).is_err() {
+            return Bytes::new();
+        }
+        let b = out.freeze();
+        *e = Some((f.clone(), b.clone()));
+        b
+    })
+}
+
+/// Marks the current thread as worker `index` (called once by the worker
+/// thread at start).
+pub(crate) fn set_worker(index: usize) {
+    WORKER.with(|w| w.set(index));
+}
+
+/// Reports accepted elsewhere, waiting for one worker.
+#[derive(Debug, Default)]
+struct Inbox {
+    ready: AtomicBool,
+    items: Mutex<Vec<Replica>>,
+}
+
+/// An active overload control state, as published by a worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OcsRow {
+    /// Application-ID.
+    pub app_id: u32,
+    /// `host`, `realm` or `peer`.
+    pub report_type: &'static str,
+    /// The host, realm or peer it is for.
+    pub target: String,
+    /// What it asks for.
+    pub abatement: Abatement,
+    /// OC-Sequence-Number in force.
+    pub sequence: u64,
+}
+
+/// What one worker's core looked like at the last tick.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Treatment totals.
+    pub totals: Totals,
+    /// Active OCS entries.
+    pub ocs: Vec<OcsRow>,
+    /// Received reports by verdict, over the retained trail.
+    pub verdicts: BTreeMap<String, u64>,
+    /// The evidence trail as JSON ([`crate::audit::Audit::to_json`]).
+    pub audit: serde_json::Value,
+}
+
+/// DOIC state shared by the workers: configuration, inboxes, snapshots.
+#[derive(Debug)]
+pub struct Overload {
+    cfg: DoicConfig,
+    identity: String,
+    origin: Instant,
+    sequence_base: u64,
+    inboxes: Vec<Inbox>,
+    snapshots: Vec<Mutex<Snapshot>>,
+}
+
+impl Overload {
+    /// The DOIC state of an agent with `workers` workers, or `None` when
+    /// `cfg` is `None` (DOIC off).
+    #[must_use]
+    pub fn new(identity: &str, cfg: Option<DoicConfig>, workers: usize) -> Option<Self> {
+        let cfg = cfg?;
+        let sequence_base = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs());
+        Some(Self {
+            cfg,
+            identity: identity.to_owned(),
+            origin: Instant::now(),
+            sequence_base,
+            inboxes: (0..workers).map(|_| Inbox::default()).collect(),
+            snapshots: (0..workers).map(|_| Mutex::default()).collect(),
+        })
+    }
+
+    /// The effective configuration.
+    #[must_use]
+    pub fn config(&self) -> &DoicConfig {
+        &self.cfg
+    }
+
+    /// The snapshots of every worker, as of the last tick.
+    #[must_use]
+    pub fn snapshots(&self) -> Vec<Snapshot> {
+        self.snapshots
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            })
+            .collect()
+    }
+
+    /// Hands `replicas` to every worker but `from`.
+    fn publish(&self, from: usize, replicas: Vec<Replica>) {
+        if replicas.is_empty() {
+            return;
+        }
+        for (i, inbox) in self.inboxes.iter().enumerate() {
+            if i == from {
+                continue;
+            }
+            inbox
+                .items
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend(replicas.iter().cloned());
+            inbox.ready.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Runs `f` on this worker's core (created on first use), after applying
+/// what the other workers accepted.
+fn with_core<R>(ov: &Overload, f: impl FnOnce(&mut Doic, usize) -> R) -> Option<R> {
+    let worker = WORKER.with(Cell::get);
+    CORE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            let seed = ov.sequence_base ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            match Doic::new(&ov.identity, ov.cfg.clone(), seed, ov.sequence_base) {
+                Ok(d) => *c = Some(d),
+                Err(e) => {
+                    tracing::error!(cause = %e, "DOIC core not started");
+                    return None;
+                }
+            }
+        }
+        let core = c.as_mut()?;
+        if let Some(inbox) = ov.inboxes.get(worker)
+            && inbox.ready.swap(false, Ordering::Acquire)
+        {
+            let items = std::mem::take(
+                &mut *inbox
+                    .items
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            for r in &items {
+                core.replicate(r);
+            }
+        }
+        Some(f(core, worker))
+    })
+}
+
+/// What the relay does with a request after the DOIC treatment.
+#[derive(Debug)]
+pub(crate) enum Decision {
+    /// Send `msg` (rewritten) to `peer`, keeping `tx` with it.
+    Forward {
+        /// The next hop.
+        peer: PeerId,
+        /// Whether it is pinned by Destination-Host.
+        pinned: bool,
+        /// The request without the OC-Supported-Features it came with, when
+        /// it had one (`None`: send it as received).
+        msg: Option<Bytes>,
+        /// The agent's OC-Supported-Features, encoded, to append.
+        append: Bytes,
+        /// Transaction state for the answer.
+        tx: Box<PendingTx>,
+    },
+    /// Answer with this message (throttled); nothing goes upstream.
+    Answer {
+        /// The answer.
+        msg: Bytes,
+        /// Its Result-Code or Experimental-Result-Code.
+        code: u32,
+    },
+    /// Not for the core (no candidate, DOIC off): the relay routes as usual.
+    Relay,
+}
+
+/// The request inputs the relay already decoded.
+#[derive(Debug)]
+pub(crate) struct RequestIn<'a> {
+    /// The request bytes.
+    pub msg: &'a Bytes,
+    /// Its header.
+    pub head: Head,
+    /// Its relay scan.
+    pub routing: &'a Routing<'a>,
+    /// The downstream peer's identity.
+    pub from: &'a str,
+    /// Destination-Realm.
+    pub realm: &'a str,
+    /// Destination-Host.
+    pub dest_host: Option<&'a str>,
+    /// Peers that are not candidates (§6.1.7).
+    pub excluded: &'a [PeerId],
+    /// Rotation for ties.
+    pub rotate: usize,
+}
+
+/// Treats one request (RFC 8581 §5 order) and applies the decision to its
+/// bytes.
+pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -> Decision {
+    // Candidates in the router's order of preference (fixed arrays: no
+    // allocation on the per-request path).
+    let mut tried = [PeerId::default(); 16];
+    let excluded = r.excluded.len().min(tried.len() - MAX_CANDIDATES);
+    tried[..excluded].copy_from_slice(&r.excluded[..excluded]);
+    let mut n_tried = excluded;
+    let mut ids = [(PeerId::default(), false); MAX_CANDIDATES];
+    let mut slots: [Option<std::sync::Arc<crate::peer::table::PeerSlot>>; MAX_CANDIDATES] =
+        Default::default();
+    let mut n = 0;
+    let mut host = r.dest_host;
+    while n < MAX_CANDIDATES {
+        let Ok(c) = shared.router.choose(
+            &shared.table,
+            host,
+            r.realm,
+            r.head.app,
+            &tried[..n_tried],
+            r.rotate,
+        ) else {
+            break;
+        };
+        let Some(slot) = shared.table.get(c.peer) else {
+            break;
+        };
+        host = None;
+        ids[n] = (c.peer, c.pinned);
+        slots[n] = Some(slot);
+        n += 1;
+        tried[n_tried] = c.peer;
+        n_tried += 1;
+        if c.pinned {
+            break;
+        }
+    }
+    if n == 0 {
+        return Decision::Relay;
+    }
+    let mut candidates = [Candidate {
+        peer: "",
+        server: None,
+    }; MAX_CANDIDATES];
+    for (c, s) in candidates.iter_mut().zip(slots.iter().flatten()) {
+        *c = Candidate {
+            peer: &s.host,
+            server: Some(&s.host),
+        };
+    }
+    let candidates = &candidates[..n];
+    let received = r.routing.oc_supported_features();
+    // A malformed OC-Supported-Features: the client is treated as not
+    // supporting DOIC; the AVP is replaced on the way up.
+    let features = received
+        .as_ref()
+        .and_then(|a| OcSupportedFeatures::from_raw(a).ok());
+    let view = RequestView {
+        app_id: r.head.app,
+        command_code: r.head.cmd,
+        from_peer: r.from,
+        dest_realm: r.realm,
+        dest_host: r.dest_host,
+        features: features.as_ref(),
+        drmp: r.routing.drmp().and_then(|d| u8::try_from(d).ok()),
+    };
+    let now = Instant::now();
+    let out = with_core(ov, |core, _| {
+        let t = core.treat(now, &view, candidates);
+        match t {
+            Treatment::Forward {
+                index,
+                add_features,
+                tx,
+            }
+            | Treatment::Divert {
+                index,
+                add_features,
+                tx,
+            } => {
+                // RFC 7683 §5.1.3, RFC 8581 §6.1.1: one OC-Supported-Features,
+                // the agent's; a received one is removed (the only copy).
+                let msg = if received.is_some() {
+                    let Ok(mut buf) = MessageBuf::new(BytesMut::from(&r.msg[..])) else {
+                        return Decision::Relay;
+                    };
+                    if buf.remove_avps(is_features).is_err() {
+                        return Decision::Relay;
+                    }
+                    Some(buf.freeze())
+                } else {
+                    None
+                };
+                let (peer, pinned) = ids[index];
+                tracing::trace!(peer = %candidates[index].peer, diverted = index != 0, "doic forward");
+                Decision::Forward {
+                    peer,
+                    pinned,
+                    msg,
+                    append: encoded(&add_features),
+                    tx: Box::new(tx),
+                }
+            }
+            Treatment::Throttle { result, cause } => {
+                tracing::trace!(?cause, code = result.code(), "doic throttle");
+                let act = core.local_answer(now, &view);
+                let msg = throttle_answer(shared, r.msg, result, &act);
+                Decision::Answer {
+                    msg,
+                    code: result.code(),
+                }
+            }
+            Treatment::NoRoute => Decision::Relay,
+        }
+    });
+    out.unwrap_or(Decision::Relay)
+}
+
+fn is_features(a: &crate::codec::avp::RawAvp<'_>) -> bool {
+    a.vendor_id.is_none() && a.code == code::OC_SUPPORTED_FEATURES
+}
+
+/// The agent's answer to a throttled request: Result-Code 3004 or 5012, or
+/// Experimental-Result 5198 without Result-Code (RFC 6733 §7.6), with the
+/// DOIC AVPs `act` gives (RFC 7683 §5.1.2: none to a non-DOIC client).
+fn throttle_answer(
+    shared: &Shared,
+    req: &[u8],
+    result: ThrottleAnswer,
+    act: &crate::doic::AnswerActions,
+) -> Bytes {
+    let h = Head::read(req);
+    let mut header = Header::new(h.cmd, h.app, CommandFlags(h.flags));
+    header.hop_by_hop = h.hbh;
+    header.end_to_end = h.e2e;
+    let node = &shared.config.node;
+    let mut a = builder::ErrorAnswer::new(
+        &header,
+        req,
+        result.code(),
+        &node.origin_host,
+        &node.origin_realm,
+    );
+    if result.is_experimental() {
+        a = a.experimental_result(RETRY_NOT_ALLOWED_VENDOR, result.code());
+    }
+    if let Some(f) = &act.add_features {
+        a = a.avp(f.to_avp());
+    }
+    for o in &act.forward_reports {
+        a = a.avp(o.to_avp());
+    }
+    let mut m = a.build();
+    if result.is_experimental() {
+        m.avps
+            .retain(|x: &Avp| !(x.vendor_id.is_none() && x.code == code::RESULT_CODE));
+    }
+    let mut out = BytesMut::with_capacity(256);
+    if let Err(e) = m.encode(&mut out) {
+        tracing::error!(cause = %e, "cannot encode a throttle answer");
+    }
+    out.freeze()
+}
+
+/// Handles an answer from `from_peer` to a request treated with `tx`:
+/// reports judged and applied, the answer rewritten for the client. Returns
+/// the answer to send downstream and whether the request may be retried on
+/// an alternate path.
+pub(crate) fn treat_answer(
+    ov: &Overload,
+    tx: &PendingTx,
+    from_peer: &str,
+    msg: &Bytes,
+    routing: &Routing<'_>,
+) -> (Option<Bytes>, bool) {
+    let head = Head::read(msg);
+    let (doic, malformed) = match DoicAvps::read(routing) {
+        Ok(d) => (d, false),
+        Err(_) => (DoicAvps::default(), true),
+    };
+    let ans = AnswerView {
+        app_id: head.app,
+        origin_host: routing.origin_host().and_then(text).unwrap_or(""),
+        origin_realm: routing.origin_realm().and_then(text).unwrap_or(""),
+        result_code: routing.result_code(),
+        experimental_result_code: routing.experimental_result_code().map(|(_, c)| c),
+        features: doic.features.as_ref(),
+        olrs: &doic.olrs,
+    };
+    let now = Instant::now();
+    let Some(mut act) = with_core(ov, |core, worker| {
+        let mut act = core.on_answer(now, tx, from_peer, &ans);
+        ov.publish(worker, std::mem::take(&mut act.replicate));
+        act
+    }) else {
+        return (None, true);
+    };
+    // Undecodable DOIC AVPs never go onward (RFC 7683 §10.4 spirit: only
+    // what the agent understood and accepted is relayed).
+    act.strip |= malformed;
+    let retry = act.retry_on_alternate;
+    if !act.strip && act.add_features.is_none() && act.forward_reports.is_empty() {
+        return (None, retry);
+    }
+    let Ok(mut buf) = MessageBuf::new(BytesMut::from(&msg[..])) else {
+        return (None, retry);
+    };
+    match apply_answer(&mut buf, &act) {
+        Ok(()) => (Some(buf.freeze()), retry),
+        Err(_) => (None, retry),
+    }
+}
+
+/// One control tick on the current worker: expiry and ramps
+/// ([`Doic::handle_timeout`]), replicas applied, snapshot published
+/// (`full` also renders the audit trail).
+pub(crate) fn tick(ov: &Overload, full: bool) {
+    let now = Instant::now();
+    let snap = with_core(ov, |core, worker| {
+        core.handle_timeout(now);
+        let audit = core.audit();
+        let mut verdicts = BTreeMap::new();
+        for r in audit.reports() {
+            let v = format!("{:?}", r.verdict);
+            let v = v.split('(').next().unwrap_or("").to_ascii_lowercase();
+            *verdicts.entry(v).or_insert(0) += 1;
+        }
+        let ocs = core
+            .ocs()
+            .iter()
+            .map(|o| OcsRow {
+                app_id: o.key.app_id,
+                report_type: match o.key.report_type {
+                    crate::doic::ReportType::Host => "host",
+                    crate::doic::ReportType::Realm => "realm",
+                    crate::doic::ReportType::Peer => "peer",
+                    _ => "other",
+                },
+                target: o.key.id.clone(),
+                abatement: o.abatement,
+                sequence: o.sequence,
+            })
+            .collect();
+        (
+            worker,
+            Snapshot {
+                totals: audit.totals,
+                ocs,
+                verdicts,
+                audit: if full {
+                    audit.to_json(ov.origin)
+                } else {
+                    serde_json::Value::Null
+                },
+            },
+        )
+    });
+    if let Some((worker, mut snap)) = snap
+        && let Some(slot) = ov.snapshots.get(worker)
+    {
+        let mut slot = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !full {
+            snap.audit = std::mem::take(&mut slot.audit);
+        }
+        *slot = snap;
+    }
+}
+
+/// The DOIC metrics, Prometheus text format.
+pub(crate) fn render_metrics(ov: &Overload, o: &mut String) {
+    let snaps = ov.snapshots();
+    let mut t = Totals::default();
+    let mut verdicts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut ocs: BTreeMap<(&'static str, String), u64> = BTreeMap::new();
+    for s in &snaps {
+        t.requests += s.totals.requests;
+        t.forwarded += s.totals.forwarded;
+        t.diverted += s.totals.diverted;
+        t.throttled += s.totals.throttled;
+        t.no_route += s.totals.no_route;
+        for (k, v) in &s.verdicts {
+            *verdicts.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    // Every worker holds the same states (replicated): the first one counts.
+    if let Some(s) = snaps.first() {
+        for r in &s.ocs {
+            *ocs.entry((r.report_type, r.target.clone())).or_insert(0) += 1;
+        }
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_requests_treated_total Requests treated by overload control, by treatment.\n# TYPE doic_requests_treated_total counter"
+    );
+    for (k, v) in [
+        ("forwarded", t.forwarded),
+        ("diverted", t.diverted),
+        ("throttled", t.throttled),
+        ("no_route", t.no_route),
+    ] {
+        let _ = writeln!(o, "doic_requests_treated_total{{treatment=\"{k}\"}} {v}");
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_reports_received_total Overload reports received, by verdict (retained trail).\n# TYPE doic_reports_received_total counter"
+    );
+    for (k, v) in &verdicts {
+        let _ = writeln!(o, "doic_reports_received_total{{outcome=\"{k}\"}} {v}");
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_ocs_active Overload control states in force.\n# TYPE doic_ocs_active gauge"
+    );
+    for ((ty, target), n) in &ocs {
+        let _ = writeln!(
+            o,
+            "doic_ocs_active{{type=\"{ty}\",target=\"{}\"}} {n}",
+            target.replace(['"', '\\', '\n'], "_")
+        );
+    }
+}
+
+/// The evidence of every worker as JSON (`GET /audit`).
+#[must_use]
+pub fn audit_json(ov: &Overload) -> serde_json::Value {
+    let workers: Vec<_> = ov
+        .snapshots()
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| serde_json::json!({ "worker": i, "audit": s.audit }))
+        .collect();
+    serde_json::json!({ "identity": ov.identity, "workers": workers })
+}

@@ -1,0 +1,441 @@
+//! DOIC end to end through the running agent over real TCP on loopback: a
+//! load client, the agent, and scripted reporting servers (RFC 7683, RFC
+//! 8581, RFC 8582 as seen on the wire).
+
+mod reporting;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use doic_agent::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
+use doic_agent::config::Config;
+use doic_agent::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
+use reporting::*;
+
+const S1: &str = "server1.example.net";
+const S2: &str = "server2.example.net";
+const TRUST_CLIENT: &str = "[doic.peers.\"client1.example.org\"]\ntrusted = true\n";
+
+fn olr(seq: u64, rt: ReportType, percent: u32, validity: Option<u32>) -> OcOlr {
+    let mut o = OcOlr::new(seq, rt);
+    o.reduction_percentage = Some(percent);
+    o.validity_duration = validity;
+    o
+}
+
+fn server_features(vector: u64, source: &str) -> OcSupportedFeatures {
+    OcSupportedFeatures {
+        feature_vector: Some(vector),
+        source_id: Some(source.into()),
+        peer_algo: None,
+    }
+}
+
+fn report_once(s: &Reporter, vector: u64, olrs: Vec<OcOlr>) {
+    s.set(Script {
+        features: Some(server_features(vector, &s.host)),
+        olrs,
+        once: true,
+        experimental: None,
+    });
+}
+
+fn count(answers: &[bytes::Bytes], code: u32) -> usize {
+    answers.iter().filter(|a| code_of(a) == code).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_requests_carry_the_agents_features_and_source_id() {
+    let s1 = Reporter::spawn(S1).await;
+    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    // RFC 8581 §6.1.1: the received SourceID is replaced by the agent's.
+    let cf = client_features(OLR_DEFAULT_ALGO | OC_PEER_REPORT);
+    let a = exchange(&mut c, 1, 1, 1, Some(&cf)).await;
+    assert_eq!(code_of(&a[0]), 2001);
+    let f = s1.seen.last_features.lock().unwrap().clone();
+    assert_eq!(f.len(), 1, "exactly one OC-Supported-Features: {f:?}");
+    assert_eq!(f[0].source_id.as_deref(), Some(AGENT));
+    assert_eq!(
+        f[0].feature_vector,
+        Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT)
+    );
+    // RFC 7683 §5.1.3: the agent announces DOIC for a non-DOIC client too.
+    exchange(&mut c, 10, 5, 5, None).await;
+    let f = s1.seen.last_features.lock().unwrap().clone();
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].source_id.as_deref(), Some(AGENT));
+    assert_eq!(
+        s1.seen
+            .without_features
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    stop(agent);
+
+    // `enabled = false`: the relay as without DOIC (the throughput anchor).
+    let s2 = Reporter::spawn(S1).await;
+    let agent = start(agent_config(&[(&s2, true)], Some("enabled = false"), 1), 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    exchange(&mut c, 1, 3, 3, None).await;
+    assert!(s2.seen.last_features.lock().unwrap().is_empty());
+    stop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_loss_report_throttles_its_share_for_a_non_doic_client() {
+    let s1 = Reporter::spawn(S1).await;
+    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(1, ReportType::Host, 50, Some(60))],
+    );
+    let a = exchange(&mut c, 1, 1, 1, None).await;
+    assert_eq!(code_of(&a[0]), 2001);
+    // RFC 7683 §5.1.2: nothing DOIC goes to a client that did not ask.
+    assert!(features_of(&a[0]).is_empty());
+    assert!(olrs_of(&a[0]).is_empty());
+    let before = s1.requests();
+    let n = 4000;
+    let a = exchange(&mut c, 100, n, 64, None).await;
+    let (ok, thr) = (count(&a, 2001), count(&a, 5012));
+    assert_eq!(ok + thr, n as usize, "only 2001 and 5012 expected");
+    // Exactly the passed requests reached the server.
+    assert_eq!((s1.requests() - before) as usize, ok);
+    let share = thr as f64 / f64::from(n);
+    // 50 %: binomial sd 0.8 pp over 4000; 5 pp is > 6 sd.
+    assert!((share - 0.5).abs() < 0.05, "throttled share {share}");
+    stop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_takes_effect_on_the_first_request_after_its_answer() {
+    let s1 = Reporter::spawn(S1).await;
+    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(1, ReportType::Host, 100, Some(60))],
+    );
+    let a = exchange(&mut c, 1, 1, 1, None).await;
+    assert_eq!(code_of(&a[0]), 2001);
+    let before = s1.requests();
+    // 2 workers: the next request may be handled on the other one.
+    let a = exchange(&mut c, 2, 50, 1, None).await;
+    // RFC 7683 §8: the destination is overloaded, another path will not do:
+    // 5012 for the agent's own throttling (auto).
+    assert_eq!(count(&a, 5012), 50);
+    assert_eq!(s1.requests(), before);
+    let r = doic_agent::codec::Routing::scan(&a[0]).unwrap();
+    assert_eq!(r.origin_host(), Some(AGENT.as_bytes()));
+    stop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_not_allowed_answers_experimental_result_5198_without_result_code() {
+    let s1 = Reporter::spawn(S1).await;
+    let cfg = agent_config(
+        &[(&s1, true)],
+        Some("throttle_result = \"retry_not_allowed\""),
+        2,
+    );
+    let agent = start(cfg, 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(1, ReportType::Host, 100, Some(60))],
+    );
+    exchange(&mut c, 1, 1, 1, None).await;
+    let a = exchange(&mut c, 2, 10, 1, None).await;
+    for m in &a {
+        assert_eq!(code_of(m), 5198);
+        assert!(!has_result_code(m), "5198 goes in Experimental-Result only");
+    }
+    stop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_5198_is_never_retried_elsewhere() {
+    let s1 = Reporter::spawn(S1).await;
+    let s2 = Reporter::spawn(S2).await;
+    s1.set(Script {
+        experimental: Some(5198),
+        ..Script::default()
+    });
+    s2.set(Script {
+        experimental: Some(5198),
+        ..Script::default()
+    });
+    let agent = start(agent_config(&[(&s1, true), (&s2, true)], Some(""), 2), 2).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let a = exchange(&mut c, 1, 40, 8, None).await;
+    assert_eq!(count(&a, 5198), 40);
+    // One upstream attempt per request: no retry on an alternate path.
+    assert_eq!(s1.requests() + s2.requests(), 40);
+    stop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validity_zero_ends_the_abatement() {
+    let s1 = Reporter::spawn(S1).await;
+    let agent = start(agent_config(&[(&s1, true)], Some("ramp = 0.0"), 2), 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(7, ReportType::Host, 50, Some(60))],
+    );
+    exchange(&mut c, 1, 1, 1, None).await;
+    let a = exchange(&mut c, 10, 200, 16, None).await;
+    assert!(count(&a, 5012) > 50, "abating before the end");
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(8, ReportType::Host, 50, Some(0))],
+    );
+    // Until an answer carries the end report, some requests are throttled.
+    let mut hbh = 1000;
+    loop {
+        let a = exchange(&mut c, hbh, 1, 1, None).await;
+        hbh += 1;
+        if code_of(&a[0]) == 2001 {
+            break;
+        }
+        assert!(hbh < 1100, "no request passed");
+    }
+    let a = exchange(&mut c, 2000, 300, 16, None).await;
+    if count(&a, 2001) != 300 {
+        let audit = http_get(agent.metrics_addr().unwrap(), "/audit").await;
+        panic!(
+            "abatement not over after validity 0: {} passed; {audit}",
+            count(&a, 2001)
+        );
+    }
+    stop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_sequence_numbers_are_ignored() {
+    let s1 = Reporter::spawn(S1).await;
+    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let metrics = agent.metrics_addr().unwrap();
+    let mut c = connect(agent.local_addrs()[0]).await;
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(5, ReportType::Host, 0, Some(60))],
+    );
+    exchange(&mut c, 1, 1, 1, None).await;
+    // RFC 7683 §5.2.1.3: a sequence not greater than the stored one is ignored.
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(3, ReportType::Host, 100, Some(60))],
+    );
+    exchange(&mut c, 2, 1, 1, None).await;
+    let a = exchange(&mut c, 10, 200, 16, None).await;
+    assert_eq!(count(&a, 2001), 200);
+    // The evidence says why.
+    let t0 = Instant::now();
+    loop {
+        let body = http_get(metrics, "/audit").await;
+        if body.contains("\"verdict\":\"Stale\"") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_reports_are_honoured_never_relayed_and_forged_ones_ignored() {
+    let s1 = Reporter::spawn(S1).await;
+    let cfg = agent_config(&[(&s1, true)], Some(TRUST_CLIENT), 2);
+    let agent = start(cfg, 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let cf = client_features(OLR_DEFAULT_ALGO | OC_PEER_REPORT);
+    let v = OLR_DEFAULT_ALGO | OC_PEER_REPORT;
+    // A peer report whose SourceID is not the sending peer: ignored
+    // (RFC 8581 §6.2.3).
+    let mut forged = olr(1, ReportType::Peer, 100, Some(60));
+    forged.source_id = Some("someone.example.net".into());
+    report_once(&s1, v, vec![forged]);
+    let a = exchange(&mut c, 1, 1, 1, Some(&cf)).await;
+    assert!(olrs_of(&a[0]).is_empty(), "peer reports are never relayed");
+    let a = exchange(&mut c, 10, 100, 16, Some(&cf)).await;
+    assert_eq!(count(&a, 2001), 100);
+    // A genuine one: honoured, not relayed, the client gets the agent's
+    // OC-Supported-Features (SourceID = agent) instead of the server's.
+    let mut genuine = olr(2, ReportType::Peer, 100, Some(60));
+    genuine.source_id = Some(S1.into());
+    report_once(&s1, v, vec![genuine]);
+    let a = exchange(&mut c, 200, 1, 1, Some(&cf)).await;
+    assert_eq!(code_of(&a[0]), 2001);
+    assert!(
+        olrs_of(&a[0])
+            .iter()
+            .all(|o| o.source_id.as_deref() != Some(S1))
+    );
+    let f = features_of(&a[0]);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].source_id.as_deref(), Some(AGENT));
+    let before = s1.requests();
+    let a = exchange(&mut c, 300, 20, 1, Some(&cf)).await;
+    // RFC 8581 §6.2.5 with no alternate: throttled; auto gives 3004 (another
+    // path may succeed, RFC 7683 §8).
+    assert_eq!(count(&a, 3004), 20);
+    assert_eq!(s1.requests(), before);
+    stop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_report_is_forwarded_to_a_doic_client_that_then_abates_itself() {
+    let s1 = Reporter::spawn(S1).await;
+    let agent = start(agent_config(&[(&s1, true)], Some(TRUST_CLIENT), 2), 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let cf = client_features(OLR_DEFAULT_ALGO);
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(4, ReportType::Host, 100, Some(60))],
+    );
+    let a = exchange_to(&mut c, 1, 1, 1, Some(&cf), Some(S1)).await;
+    // One OC-OLR: the host report as received (no realm report of the
+    // agent's for a one-server realm).
+    let o = olrs_of(&a[0]);
+    assert_eq!(o.len(), 1, "{o:?}");
+    assert_eq!(
+        (o[0].sequence_number, o[0].report_type),
+        (4, ReportType::Host)
+    );
+    assert_eq!(o[0].reduction_percentage, Some(100));
+    let f = features_of(&a[0]);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].feature_vector, Some(OLR_DEFAULT_ALGO));
+    // RFC 7683 §5.2.3: the client received the report and abates requests
+    // for S1 at the source; the agent does not abate them again.
+    let before = s1.requests();
+    let a = exchange_to(&mut c, 10, 30, 4, Some(&cf), Some(S1)).await;
+    assert_eq!(count(&a, 2001), 30);
+    assert_eq!(s1.requests() - before, 30);
+    // Realm-routed requests are not covered by a host report at the client
+    // (RFC 7683 §5.2.2): the agent abates those itself.
+    let a = exchange(&mut c, 100, 10, 1, Some(&cf)).await;
+    assert_eq!(count(&a, 5012), 10);
+    assert_eq!(s1.requests() - before, 30);
+    stop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_peers_reports_are_stripped_and_ignored() {
+    let s1 = Reporter::spawn(S1).await;
+    let agent = start(agent_config(&[(&s1, false)], Some(TRUST_CLIENT), 2), 1).await;
+    let metrics = agent.metrics_addr().unwrap();
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let cf = client_features(OLR_DEFAULT_ALGO);
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(1, ReportType::Host, 100, Some(60))],
+    );
+    let a = exchange(&mut c, 1, 1, 1, Some(&cf)).await;
+    // RFC 7683 §10.2/§10.4: not honoured, not forwarded.
+    assert!(olrs_of(&a[0]).is_empty());
+    assert!(
+        features_of(&a[0])
+            .iter()
+            .all(|f| f.source_id.as_deref() != Some(S1))
+    );
+    let a = exchange(&mut c, 10, 100, 16, None).await;
+    assert_eq!(count(&a, 2001), 100);
+    let t0 = Instant::now();
+    loop {
+        let body = http_get(metrics, "/metrics").await;
+        if body.contains("doic_reports_received_total{outcome=\"untrusted\"} 1") {
+            assert!(!body.contains("doic_ocs_active{"), "{body}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_report_bounds_what_reaches_the_server_and_shows_in_metrics() {
+    let s1 = Reporter::spawn(S1).await;
+    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let metrics = agent.metrics_addr().unwrap();
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let mut r = OcOlr::new(1, ReportType::Host);
+    r.maximum_rate = Some(200);
+    r.validity_duration = Some(60);
+    report_once(&s1, OLR_RATE_ALGORITHM, vec![r]);
+    exchange(&mut c, 1, 1, 1, None).await;
+    let before = s1.requests();
+    let t0 = Instant::now();
+    let mut hbh = 100;
+    while t0.elapsed() < Duration::from_secs(2) {
+        let a = exchange(&mut c, hbh, 500, 64, None).await;
+        assert_eq!(count(&a, 2001) + count(&a, 5012), 500);
+        hbh += 500;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let rate = (s1.requests() - before) as f64 / secs;
+    let offered = f64::from(hbh - 100) / secs;
+    // At most the maximum rate (plus the bucket's burst tolerance, RFC 8582
+    // §8.3.2: 1 + TAU1/T requests); at least 90 % of what could pass (the
+    // machine is shared with the other tests: the offered load may dip).
+    // The 2 % bound at 10x load is the `bench-doic` stage's.
+    assert!(
+        rate <= 200.0 + 10.0 / secs,
+        "rate reaching the server {rate}/s"
+    );
+    assert!(
+        rate >= 0.9 * offered.min(200.0) - 10.0,
+        "rate reaching the server {rate}/s, offered {offered}/s"
+    );
+    let t0 = Instant::now();
+    loop {
+        let body = http_get(metrics, "/metrics").await;
+        if body.contains("doic_ocs_active{type=\"host\",target=\"server1.example.net\"} 1") {
+            assert!(body.contains("doic_requests_treated_total{treatment=\"throttled\"}"));
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop(agent);
+}
+
+#[test]
+fn doic_configuration_errors_are_precise() {
+    let base = "[node]\norigin_host = \"a.example\"\norigin_realm = \"example\"\n";
+    let e = Config::from_str_named(&format!("{base}[doic]\nmax_ocs = 0\n"), Path::new("a.toml"))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "a.toml: doic: doic.max_ocs must be at least 1");
+    let e = Config::from_str_named(
+        &format!("{base}[doic]\nthrottle_result = \"never\"\n"),
+        Path::new("a.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("throttle_result") || e.contains("never"), "{e}");
+    assert!(!e.contains('\n'), "one line: {e}");
+    let ok = Config::from_str_named(
+        &format!(
+            "{base}[[peer]]\nhost = \"s.example\"\nrealm = \"example\"\ntrusted = true\n[doic]\nalgorithms = [\"loss\", \"rate\"]\npeer_report = true\nthrottle_result = \"auto\"\n"
+        ),
+        Path::new("a.toml"),
+    )
+    .unwrap();
+    let d = ok.doic_effective().unwrap();
+    assert!(d.peer("s.example").trusted);
+    assert!(!d.peer("other.example").trusted);
+}

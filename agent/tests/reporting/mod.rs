@@ -1,0 +1,397 @@
+//! A scripted DOIC reporting node on loopback (RFC 7683 §5.2): a Diameter
+//! server that records the OC-Supported-Features of every request it
+//! receives and attaches the OC-OLRs and OC-Supported-Features a test
+//! scripts to its answers. With a DOIC-aware load client and an agent
+//! configuration, the end-to-end and precision tests of overload control.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use doic_agent::agent::Agent;
+use doic_agent::codec::doic::{OcOlr, OcSupportedFeatures};
+use doic_agent::codec::{MessageBuf, Routing};
+use doic_agent::config::Config;
+use doic_agent::dictionary::code;
+use doic_agent::doic::wire::DoicAvps;
+use doic_agent::loadgen::{Client, Identity, TEST_APP, TEST_CMD};
+use doic_agent::peer::capx::Capabilities;
+use doic_agent::peer::table::state;
+use doic_agent::wire::{self, Head, avp, cmd, flags};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+pub const AGENT: &str = "agent.example.com";
+pub const CLIENT: &str = "client1.example.org";
+
+/// What the server puts in its next answers.
+#[derive(Clone, Debug, Default)]
+pub struct Script {
+    /// OC-Supported-Features of the answers (the reporting node's choice).
+    pub features: Option<OcSupportedFeatures>,
+    /// OC-OLRs of the answers.
+    pub olrs: Vec<OcOlr>,
+    /// Attach the above to one answer only, then clear them.
+    pub once: bool,
+    /// Answer with Experimental-Result (3GPP vendor) of this code instead of
+    /// Result-Code 2001.
+    pub experimental: Option<u32>,
+}
+
+/// What the server saw.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Application requests received.
+    pub requests: AtomicU64,
+    /// The OC-Supported-Features AVPs of the last request (all of them).
+    pub last_features: Mutex<Vec<OcSupportedFeatures>>,
+    /// Requests that carried no OC-Supported-Features.
+    pub without_features: AtomicU64,
+}
+
+/// A scripted reporting server.
+pub struct Reporter {
+    pub addr: SocketAddr,
+    pub host: String,
+    pub seen: Arc<Seen>,
+    pub script: Arc<Mutex<Script>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Reporter {
+    pub async fn spawn(host: &str) -> Reporter {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Seen::default());
+        let script = Arc::new(Mutex::new(Script::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let id = Identity::new(host, "example.net");
+        let (s, sc, st) = (seen.clone(), script.clone(), stop.clone());
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    a = listener.accept() => a,
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {
+                        if st.load(Ordering::Relaxed) { break }
+                        continue;
+                    }
+                };
+                let Ok((stream, _)) = accepted else { continue };
+                let (s, sc, st, id) = (s.clone(), sc.clone(), st.clone(), id.clone());
+                tokio::spawn(async move {
+                    let _ = serve(stream, id, s, sc, st).await;
+                });
+            }
+        });
+        Reporter {
+            addr,
+            host: host.into(),
+            seen,
+            script,
+            stop,
+        }
+    }
+
+    pub fn set(&self, s: Script) {
+        *self.script.lock().unwrap() = s;
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.seen.requests.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    id: Identity,
+    seen: Arc<Seen>,
+    script: Arc<Mutex<Script>>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let ip = stream.local_addr()?.ip();
+    let mut inbuf = BytesMut::with_capacity(256 * 1024);
+    let mut out = BytesMut::with_capacity(64 * 1024);
+    let o = (id.host.as_str(), id.realm.as_str());
+    loop {
+        let n = tokio::select! {
+            r = stream.read_buf(&mut inbuf) => r?,
+            () = tokio::time::sleep(Duration::from_millis(50)) => {
+                if stop.load(Ordering::Relaxed) { return Ok(()) }
+                continue;
+            }
+        };
+        if n == 0 || stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        while let Ok(Some(len)) = wire::frame_len(&inbuf) {
+            let m = inbuf.split_to(len).freeze();
+            let h = Head::read(&m);
+            if !h.is_request() {
+                continue;
+            }
+            match h.cmd {
+                cmd::CER => {
+                    let caps = Capabilities {
+                        origin_host: id.host.clone(),
+                        origin_realm: id.realm.clone(),
+                        host_ip_addresses: vec![ip],
+                        vendor_id: 0,
+                        product_name: "doic-reporter".into(),
+                        firmware_revision: None,
+                        auth_applications: vec![TEST_APP],
+                        acct_applications: Vec::new(),
+                    };
+                    wire::put_capabilities(&mut out, &caps, Some((h, 2001)), 0);
+                }
+                cmd::DWR => wire::put_base(&mut out, cmd::DWR, o, Some(h), 0, None),
+                cmd::DPR => wire::put_base(&mut out, cmd::DPR, o, Some(h), 0, None),
+                _ => {
+                    seen.requests.fetch_add(1, Ordering::Relaxed);
+                    let feats = features_of(&m);
+                    if feats.is_empty() {
+                        seen.without_features.fetch_add(1, Ordering::Relaxed);
+                    }
+                    *seen.last_features.lock().unwrap() = feats;
+                    let s = {
+                        let mut g = script.lock().unwrap();
+                        let s = g.clone();
+                        if g.once {
+                            g.olrs.clear();
+                            g.features = None;
+                            g.once = false;
+                        }
+                        s
+                    };
+                    out.extend_from_slice(&scripted_answer(&m, o, &s));
+                }
+            }
+        }
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            out.clear();
+        }
+    }
+}
+
+/// Every OC-Supported-Features AVP of a message.
+pub fn features_of(m: &[u8]) -> Vec<OcSupportedFeatures> {
+    doic_agent::codec::avp::AvpIter::with_offset(&m[20..], 20)
+        .filter_map(Result::ok)
+        .filter(|a| a.vendor_id.is_none() && a.code == code::OC_SUPPORTED_FEATURES)
+        .filter_map(|a| OcSupportedFeatures::from_raw(&a).ok())
+        .collect()
+}
+
+/// The OC-OLRs of a message.
+pub fn olrs_of(m: &[u8]) -> Vec<OcOlr> {
+    DoicAvps::read(&Routing::scan(m).unwrap()).unwrap().olrs
+}
+
+fn scripted_answer(req: &[u8], o: (&str, &str), s: &Script) -> Bytes {
+    let mut a = BytesMut::new();
+    let rc = if s.experimental.is_some() { 0 } else { 2001 };
+    wire::put_error_answer(&mut a, req, None, o, rc, None, "");
+    let mut b = MessageBuf::new(a).unwrap();
+    if let Some(code) = s.experimental {
+        b.remove_avps(|x| x.vendor_id.is_none() && x.code == code::RESULT_CODE)
+            .unwrap();
+        b.append_avp(&doic_agent::codec::builder::experimental_result(
+            10415, code,
+        ))
+        .unwrap();
+    }
+    if let Some(f) = &s.features {
+        b.append_avp(&f.to_avp()).unwrap();
+    }
+    for olr in &s.olrs {
+        b.append_avp(&olr.to_avp()).unwrap();
+    }
+    b.freeze()
+}
+
+/// The agent's configuration in front of `servers` (host, address, trusted),
+/// with `doic` as the `[doic]` section body (None: no section).
+pub fn agent_config(servers: &[(&Reporter, bool)], doic: Option<&str>, workers: usize) -> Config {
+    let mut t = format!(
+        "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = {workers}\ntc_seconds = 0.2\ntw_seconds = 6\ndrain_seconds = 2\nrequest_timeout_seconds = 5\n[metrics]\nlisten = \"127.0.0.1:0\"\n"
+    );
+    let mut names = Vec::new();
+    for (s, trusted) in servers {
+        t += &format!(
+            "[[peer]]\nhost = \"{}\"\nrealm = \"example.net\"\nconnect = \"{}\"\ntrusted = {trusted}\n",
+            s.host, s.addr
+        );
+        names.push(format!("\"{}\"", s.host));
+    }
+    t += &format!(
+        "[[route]]\nrealm = \"example.net\"\npeers = [{}]\n",
+        names.join(", ")
+    );
+    t += "[accept]\nhosts = [\"*.example.org\"]\n";
+    if let Some(d) = doic {
+        t += "[doic]\n";
+        t += d;
+        t += "\n";
+    }
+    Config::from_str_named(&t, Path::new("test.toml")).unwrap()
+}
+
+/// A test request; `features` adds an OC-Supported-Features, `dest_host` a
+/// Destination-Host.
+pub fn request(hbh: u32, features: Option<&OcSupportedFeatures>, dest_host: Option<&str>) -> Bytes {
+    let mut out = BytesMut::new();
+    let s = wire::begin(
+        &mut out,
+        flags::REQUEST | flags::PROXIABLE,
+        TEST_CMD,
+        TEST_APP,
+        hbh,
+        hbh ^ 0x5555_0000,
+    );
+    wire::put_avp(
+        &mut out,
+        avp::SESSION_ID,
+        format!("{CLIENT};1;{hbh}").as_bytes(),
+    );
+    wire::put_avp(&mut out, avp::ORIGIN_HOST, CLIENT.as_bytes());
+    wire::put_avp(&mut out, avp::ORIGIN_REALM, b"example.org");
+    wire::put_avp(&mut out, avp::DESTINATION_REALM, b"example.net");
+    if let Some(h) = dest_host {
+        wire::put_avp(&mut out, avp::DESTINATION_HOST, h.as_bytes());
+    }
+    wire::finish(&mut out, s);
+    let mut b = MessageBuf::new(out).unwrap();
+    if let Some(f) = features {
+        b.append_avp(&f.to_avp()).unwrap();
+    }
+    b.freeze()
+}
+
+/// A client's OC-Supported-Features.
+pub fn client_features(vector: u64) -> OcSupportedFeatures {
+    OcSupportedFeatures {
+        feature_vector: Some(vector),
+        source_id: Some(CLIENT.into()),
+        peer_algo: None,
+    }
+}
+
+pub async fn connect(addr: SocketAddr) -> Client {
+    let c = Client::connect(addr, Identity::new(CLIENT, "example.org"), vec![TEST_APP])
+        .await
+        .unwrap();
+    assert_eq!(c.cea_result, 2001);
+    c
+}
+
+/// Sends `n` requests (pipelined, `window` at a time) starting at
+/// Hop-by-Hop `hbh0`; returns the answers in Hop-by-Hop order, asserting
+/// exactly one answer per request.
+pub async fn exchange(
+    c: &mut Client,
+    hbh0: u32,
+    n: u32,
+    window: u32,
+    features: Option<&OcSupportedFeatures>,
+) -> Vec<Bytes> {
+    exchange_to(c, hbh0, n, window, features, None).await
+}
+
+/// [`exchange`] with a Destination-Host.
+pub async fn exchange_to(
+    c: &mut Client,
+    hbh0: u32,
+    n: u32,
+    window: u32,
+    features: Option<&OcSupportedFeatures>,
+    dest_host: Option<&str>,
+) -> Vec<Bytes> {
+    let mut answers: Vec<Option<Bytes>> = vec![None; n as usize];
+    let mut sent = 0u32;
+    let mut got = 0u32;
+    while got < n {
+        let mut batch = BytesMut::new();
+        while sent < n && sent - got < window {
+            batch.extend_from_slice(&request(hbh0 + sent, features, dest_host));
+            sent += 1;
+        }
+        if !batch.is_empty() {
+            c.write_raw(&batch).await.unwrap();
+        }
+        let m = tokio::time::timeout(Duration::from_secs(10), c.read_message())
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        let h = Head::read(&m);
+        if h.is_request() {
+            continue;
+        }
+        let i = h.hbh.wrapping_sub(hbh0) as usize;
+        assert!(i < n as usize, "answer to an unknown request {h:?}");
+        assert!(answers[i].is_none(), "two answers to request {i}");
+        answers[i] = Some(m);
+        got += 1;
+    }
+    answers.into_iter().map(Option::unwrap).collect()
+}
+
+/// Result-Code, or Experimental-Result-Code, of an answer.
+pub fn code_of(m: &[u8]) -> u32 {
+    let r = Routing::scan(m).unwrap();
+    r.result_code()
+        .or(r.experimental_result_code().map(|(_, c)| c))
+        .unwrap_or(0)
+}
+
+/// Whether an answer carries a Result-Code AVP at all.
+pub fn has_result_code(m: &[u8]) -> bool {
+    Routing::scan(m).unwrap().result_code().is_some()
+}
+
+/// `GET path` on the metrics listener.
+pub async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    body
+}
+
+/// Starts the agent and waits until `n` peers are OKAY.
+pub async fn start(config: Config, n: usize) -> Agent {
+    let agent = Agent::start(config).unwrap();
+    let shared = agent.shared().clone();
+    let t0 = std::time::Instant::now();
+    while shared
+        .table
+        .all()
+        .iter()
+        .filter(|(_, s)| s.state() == state::OKAY)
+        .count()
+        < n
+    {
+        assert!(t0.elapsed() < Duration::from_secs(10), "peers not open");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    agent
+}
+
+/// Stops the agent on another thread (tests end without waiting for it).
+pub fn stop(agent: Agent) {
+    agent.shutdown();
+    std::thread::spawn(move || agent.join());
+}
