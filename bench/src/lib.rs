@@ -4,3 +4,4 @@
 
 pub mod bucket;
 pub mod codec;
+pub mod relay;

@@ -15,17 +15,10 @@
 //! Needs root (CAP_BPF, CAP_NET_ADMIN) to attach.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
 
 use clap::Parser;
 use doic_agent::agent::Agent;
-use doic_agent::config::Config;
-use doic_agent::loadgen::{
-    Client, Identity, Pace, Report, Server, ServerBehaviour, TEST_APP, Traffic,
-};
-use doic_agent::peer::table::state;
+use doic_agent::loadgen::{Identity, Pace, Server, ServerBehaviour};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -60,71 +53,7 @@ fn agent(server: SocketAddr, mode: &str) -> anyhow::Result<Agent> {
          [[route]]\nrealm = \"example.net\"\npeers = [\"server.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n\
          [ebpf]\ninterfaces = [\"lo\"]\nmode = \"{mode}\"\negress = true\n"
     );
-    let agent = Agent::start(Config::from_str_named(&text, Path::new("bench.toml"))?)?;
-    let t0 = Instant::now();
-    while !agent
-        .shared()
-        .table
-        .all()
-        .iter()
-        .any(|(_, s)| s.state() == state::OKAY)
-    {
-        anyhow::ensure!(
-            t0.elapsed() < Duration::from_secs(15),
-            "agent never opened the server"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(agent)
-}
-
-fn measure(
-    rt: &tokio::runtime::Runtime,
-    addr: SocketAddr,
-    outstanding: usize,
-    seconds: u64,
-) -> anyhow::Result<Report> {
-    rt.block_on(async {
-        let mut c = Client::connect(
-            addr,
-            Identity::new("client1.example.org", "example.org"),
-            vec![TEST_APP],
-        )
-        .await?;
-        anyhow::ensure!(c.cea_result == 2001, "CEA {}", c.cea_result);
-        let t = Traffic {
-            destination_realm: "example.net".into(),
-            destination_host: None,
-        };
-        let stop = AtomicBool::new(false);
-        let pace = Pace::Closed(outstanding);
-        c.run(
-            &t,
-            pace,
-            Duration::from_millis(300),
-            Duration::from_secs(5),
-            &stop,
-        )
-        .await?;
-        let r = c
-            .run(
-                &t,
-                pace,
-                Duration::from_secs(seconds),
-                Duration::from_secs(10),
-                &stop,
-            )
-            .await?;
-        let _ = c.disconnect().await;
-        anyhow::ensure!(
-            r.sent == r.answered && r.by_code.get(&2001) == Some(&r.answered),
-            "sent {} answered {} codes {:?}",
-            r.sent,
-            r.answered,
-            r.by_code
-        );
-        Ok(r)
-    })
+    bench::relay::start_agent(&text)
 }
 
 /// CPU time of this process so far (user + system), in microseconds: on
@@ -147,18 +76,9 @@ fn measure_cpu(
     seconds: u64,
 ) -> anyhow::Result<(f64, f64)> {
     let c0 = cpu_us();
-    let r = measure(rt, addr, outstanding, seconds)?;
+    let r = bench::relay::measure(rt, addr, Pace::Closed(outstanding), seconds)?;
     let cpu = cpu_us() - c0;
     Ok((r.rate(), cpu / r.answered.max(1) as f64))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -208,22 +128,22 @@ fn main() -> anyhow::Result<()> {
         ratios.push(ratio);
         aa.push(after / before);
     }
-    let ratio = median(ratios);
+    let ratio = bench::relay::median(ratios);
     // Noise allowance: 2.5 standard errors of a median, the spread taken
     // from the A/A ratios (MAD scaled to a standard deviation).
-    let aa_median = median(aa.clone());
-    let mad = median(aa.iter().map(|r| (r - aa_median).abs()).collect());
+    let aa_median = bench::relay::median(aa.clone());
+    let mad = bench::relay::median(aa.iter().map(|r| (r - aa_median).abs()).collect());
     let noise = 2.5 * 1.4826 * mad / (args.rounds as f64).sqrt();
     let bound = 1.0 - args.tolerance - noise;
     println!(
         "median: without {:.0}/s, with {:.0}/s, paired ratio {ratio:.3}; A/A median {aa_median:.3}, noise allowance {noise:.3}; bound {bound:.3} (loss {:.1}% + noise)",
-        median(off),
-        median(on),
+        bench::relay::median(off),
+        bench::relay::median(on),
         args.tolerance * 100.0
     );
     println!(
         "cpu per relayed request (client, agent, server and the kernel's loopback path): with / without = {:.3} (median of rounds)",
-        median(cpu_ratios)
+        bench::relay::median(cpu_ratios)
     );
     agent.shutdown();
     agent.join();

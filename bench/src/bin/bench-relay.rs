@@ -11,18 +11,11 @@
 //! the ratio of each to direct.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
 use doic_agent::agent::Agent;
-use doic_agent::config::Config;
-use doic_agent::loadgen::{
-    Client, Identity, Pace, Report, Server, ServerBehaviour, TEST_APP, Traffic,
-};
-use doic_agent::peer::table::state;
+use doic_agent::loadgen::{Identity, Pace, Report, Server, ServerBehaviour};
 use interop::fd::{FdRelay, FdServer, PeerTarget};
 
 #[global_allocator]
@@ -69,84 +62,7 @@ fn agent(server: &PeerTarget, workers: usize) -> anyhow::Result<Agent> {
          [[route]]\nrealm = \"example.net\"\npeers = [\"{}\"]\n[accept]\nhosts = [\"*.example.org\"]\n",
         server.identity, server.addr, server.identity
     );
-    let agent = Agent::start(Config::from_str_named(&text, Path::new("bench.toml"))?)?;
-    let t0 = Instant::now();
-    while !agent
-        .shared()
-        .table
-        .all()
-        .iter()
-        .any(|(_, s)| s.state() == state::OKAY)
-    {
-        anyhow::ensure!(
-            t0.elapsed() < Duration::from_secs(15),
-            "agent never opened the server"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(agent)
-}
-
-fn measure(
-    rt: &tokio::runtime::Runtime,
-    addr: SocketAddr,
-    pace: Pace,
-    seconds: u64,
-) -> anyhow::Result<Report> {
-    rt.block_on(async {
-        let mut c = Client::connect(
-            addr,
-            Identity::new("client1.example.org", "example.org"),
-            vec![TEST_APP],
-        )
-        .await?;
-        anyhow::ensure!(c.cea_result == 2001, "CEA {} from {addr}", c.cea_result);
-        let t = Traffic {
-            destination_realm: "example.net".into(),
-            destination_host: None,
-        };
-        // Warm-up, then the measurement.
-        let stop = AtomicBool::new(false);
-        c.run(
-            &t,
-            pace,
-            Duration::from_millis(300),
-            Duration::from_secs(5),
-            &stop,
-        )
-        .await?;
-        let r = c
-            .run(
-                &t,
-                pace,
-                Duration::from_secs(seconds),
-                Duration::from_secs(10),
-                &stop,
-            )
-            .await?;
-        let _ = c.disconnect().await;
-        anyhow::ensure!(
-            r.sent == r.answered,
-            "{addr}: sent {} answered {}",
-            r.sent,
-            r.answered
-        );
-        anyhow::ensure!(
-            r.by_code.get(&2001) == Some(&r.answered),
-            "{addr}: result codes {:?}",
-            r.by_code
-        );
-        Ok(r)
-    })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    bench::relay::start_agent(&text)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -203,7 +119,8 @@ fn main() -> anyhow::Result<()> {
     );
     for round in 0..args.rounds {
         for t in &mut targets {
-            let r = measure(&rt, t.addr, Pace::Closed(args.outstanding), args.seconds)?;
+            let r =
+                bench::relay::measure(&rt, t.addr, Pace::Closed(args.outstanding), args.seconds)?;
             eprintln!(
                 "round {round} closed {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us",
                 t.name,
@@ -214,11 +131,11 @@ fn main() -> anyhow::Result<()> {
             t.closed.push(r);
         }
     }
-    let direct_rate = median(targets[0].closed.iter().map(Report::rate).collect());
+    let direct_rate = bench::relay::median(targets[0].closed.iter().map(Report::rate).collect());
     let open_rate = (direct_rate * args.open_share).max(100.0) as u64;
     for round in 0..args.rounds {
         for t in &mut targets {
-            let r = measure(&rt, t.addr, Pace::Open(open_rate), args.seconds)?;
+            let r = bench::relay::measure(&rt, t.addr, Pace::Open(open_rate), args.seconds)?;
             eprintln!(
                 "round {round} open   {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us",
                 t.name,
@@ -236,9 +153,9 @@ fn main() -> anyhow::Result<()> {
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     let mut best_agent: f64 = 0.0;
     for t in &targets {
-        let rate = median(t.closed.iter().map(Report::rate).collect());
+        let rate = bench::relay::median(t.closed.iter().map(Report::rate).collect());
         let p = |v: &[Report], q: f64| {
-            median(v.iter().map(|r| f64::from(r.percentile_us(q))).collect())
+            bench::relay::median(v.iter().map(|r| f64::from(r.percentile_us(q))).collect())
         };
         let ratio = rate / direct_rate;
         if t.name.starts_with("agent") {

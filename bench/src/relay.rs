@@ -1,0 +1,106 @@
+//! What the relay benchmarks share: start the agent from a configuration and
+//! wait until it has opened its server, drive one closed- or open-loop
+//! measurement through it, take medians.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use doic_agent::agent::Agent;
+use doic_agent::config::Config;
+use doic_agent::loadgen::{Client, Identity, Pace, Report, TEST_APP, Traffic};
+use doic_agent::peer::table::state;
+
+/// Starts the agent from TOML text and waits (15 s at most) until one of its
+/// peers is OKAY, so measurements never include the capabilities exchange.
+///
+/// # Errors
+/// A bad configuration, a failed start, or no peer open in time.
+pub fn start_agent(toml: &str) -> anyhow::Result<Agent> {
+    let agent = Agent::start(Config::from_str_named(toml, Path::new("bench.toml"))?)?;
+    let t0 = Instant::now();
+    while !agent
+        .shared()
+        .table
+        .all()
+        .iter()
+        .any(|(_, s)| s.state() == state::OKAY)
+    {
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(15),
+            "agent never opened the server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(agent)
+}
+
+/// One test_app client to `addr`: 300 ms of warm-up, then `seconds` of
+/// traffic at `pace`. Every request must be answered, and answered 2001.
+///
+/// # Errors
+/// A failed connection or CEA, or a request not answered 2001.
+pub fn measure(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    pace: Pace,
+    seconds: u64,
+) -> anyhow::Result<Report> {
+    rt.block_on(async {
+        let mut c = Client::connect(
+            addr,
+            Identity::new("client1.example.org", "example.org"),
+            vec![TEST_APP],
+        )
+        .await?;
+        anyhow::ensure!(c.cea_result == 2001, "CEA {} from {addr}", c.cea_result);
+        let t = Traffic {
+            destination_realm: "example.net".into(),
+            destination_host: None,
+        };
+        // Warm-up, then the measurement.
+        let stop = AtomicBool::new(false);
+        c.run(
+            &t,
+            pace,
+            Duration::from_millis(300),
+            Duration::from_secs(5),
+            &stop,
+        )
+        .await?;
+        let r = c
+            .run(
+                &t,
+                pace,
+                Duration::from_secs(seconds),
+                Duration::from_secs(10),
+                &stop,
+            )
+            .await?;
+        let _ = c.disconnect().await;
+        anyhow::ensure!(
+            r.sent == r.answered,
+            "{addr}: sent {} answered {}",
+            r.sent,
+            r.answered
+        );
+        anyhow::ensure!(
+            r.by_code.get(&2001) == Some(&r.answered),
+            "{addr}: result codes {:?}",
+            r.by_code
+        );
+        Ok(r)
+    })
+}
+
+/// The median of `v` (0 when empty).
+#[must_use]
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
