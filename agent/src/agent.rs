@@ -84,6 +84,8 @@ struct WorkerSlot {
     idle: Arc<Notify>,
     /// Busy share of the last second, in per mille (control thread).
     utilisation: AtomicU32,
+    /// The worker thread's kernel thread id.
+    tid: i32,
 }
 
 impl Shared {
@@ -99,6 +101,18 @@ impl Shared {
         self.workers.get(i).map_or(0.0, |w| {
             f64::from(w.utilisation.load(Ordering::Relaxed)) / 1000.0
         })
+    }
+
+    /// CPU time worker `i`'s thread has used so far (user and system, as
+    /// the scheduler accounts it: `/proc/self/task/TID/schedstat`). The
+    /// cost of relaying is this time per message, read as exactly as the
+    /// kernel keeps it whatever else runs on the machine.
+    #[must_use]
+    pub fn worker_cpu_time(&self, i: usize) -> Option<Duration> {
+        let tid = self.workers.get(i)?.tid;
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+        let ns = stat.split_whitespace().next()?.parse().ok()?;
+        Some(Duration::from_nanos(ns))
     }
 
     /// Runs `fut` on worker `i` (modulo the count), counted so that the
@@ -188,7 +202,9 @@ impl Agent {
                             return;
                         }
                     };
-                    let _ = ready_tx.send(Ok(rt.handle().clone()));
+                    // SAFETY: gettid has no preconditions.
+                    let tid = unsafe { libc::gettid() };
+                    let _ = ready_tx.send(Ok((rt.handle().clone(), tid)));
                     rt.block_on(async move {
                         stopped(&mut shutdown).await;
                         // Wait for every task of this worker to end.
@@ -203,7 +219,7 @@ impl Agent {
                 })
                 .map_err(|source| StartError::Worker { index, source })?;
             threads.push(t);
-            let handle = ready_rx
+            let (handle, tid) = ready_rx
                 .recv()
                 .map_err(|_| StartError::Worker {
                     index,
@@ -215,6 +231,7 @@ impl Agent {
                 live,
                 idle,
                 utilisation: AtomicU32::new(0),
+                tid,
             });
         }
         let table = PeerTable::from_config(&config);

@@ -222,6 +222,19 @@ pub fn render(shared: &Shared) -> String {
             shared.utilisation(i)
         );
     }
+    let _ = writeln!(
+        o,
+        "# HELP doic_worker_cpu_seconds_total CPU time used by each worker thread.\n# TYPE doic_worker_cpu_seconds_total counter"
+    );
+    for i in 0..shared.worker_count() {
+        if let Some(t) = shared.worker_cpu_time(i) {
+            let _ = writeln!(
+                o,
+                "doic_worker_cpu_seconds_total{{worker=\"{i}\"}} {:.6}",
+                t.as_secs_f64()
+            );
+        }
+    }
     shared.kernel.render(&mut o);
     if let Some(ov) = &shared.overload {
         crate::overload::render_metrics(ov, &mut o);

@@ -17,8 +17,8 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
@@ -33,7 +33,7 @@ use crate::doic::report::Abatement;
 use crate::doic::treatment::{Replica, ThrottleAnswer};
 use crate::doic::wire::{DoicAvps, apply_answer, text};
 use crate::doic::{
-    AnswerView, Candidate, Doic, DoicConfig, OcSupportedFeatures, PendingTx, RequestView, Treatment,
+    AnswerView, Candidate, Doic, DoicConfig, OcSupportedFeatures, RequestView, Treatment, TxState,
 };
 use crate::routing::PeerId;
 use crate::wire::Head;
@@ -48,16 +48,17 @@ thread_local! {
     static WORKER: Cell<usize> = const { Cell::new(usize::MAX) };
     static CORE: RefCell<Option<Doic>> = const { RefCell::new(None) };
     /// The last OC-Supported-Features encoded for requests (always the same
-    /// for one agent: its vector and SourceID), and its encoding.
-    static ENCODED: RefCell<Option<(OcSupportedFeatures, Bytes)>> = const { RefCell::new(None) };
+    /// for one agent: its vector and SourceID, shared by the core), and its
+    /// encoding.
+    static ENCODED: RefCell<Option<(Arc<OcSupportedFeatures>, Bytes)>> = const { RefCell::new(None) };
 }
 
-/// The encoding of `f`, reused while it does not change.
-fn encoded(f: &OcSupportedFeatures) -> Bytes {
+/// The encoding of `f`, reused while the core hands out the same value.
+fn encoded(f: &Arc<OcSupportedFeatures>) -> Bytes {
     ENCODED.with(|e| {
         let mut e = e.borrow_mut();
         if let Some((k, b)) = e.as_ref()
-            && k == f
+            && (Arc::ptr_eq(k, f) || **k == **f)
         {
             return b.clone();
         }
@@ -66,7 +67,7 @@ fn encoded(f: &OcSupportedFeatures) -> Bytes {
             return Bytes::new();
         }
         let b = out.freeze();
-        *e = Some((f.clone(), b.clone()));
+        *e = Some((Arc::clone(f), b.clone()));
         b
     })
 }
@@ -229,7 +230,7 @@ pub(crate) enum Decision {
         /// The agent's OC-Supported-Features, encoded, to append.
         append: Bytes,
         /// Transaction state for the answer.
-        tx: Box<PendingTx>,
+        tx: TxState,
     },
     /// Answer with this message (throttled); nothing goes upstream.
     Answer {
@@ -268,38 +269,27 @@ pub(crate) struct RequestIn<'a> {
 pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -> Decision {
     // Candidates in the router's order of preference (fixed arrays: no
     // allocation on the per-request path).
-    let mut tried = [PeerId::default(); 16];
-    let excluded = r.excluded.len().min(tried.len() - MAX_CANDIDATES);
-    tried[..excluded].copy_from_slice(&r.excluded[..excluded]);
-    let mut n_tried = excluded;
+    let Ok((choices, found)) = shared.router.choose_many::<MAX_CANDIDATES>(
+        &shared.table,
+        r.dest_host,
+        r.realm,
+        r.head.app,
+        r.excluded,
+        r.rotate,
+    ) else {
+        return Decision::Relay;
+    };
     let mut ids = [(PeerId::default(), false); MAX_CANDIDATES];
     let mut slots: [Option<std::sync::Arc<crate::peer::table::PeerSlot>>; MAX_CANDIDATES] =
         Default::default();
     let mut n = 0;
-    let mut host = r.dest_host;
-    while n < MAX_CANDIDATES {
-        let Ok(c) = shared.router.choose(
-            &shared.table,
-            host,
-            r.realm,
-            r.head.app,
-            &tried[..n_tried],
-            r.rotate,
-        ) else {
-            break;
-        };
+    for c in &choices[..found] {
         let Some(slot) = shared.table.get(c.peer) else {
             break;
         };
-        host = None;
         ids[n] = (c.peer, c.pinned);
         slots[n] = Some(slot);
         n += 1;
-        tried[n_tried] = c.peer;
-        n_tried += 1;
-        if c.pinned {
-            break;
-        }
     }
     if n == 0 {
         return Decision::Relay;
@@ -330,8 +320,14 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
         features: features.as_ref(),
         drmp: r.routing.drmp().and_then(|d| u8::try_from(d).ok()),
     };
-    let now = Instant::now();
     let out = with_core(ov, |core, _| {
+        // An idle core reads no time (the clock costs more than the rest of
+        // its decision); the origin stands in for it.
+        let now = if core.is_idle() {
+            ov.origin
+        } else {
+            Instant::now()
+        };
         let t = core.treat(now, &view, candidates);
         match t {
             Treatment::Forward {
@@ -364,7 +360,7 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
                     pinned,
                     msg,
                     append: encoded(&add_features),
-                    tx: Box::new(tx),
+                    tx: tx.to_state(),
                 }
             }
             Treatment::Throttle { result, cause } => {
@@ -428,17 +424,31 @@ fn throttle_answer(
     out.freeze()
 }
 
-/// Handles an answer from `from_peer` to a request treated with `tx`:
-/// reports judged and applied, the answer rewritten for the client. Returns
-/// the answer to send downstream and whether the request may be retried on
-/// an alternate path.
+/// Handles an answer from `from_peer` to a request from `client` for
+/// `dest_realm` treated with `tx`: reports judged and applied, the answer
+/// rewritten for the client. Returns the answer to send downstream and
+/// whether the request may be retried on an alternate path.
 pub(crate) fn treat_answer(
     ov: &Overload,
-    tx: &PendingTx,
+    tx: &TxState,
+    (client, dest_realm): (&str, &str),
     from_peer: &str,
     msg: &Bytes,
     routing: &Routing<'_>,
 ) -> (Option<Bytes>, bool) {
+    if tx.client_features.is_none()
+        && routing.oc_supported_features().is_none()
+        && routing.oc_olrs().next().is_none()
+        && with_core(ov, |core, _| core.is_idle()).unwrap_or(true)
+    {
+        // No DOIC AVP to judge or strip, none to add for a client that sent
+        // none (RFC 7683 §5.1.2), no state to advance: unchanged. Only 5198
+        // forbids a retry (seed 004).
+        let retry = routing.experimental_result_code().map(|(_, c)| c)
+            != Some(crate::doic::treatment::DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY);
+        return (None, retry);
+    }
+    let tx = tx.pending(client, dest_realm, from_peer);
     let head = Head::read(msg);
     let (doic, malformed) = match DoicAvps::read(routing) {
         Ok(d) => (d, false),
@@ -455,7 +465,7 @@ pub(crate) fn treat_answer(
     };
     let now = Instant::now();
     let Some(mut act) = with_core(ov, |core, worker| {
-        let mut act = core.on_answer(now, tx, from_peer, &ans);
+        let mut act = core.on_answer(now, &tx, from_peer, &ans);
         ov.publish(worker, std::mem::take(&mut act.replicate));
         act
     }) else {

@@ -70,7 +70,7 @@ pub struct Router {
 }
 
 /// What the router decided for one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Choice {
     /// The next hop.
     pub peer: PeerId,
@@ -173,12 +173,71 @@ impl Router {
             .route_for(realm, application)
             .or_else(|| self.route_for(realm, RELAY_APPLICATION_ID))
             .ok_or(RouteError::NoRoute)?;
+        Self::pick(route, view, tried, &[], rotate)
+    }
+
+    /// The first `N` next hops of a request in order of preference: what
+    /// [`Router::choose`] gives, then what it would give with that choice
+    /// added to `tried`, and so on (one route lookup). A pinned choice
+    /// (Destination-Host names a peer) comes alone. Returns the choices and
+    /// how many of them are valid (at least one).
+    ///
+    /// # Errors
+    /// As [`Router::choose`], when not even one next hop is found.
+    pub fn choose_many<const N: usize>(
+        &self,
+        view: &impl PeerView,
+        destination_host: Option<&str>,
+        realm: &str,
+        application: u32,
+        tried: &[PeerId],
+        rotate: usize,
+    ) -> Result<([Choice; N], usize), RouteError> {
+        let mut out = [Choice::default(); N];
+        if N == 0 {
+            return Ok((out, 0));
+        }
+        let route = match destination_host.and_then(|h| view.by_host(h)) {
+            Some(_) => {
+                out[0] = self.choose(view, destination_host, realm, application, tried, rotate)?;
+                return Ok((out, 1));
+            }
+            None => self
+                .route_for(realm, application)
+                .or_else(|| self.route_for(realm, RELAY_APPLICATION_ID))
+                .ok_or(RouteError::NoRoute)?,
+        };
+        let mut chosen = [PeerId::default(); 16];
+        let max = N.min(chosen.len());
+        let mut n = 0;
+        while n < max {
+            match Self::pick(route, view, tried, &chosen[..n], rotate) {
+                Ok(c) => {
+                    out[n] = c;
+                    chosen[n] = c.peer;
+                    n += 1;
+                }
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok((out, n))
+    }
+
+    /// The best usable candidate of `route` in neither `tried` nor `chosen`.
+    fn pick(
+        route: &Route,
+        view: &impl PeerView,
+        tried: &[PeerId],
+        chosen: &[PeerId],
+        rotate: usize,
+    ) -> Result<Choice, RouteError> {
         let n = route.candidates.len();
         let mut best: Option<(u32, u64, Candidate)> = None;
         let mut any_untried = false;
         for k in 0..n {
             let c = route.candidates[(k + rotate) % n];
-            if tried.contains(&c.peer) {
+            if tried.contains(&c.peer) || chosen.contains(&c.peer) {
                 continue;
             }
             any_untried = true;
@@ -203,7 +262,9 @@ impl Router {
                 peer: c.peer,
                 pinned: false,
             }),
-            None if !any_untried && !tried.is_empty() => Err(RouteError::AllBusy),
+            None if !(any_untried || tried.is_empty() && chosen.is_empty()) => {
+                Err(RouteError::AllBusy)
+            }
             None => Err(RouteError::NoRoute),
         }
     }
@@ -300,6 +361,41 @@ mod tests {
             .unwrap();
         assert!(!ch.pinned);
         assert!(ch.peer < 2);
+    }
+
+    #[test]
+    fn choose_many_is_repeated_choose_with_each_choice_tried() {
+        let r = router();
+        for (host, realm, app) in [
+            (None, "example.net", 0),
+            (None, "EXAMPLE.net", 4),
+            (Some("s2.net"), "example.net", 0),
+            (Some("far.away.net"), "example.net", 0),
+        ] {
+            for rotate in 0..3 {
+                let mut v = view();
+                v.outstanding[0] = 3;
+                let (got, n) = r
+                    .choose_many::<4>(&v, host, realm, app, &[], rotate)
+                    .unwrap();
+                let mut tried = Vec::new();
+                let mut want = Vec::new();
+                let mut h = host;
+                while let Ok(c) = r.choose(&v, h, realm, app, &tried, rotate) {
+                    want.push(c);
+                    tried.push(c.peer);
+                    h = None;
+                    if c.pinned {
+                        break;
+                    }
+                }
+                assert_eq!(&got[..n], &want[..], "{host:?} {realm} {app} {rotate}");
+            }
+        }
+        assert_eq!(
+            r.choose_many::<4>(&view(), None, "nowhere.net", 0, &[], 0),
+            Err(RouteError::NoRoute)
+        );
     }
 
     #[test]

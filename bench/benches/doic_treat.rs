@@ -39,7 +39,6 @@ fn core(report: Setup, t0: Instant) -> Doic {
             client_features: None,
             client_peer_report: false,
             dest_realm: "realm".into(),
-            dest_host: Some("s1".into()),
             upstream: "s1".into(),
         };
         let view = AnswerView {

@@ -5,6 +5,8 @@
 //!
 //! Sans-io: time is an argument, nothing here reads a clock or does I/O.
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::config::{DoicConfig, DoicConfigError};
@@ -100,6 +102,8 @@ pub struct Doic {
     cfg: DoicConfig,
     identity: String,
     vector: u64,
+    /// The OC-Supported-Features of every relayed request (constant).
+    request_features: Arc<OcSupportedFeatures>,
     ocs: OcsTable,
     realms: RealmSynth,
     rng: Prng,
@@ -150,6 +154,7 @@ impl Doic {
             audit: Audit::new(cfg.audit_records),
             identity: identity.to_owned(),
             vector,
+            request_features: Arc::new(features::request_features(vector, identity)),
             cfg,
             own_peer_report: None,
             own_peer_reports: super::fxhash::FxMap::default(),
@@ -298,33 +303,37 @@ impl Doic {
 
     /// Decides the treatment of a request (RFC 8581 §5 order). `candidates`
     /// are the next hops in the relay's order of preference.
-    pub fn treat(
+    pub fn treat<'a>(
         &mut self,
         now: Instant,
-        req: &RequestView<'_>,
-        candidates: &[Candidate<'_>],
-    ) -> Treatment {
+        req: &RequestView<'a>,
+        candidates: &[Candidate<'a>],
+    ) -> Treatment<'a> {
         self.audit.totals.requests += 1;
         if candidates.is_empty() {
             self.audit.totals.no_route += 1;
             return Treatment::NoRoute;
         }
-        let policy = self.cfg.peer(req.from_peer);
         // RFC 7683 §10.4: DOIC AVPs from untrusted peers are stripped; a client
         // that may not receive reports cannot abate at the source either.
-        let client_features = req
-            .features
-            .filter(|_| policy.trusted && policy.receive_reports)
-            .cloned();
+        let client_features = req.features.filter(|_| {
+            let policy = self.cfg.peer(req.from_peer);
+            policy.trusted && policy.receive_reports
+        });
         let client_peer_report = self.cfg.peer_report
-            && features::peer_supports_peer_report(client_features.as_ref(), req.from_peer);
+            && features::peer_supports_peer_report(client_features, req.from_peer);
+        if self.is_idle() {
+            // No overload state at all: nothing can select, divert or count
+            // this request (the common case, kept cheap).
+            return self.forward(req, candidates, 0, client_features, client_peer_report);
+        }
         let priority = self.cfg.priority(req.app_id, req.command_code, req.drmp);
         let app = req.app_id;
 
         // Step 1: host or realm OCS of the destination.
         let first = match req.dest_host {
-            Some(host) => self.host_step(now, req, client_features.as_ref(), host, priority),
-            None => self.realm_step(now, req, client_features.as_ref(), candidates, priority),
+            Some(host) => self.host_step(now, req, client_features, host, priority),
+            None => self.realm_step(now, req, client_features, candidates, priority),
         };
         self.ocs.note_first_step(
             app,
@@ -360,18 +369,36 @@ impl Doic {
             }
         }
 
+        self.forward(req, candidates, index, client_features, client_peer_report)
+    }
+
+    /// Whether no overload state exists (no OCS, no own realm state): every
+    /// request is then forwarded to the first candidate.
+    #[must_use]
+    pub fn is_idle(&self) -> bool {
+        self.ocs.is_empty() && self.realms.is_empty()
+    }
+
+    /// Forwards to `candidates[index]` with the agent's OC-Supported-Features
+    /// (RFC 7683 §5.1.3 / RFC 8581 §6.1.1: every relayed request carries them,
+    /// with the agent's own SourceID).
+    fn forward<'a>(
+        &mut self,
+        req: &RequestView<'a>,
+        candidates: &[Candidate<'a>],
+        index: usize,
+        client_features: Option<&'a OcSupportedFeatures>,
+        client_peer_report: bool,
+    ) -> Treatment<'a> {
         let tx = PendingTx {
-            app_id: app,
-            client: req.from_peer.to_owned(),
-            client_features,
+            app_id: req.app_id,
+            client: Cow::Borrowed(req.from_peer),
+            client_features: client_features.map(Cow::Borrowed),
             client_peer_report,
-            dest_realm: req.dest_realm.to_owned(),
-            dest_host: req.dest_host.map(str::to_owned),
-            upstream: candidates[index].peer.to_owned(),
+            dest_realm: Cow::Borrowed(req.dest_realm),
+            upstream: Cow::Borrowed(candidates[index].peer),
         };
-        // RFC 7683 §5.1.3 / RFC 8581 §6.1.1: every relayed request carries the
-        // agent's OC-Supported-Features with its own SourceID.
-        let add_features = features::request_features(self.vector, &self.identity);
+        let add_features = Arc::clone(&self.request_features);
         if index == 0 {
             self.audit.totals.forwarded += 1;
             Treatment::Forward {
@@ -389,7 +416,7 @@ impl Doic {
         }
     }
 
-    fn throttle(&mut self, cause: Cause) -> Treatment {
+    fn throttle<'a>(&mut self, cause: Cause) -> Treatment<'a> {
         self.audit.totals.throttled += 1;
         let result = ThrottleAnswer::for_cause(cause, self.cfg.throttle_result);
         tracing::trace!(?cause, code = result.code(), "throttled");
@@ -583,7 +610,7 @@ impl Doic {
     pub fn on_answer(
         &mut self,
         now: Instant,
-        tx: &PendingTx,
+        tx: &PendingTx<'_>,
         from_peer: &str,
         ans: &AnswerView<'_>,
     ) -> AnswerActions {
@@ -595,6 +622,11 @@ impl Doic {
                 != Some(DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY),
             replicate: Vec::new(),
         };
+        if !out.strip && tx.client_features.is_none() && self.is_idle() {
+            // Nothing to judge, no state to advance, a client that gets no
+            // DOIC AVP (RFC 7683 §5.1.2): the answer goes back unchanged.
+            return out;
+        }
         let trusted = self.cfg.peer(from_peer).trusted;
         let host_algo = features::selected_algorithm(ans.features, self.vector);
         let peer_algo = features::selected_peer_algorithm(ans.features, self.vector);
@@ -629,7 +661,7 @@ impl Doic {
                         && o.sequence == r.sequence
                     {
                         o.mark_delivered(&tx.client);
-                        delivered_to = Some(tx.client.clone());
+                        delivered_to = Some(tx.client.clone().into_owned());
                     }
                     out.forward_reports.push(olr.clone());
                 }
@@ -786,7 +818,7 @@ impl Doic {
     fn judge(
         &mut self,
         now: Instant,
-        tx: &PendingTx,
+        tx: &PendingTx<'_>,
         from_peer: &str,
         trusted: bool,
         ans: &AnswerView<'_>,

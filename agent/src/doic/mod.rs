@@ -41,5 +41,5 @@ pub use engine::{AnswerView, Doic};
 pub use features::{Algorithm, OcSupportedFeatures};
 pub use report::{OcOlr, ReportType};
 pub use treatment::{
-    AnswerActions, Candidate, Cause, PendingTx, RequestView, ThrottleAnswer, Treatment,
+    AnswerActions, Candidate, Cause, PendingTx, RequestView, ThrottleAnswer, Treatment, TxState,
 };

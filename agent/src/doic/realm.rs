@@ -78,6 +78,12 @@ impl RealmSynth {
         }
     }
 
+    /// Whether no realm is tracked.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+
     /// Marks the capacity estimates stale (a host report changed).
     pub fn invalidate(&mut self) {
         self.generation += 1;

@@ -2,6 +2,9 @@
 //! answer for a throttled request (RFC 7683 §5.2.2, §8; RFC 8581 §6.2.5;
 //! Experimental-Result 5198 of seed 004).
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use super::config::ThrottleResult;
 use super::features::OcSupportedFeatures;
 use super::rate::RateControl;
@@ -107,45 +110,98 @@ impl ThrottleAnswer {
 
 /// What the relay keeps with a request it forwarded, and gives back to
 /// [`crate::doic::Doic::on_answer`] with the matching answer.
+///
+/// The names borrow from the request as [`crate::doic::Doic::treat`] saw
+/// it: the per-request path allocates nothing. A relay that keeps the
+/// request's bytes (and the client's and next hop's identities) until the
+/// answer keeps only [`PendingTx::to_state`] and rebuilds the borrowed form
+/// with [`TxState::pending`]; tests and simulations own their names.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PendingTx {
+pub struct PendingTx<'a> {
     /// Application-ID.
     pub app_id: u32,
     /// The downstream peer the request came from.
-    pub client: String,
+    pub client: Cow<'a, str>,
     /// Its OC-Supported-Features when it is a DOIC node trusted for DOIC;
     /// `None` makes the agent the reacting node on its behalf.
-    pub client_features: Option<OcSupportedFeatures>,
+    pub client_features: Option<Cow<'a, OcSupportedFeatures>>,
     /// Whether it supports peer reports (RFC 8581 §6.1.2 transaction state).
     pub client_peer_report: bool,
     /// Destination-Realm of the request.
-    pub dest_realm: String,
-    /// Destination-Host of the request.
-    pub dest_host: Option<String>,
+    pub dest_realm: Cow<'a, str>,
     /// The peer the request was sent to.
-    pub upstream: String,
+    pub upstream: Cow<'a, str>,
+}
+
+impl PendingTx<'_> {
+    /// What the relay must keep beyond the request itself (owned; no
+    /// allocation for a client that is not a DOIC node).
+    #[must_use]
+    pub fn to_state(&self) -> TxState {
+        TxState {
+            app_id: self.app_id,
+            client_features: self
+                .client_features
+                .as_ref()
+                .map(|f| Box::new(f.clone().into_owned())),
+            client_peer_report: self.client_peer_report,
+        }
+    }
+}
+
+/// The part of a [`PendingTx`] that is not in the request: kept by the relay
+/// with the forwarded request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TxState {
+    /// Application-ID.
+    pub app_id: u32,
+    /// The client's OC-Supported-Features ([`PendingTx::client_features`]).
+    pub client_features: Option<Box<OcSupportedFeatures>>,
+    /// [`PendingTx::client_peer_report`].
+    pub client_peer_report: bool,
+}
+
+impl TxState {
+    /// The pending transaction of a request from `client` for `dest_realm`,
+    /// sent to `upstream`.
+    #[must_use]
+    pub fn pending<'a>(
+        &'a self,
+        client: &'a str,
+        dest_realm: &'a str,
+        upstream: &'a str,
+    ) -> PendingTx<'a> {
+        PendingTx {
+            app_id: self.app_id,
+            client: Cow::Borrowed(client),
+            client_features: self.client_features.as_deref().map(Cow::Borrowed),
+            client_peer_report: self.client_peer_report,
+            dest_realm: Cow::Borrowed(dest_realm),
+            upstream: Cow::Borrowed(upstream),
+        }
+    }
 }
 
 /// The treatment of one request.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Treatment {
+pub enum Treatment<'a> {
     /// Send to `candidates[index]`, the first choice.
     Forward {
         /// Index into the candidates.
         index: usize,
         /// OC-Supported-Features replacing any received one.
-        add_features: OcSupportedFeatures,
+        add_features: Arc<OcSupportedFeatures>,
         /// Transaction state to keep.
-        tx: PendingTx,
+        tx: PendingTx<'a>,
     },
     /// Send to `candidates[index]` instead of the first choice.
     Divert {
         /// Index into the candidates.
         index: usize,
         /// OC-Supported-Features replacing any received one.
-        add_features: OcSupportedFeatures,
+        add_features: Arc<OcSupportedFeatures>,
         /// Transaction state to keep.
-        tx: PendingTx,
+        tx: PendingTx<'a>,
     },
     /// Answer locally with this error; nothing is sent upstream.
     Throttle {

@@ -62,7 +62,7 @@ pub struct Relayed {
     pub from: Arc<str>,
     /// DOIC transaction state, when overload control treated the request
     /// (given back to the core with the answer).
-    pub doic: Option<Box<crate::doic::PendingTx>>,
+    pub doic: Option<crate::doic::TxState>,
     /// Encoded AVPs appended after the Route-Record on the way out (the
     /// agent's OC-Supported-Features, RFC 7683 §5.1.3); empty for none.
     pub append: Bytes,

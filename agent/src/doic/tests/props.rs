@@ -83,10 +83,9 @@ proptest! {
             let tx = PendingTx {
                 app_id: APP,
                 client: "c".into(),
-                client_features: Some(OcSupportedFeatures::default()),
+                client_features: Some(std::borrow::Cow::Owned(OcSupportedFeatures::default())),
                 client_peer_report: true,
                 dest_realm: "realm".into(),
-                dest_host: None,
                 upstream: "s1".into(),
             };
             let view = AnswerView {

@@ -364,14 +364,13 @@ fn core_with(peers: &[&str]) -> Doic {
     Doic::new("a", cfg, 1, 0).unwrap()
 }
 
-fn tx(upstream: &str) -> PendingTx {
+fn tx(upstream: &str) -> PendingTx<'_> {
     PendingTx {
         app_id: APP,
         client: "n".into(),
         client_features: None,
         client_peer_report: false,
         dest_realm: REALM.into(),
-        dest_host: None,
         upstream: upstream.into(),
     }
 }

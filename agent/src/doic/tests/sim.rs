@@ -378,10 +378,15 @@ impl Net {
             }
         };
         let upstream = cands[index].0.clone();
-        req.features = Some(add);
+        let (state, client, dest_realm) = (
+            tx.to_state(),
+            tx.client.into_owned(),
+            tx.dest_realm.into_owned(),
+        );
+        req.features = Some((*add).clone());
         let mut ans = self.deliver(me, &upstream, req);
         let view = AnswerView {
-            app_id: tx.app_id,
+            app_id: state.app_id,
             origin_host: &ans.origin_host,
             origin_realm: &ans.origin_realm,
             result_code: ans.result_code,
@@ -389,6 +394,7 @@ impl Net {
             features: ans.features.as_ref(),
             olrs: &ans.olrs,
         };
+        let tx = state.pending(&client, &dest_realm, &upstream);
         let act = a.core.on_answer(now, &tx, &upstream, &view);
         // A client keeps the answer as received (its application sees it); an
         // agent strips the DOIC AVPs and adds what its core decided.

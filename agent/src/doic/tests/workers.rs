@@ -28,14 +28,13 @@ fn workers(n: u64) -> Vec<Doic> {
         .collect()
 }
 
-fn tx() -> PendingTx {
+fn tx() -> PendingTx<'static> {
     PendingTx {
         app_id: APP,
         client: "n".into(),
         client_features: None,
         client_peer_report: false,
         dest_realm: REALM.into(),
-        dest_host: Some("s1".into()),
         upstream: "s1".into(),
     }
 }

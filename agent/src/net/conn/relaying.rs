@@ -236,12 +236,14 @@ impl Conn {
         let mut retry_ok = true;
         let mut rewritten = None;
         if let Some(ov) = &self.shared.overload
-            && let Some(tx) = p.r.doic.as_deref()
+            && let Some(tx) = p.r.doic.as_ref()
             && let Some(scan) = routing.as_ref()
         {
             let from_peer = self.peer.as_ref().map_or("", |(_, s)| s.host.as_str());
+            let realm = std::str::from_utf8(&p.r.realm).unwrap_or("");
             // Never retried elsewhere after 5198 (retry_on_alternate).
-            (rewritten, retry_ok) = crate::overload::treat_answer(ov, tx, from_peer, &msg, scan);
+            (rewritten, retry_ok) =
+                crate::overload::treat_answer(ov, tx, (&p.r.from, realm), from_peer, &msg, scan);
         }
         let msg = rewritten.unwrap_or(msg);
         if let Some((id, slot)) = &self.peer {
