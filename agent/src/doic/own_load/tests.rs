@@ -253,3 +253,151 @@ fn sequence_numbers_grow_and_survive_a_restart() {
     d.handle_load(t, &rates(&[("c1", 500.0)]));
     assert!(seq(&d, Some("c1")) > last);
 }
+
+mod in_the_core {
+    //! The controller's reports as the core puts them in answers (RFC 8581
+    //! §6.2.4, RFC 8582 §6.5, RFC 7683 §5.1.2).
+    use super::*;
+    use crate::codec::doic::OcSupportedFeatures;
+    use crate::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
+    use crate::doic::{
+        AnswerView, Candidate, Doic, DoicConfig, OcOlr, PeerPolicy, RequestView, Treatment,
+    };
+
+    const SRV: &str = "s1.example.net";
+
+    fn core() -> Doic {
+        let mut cfg = DoicConfig::default();
+        for p in ["rate", "loss", "nopr", "plain", SRV] {
+            cfg.peers.insert(
+                p.into(),
+                PeerPolicy {
+                    trusted: true,
+                    receive_reports: true,
+                },
+            );
+        }
+        Doic::new(ME, cfg, 7, 1).unwrap()
+    }
+
+    fn features(from: &str, vector: u64) -> OcSupportedFeatures {
+        OcSupportedFeatures {
+            feature_vector: Some(vector),
+            source_id: Some(from.into()),
+            peer_algo: None,
+        }
+    }
+
+    /// One request from `from` relayed and answered by the server with
+    /// nothing DOIC: the DOIC AVPs the agent puts in the answer.
+    fn answer(
+        core: &mut Doic,
+        now: Instant,
+        from: &str,
+        f: Option<&OcSupportedFeatures>,
+    ) -> (Option<OcSupportedFeatures>, Vec<OcOlr>) {
+        let req = RequestView {
+            app_id: 4,
+            command_code: 272,
+            from_peer: from,
+            dest_realm: "example.net",
+            dest_host: None,
+            features: f,
+            drmp: None,
+        };
+        let route = [Candidate {
+            peer: SRV,
+            server: Some(SRV),
+        }];
+        let Treatment::Forward { tx, .. } = core.treat(now, &req, &route) else {
+            panic!("not forwarded")
+        };
+        let ans = AnswerView {
+            app_id: 4,
+            origin_host: SRV,
+            origin_realm: "example.net",
+            result_code: Some(2001),
+            experimental_result_code: None,
+            features: None,
+            olrs: &[],
+        };
+        let act = core.on_answer(now, &tx, SRV, &ans);
+        (act.add_features, act.forward_reports)
+    }
+
+    #[test]
+    fn each_client_gets_the_report_it_can_act_on() {
+        let (mut c, t0) = ctl(300);
+        c.handle_load(
+            t0,
+            &rates(&[("rate", 400.0), ("loss", 200.0), ("plain", 1.0)]),
+        );
+        let mut core = core();
+        for r in c.reports() {
+            core.put_own_peer_report(t0, r.peer.as_deref(), r.report.clone(), r.until);
+        }
+        let now = t0 + Duration::from_millis(10);
+        let all = OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT;
+        // Rate and peer reports: its own OC-Maximum-Rate, OC-Peer-Algo rate.
+        let (f, olrs) = answer(&mut core, now, "rate", Some(&features("rate", all)));
+        let f = f.unwrap();
+        assert_eq!(f.peer_algo, Some(OLR_RATE_ALGORITHM));
+        assert_eq!(f.source_id.as_deref(), Some(ME));
+        assert_eq!(olrs.len(), 1, "{olrs:?}");
+        let o = &olrs[0];
+        assert_eq!(o.report_type, ReportType::Peer);
+        assert_eq!(o.source_id.as_deref(), Some(ME));
+        assert_eq!(o.maximum_rate, c.allocation("rate"));
+        assert_eq!(o.reduction_percentage, None);
+        assert_eq!(o.validity_duration, Some(10));
+        assert_eq!(o.sequence_number, seq(&c, Some("rate")));
+        // Peer reports but loss only: the loss report, OC-Peer-Algo loss.
+        let v = OLR_DEFAULT_ALGO | OC_PEER_REPORT;
+        let (f, olrs) = answer(&mut core, now, "loss", Some(&features("loss", v)));
+        assert_eq!(f.unwrap().peer_algo, Some(OLR_DEFAULT_ALGO));
+        assert_eq!(olrs.len(), 1, "{olrs:?}");
+        // 1 - 300/601 = 50.1 %: 51 %.
+        assert_eq!(olrs[0].reduction_percentage, Some(51));
+        assert_eq!(olrs[0].maximum_rate, None);
+        assert_eq!(olrs[0].source_id.as_deref(), Some(ME));
+        // DOIC without peer reports: no peer report (RFC 7683 §5.2.3).
+        let v = OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM;
+        let (f, olrs) = answer(&mut core, now, "nopr", Some(&features("nopr", v)));
+        assert!(f.is_some());
+        assert!(olrs.is_empty(), "{olrs:?}");
+        // Not DOIC: no DOIC AVP at all (RFC 7683 §5.1.2).
+        let (f, olrs) = answer(&mut core, now, "plain", None);
+        assert!(f.is_none() && olrs.is_empty());
+        // After the validity, nothing more is sent.
+        let later = t0 + Duration::from_secs(11);
+        let (_, olrs) = answer(&mut core, later, "rate", Some(&features("rate", all)));
+        assert!(olrs.is_empty());
+    }
+
+    #[test]
+    fn end_reports_go_out_and_older_versions_are_ignored() {
+        let (mut c, t0) = ctl(100);
+        let mut core = core();
+        let put = |c: &OwnLoad, core: &mut Doic, now| {
+            for r in c.reports() {
+                core.put_own_peer_report(now, r.peer.as_deref(), r.report.clone(), r.until);
+            }
+        };
+        c.handle_load(t0, &rates(&[("rate", 400.0)]));
+        put(&c, &mut core, t0);
+        let old = report(&c, Some("rate")).clone();
+        let s = Duration::from_secs(1);
+        for i in 1..=3 {
+            c.handle_load(t0 + i * s, &rates(&[("rate", 10.0)]));
+        }
+        assert!(!c.is_reporting());
+        put(&c, &mut core, t0 + 3 * s);
+        // A late replica of the older version does not undo the end.
+        core.put_own_peer_report(t0 + 3 * s, Some("rate"), old.report, old.until);
+        let all = OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT;
+        let (_, olrs) = answer(&mut core, t0 + 4 * s, "rate", Some(&features("rate", all)));
+        assert_eq!(olrs.len(), 1);
+        assert_eq!(olrs[0].validity_duration, Some(0));
+        assert_eq!(olrs[0].sequence_number, seq(&c, Some("rate")));
+    }
+}
