@@ -38,6 +38,8 @@ use crate::doic::{
 use crate::routing::PeerId;
 use crate::wire::Head;
 
+pub mod own;
+
 /// Vendor-Id put in the Experimental-Result of a 5198 answer (3GPP; the code
 /// is vendor practice, the vendor the deployment's choice).
 pub const RETRY_NOT_ALLOWED_VENDOR: u32 = 10415;
@@ -121,6 +123,8 @@ pub struct Overload {
     sequence_base: u64,
     inboxes: Vec<Inbox>,
     snapshots: Vec<Mutex<Snapshot>>,
+    /// The agent's own overload (`own_capacity`).
+    own: own::OwnState,
 }
 
 impl Overload {
@@ -132,10 +136,15 @@ impl Overload {
         let sequence_base = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_secs());
+        let origin = Instant::now();
+        let base_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX / 2));
         Some(Self {
+            own: own::OwnState::new(identity, cfg.own_capacity, origin, base_ms),
             cfg,
             identity: identity.to_owned(),
-            origin: Instant::now(),
+            origin,
             sequence_base,
             inboxes: (0..workers).map(|_| Inbox::default()).collect(),
             snapshots: (0..workers).map(|_| Mutex::default()).collect(),
@@ -483,6 +492,7 @@ pub(crate) fn treat_answer(
 pub(crate) fn tick(ov: &Overload, full: bool) {
     let now = Instant::now();
     let snap = with_core(ov, |core, worker| {
+        own::apply(ov, core, now);
         core.handle_timeout(now);
         let audit = core.audit();
         let mut verdicts = BTreeMap::new();
@@ -586,6 +596,13 @@ pub(crate) fn render_metrics(ov: &Overload, o: &mut String) {
             target.replace(['"', '\\', '\n'], "_")
         );
     }
+    own::render(ov, o);
+}
+
+/// The agent's own overload as the control thread last measured it.
+#[must_use]
+pub fn own_view(ov: &Overload) -> own::OwnView {
+    ov.own.view()
 }
 
 /// The evidence of every worker as JSON (`GET /audit`).
