@@ -16,6 +16,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use crate::agent::Shared;
 use crate::doic::Doic;
 use crate::doic::own_load::{OwnLoad, OwnLoadParams, OwnReport};
 use crate::doic::report::Abatement;
+use crate::telemetry::KernelLoad;
 
 thread_local! {
     /// The generation of own reports this worker's core holds.
@@ -137,36 +139,18 @@ pub(crate) fn control_tick(shared: &Shared, ov: &Overload, now: Instant) {
     let kernel = kernel.filter(|k| {
         k.at.is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(3))
     });
-    let mut counts = BTreeMap::new();
-    let mut peers = BTreeMap::new();
-    for (_, slot) in shared.table.all() {
-        let n = slot.stats.requests_in.load(Ordering::Relaxed);
-        counts.insert(slot.host.clone(), n);
-        let from_kernel = kernel
-            .as_ref()
-            .zip(slot.remote())
-            .and_then(|(k, addr)| k.arrival_rate(addr));
-        let load = if let Some(rate) = from_kernel {
-            Some(PeerLoad {
-                rate,
-                source: Source::Kernel,
-            })
-        } else if let Some((at, prev)) = &ctl.last {
-            let dt = now.saturating_duration_since(*at).as_secs_f64();
-            let before = prev.get(&slot.host).copied().unwrap_or(0);
-            #[expect(clippy::cast_precision_loss, reason = "a rate")]
-            let rate = n.saturating_sub(before) as f64 / dt.max(1e-3);
-            Some(PeerLoad {
-                rate,
-                source: Source::Userspace,
-            })
-        } else {
-            None
-        };
-        if let Some(l) = load {
-            peers.insert(slot.host.clone(), l);
-        }
-    }
+    let slots: Vec<SlotCount> = shared
+        .table
+        .all()
+        .into_iter()
+        .map(|(_, slot)| SlotCount {
+            host: slot.host.clone(),
+            remote: slot.remote(),
+            requests_in: slot.stats.requests_in.load(Ordering::Relaxed),
+        })
+        .collect();
+    let peers = measure(&slots, kernel.as_deref(), ctl.last.as_ref(), now);
+    let counts = slots.into_iter().map(|s| (s.host, s.requests_in)).collect();
     let first = ctl.last.is_none();
     ctl.last = Some((now, counts));
     if first {
@@ -189,6 +173,52 @@ pub(crate) fn control_tick(shared: &Shared, ov: &Overload, now: Instant) {
         reports: ctl.load.reports().cloned().collect(),
     };
     *own.view.lock().unwrap_or_else(PoisonError::into_inner) = view;
+}
+
+/// One peer slot's counter, as read by the control thread.
+#[derive(Clone, Debug)]
+pub(crate) struct SlotCount {
+    pub(crate) host: String,
+    pub(crate) remote: Option<SocketAddr>,
+    pub(crate) requests_in: u64,
+}
+
+/// The arrival rate of each peer at `now`: the kernel's rate for the
+/// connection's remote address when the kernel has one, else the userspace
+/// counter's increase since `last` (nothing before a first reading).
+pub(crate) fn measure(
+    slots: &[SlotCount],
+    kernel: Option<&KernelLoad>,
+    last: Option<&(Instant, BTreeMap<String, u64>)>,
+    now: Instant,
+) -> BTreeMap<String, PeerLoad> {
+    let mut peers = BTreeMap::new();
+    for slot in slots {
+        let from_kernel = kernel
+            .zip(slot.remote)
+            .and_then(|(k, addr)| k.arrival_rate(addr));
+        let load = if let Some(rate) = from_kernel {
+            Some(PeerLoad {
+                rate,
+                source: Source::Kernel,
+            })
+        } else if let Some((at, prev)) = last {
+            let dt = now.saturating_duration_since(*at).as_secs_f64();
+            let before = prev.get(&slot.host).copied().unwrap_or(0);
+            #[expect(clippy::cast_precision_loss, reason = "a rate")]
+            let rate = slot.requests_in.saturating_sub(before) as f64 / dt.max(1e-3);
+            Some(PeerLoad {
+                rate,
+                source: Source::Userspace,
+            })
+        } else {
+            None
+        };
+        if let Some(l) = load {
+            peers.insert(slot.host.clone(), l);
+        }
+    }
+    peers
 }
 
 /// Puts the published own reports in this worker's core, when they changed
@@ -275,4 +305,78 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
 
 fn label(s: &str) -> String {
     s.replace(['"', '\\', '\n'], "_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ebpf::{Direction, PeerRate};
+
+    fn rate(peer: &str, direction: Direction, requests: f64) -> PeerRate {
+        PeerRate {
+            peer: peer.parse().unwrap(),
+            direction,
+            packets: requests,
+            bytes: requests * 100.0,
+            requests,
+            answers: 0.0,
+            syn: 0.0,
+        }
+    }
+
+    fn slot(host: &str, remote: Option<&str>, requests_in: u64) -> SlotCount {
+        SlotCount {
+            host: host.into(),
+            remote: remote.map(|r| r.parse().unwrap()),
+            requests_in,
+        }
+    }
+
+    #[test]
+    fn the_kernel_rate_of_the_connection_wins_else_the_userspace_counter() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(2);
+        let last = (
+            t0,
+            BTreeMap::from([("c1".to_owned(), 100), ("c2".to_owned(), 100)]),
+        );
+        let kernel = KernelLoad {
+            at: Some(t1),
+            rates: vec![
+                rate("127.0.0.1:40001", Direction::FromPeer, 900.0),
+                rate("127.0.0.1:40001", Direction::ToPeer, 5.0),
+                rate("127.0.0.1:3868", Direction::FromPeer, 1.0),
+            ],
+        };
+        let slots = [
+            slot("c1", Some("127.0.0.1:40001"), 1100),
+            slot("c2", Some("127.0.0.1:40002"), 700),
+            slot("c3", None, 50),
+        ];
+        let m = measure(&slots, Some(&kernel), Some(&last), t1);
+        // c1: the kernel saw its connection: its requests from the peer.
+        assert_eq!(
+            m["c1"],
+            PeerLoad {
+                rate: 900.0,
+                source: Source::Kernel
+            }
+        );
+        // c2: nothing from the kernel for its address: (700 - 100) / 2 s.
+        assert_eq!(
+            m["c2"],
+            PeerLoad {
+                rate: 300.0,
+                source: Source::Userspace
+            }
+        );
+        // c3: new since the last reading: all of its count.
+        assert_eq!(m["c3"].rate, 25.0);
+        // Without the program: userspace for every peer.
+        let m = measure(&slots, None, Some(&last), t1);
+        assert_eq!(m["c1"].source, Source::Userspace);
+        assert_eq!(m["c1"].rate, 500.0);
+        // No earlier reading and no kernel: nothing to say yet.
+        assert!(measure(&slots, None, None, t1).is_empty());
+    }
 }
