@@ -246,3 +246,47 @@ async fn without_own_capacity_the_agent_never_reports_itself() {
     assert!(!body.contains("doic_own_"), "{body}");
     stop(agent);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_share_the_capacity_in_proportion_to_their_load() {
+    // RFC 8582 §6.1: a rate per reacting node; the agent's rule: shares in
+    // proportion to demand, the sum within capacity.
+    let s1 = Reporter::spawn(S1).await;
+    let doic = format!(
+        "own_capacity = 200\n[doic.peers.\"{CLIENT}\"]\ntrusted = true\n[doic.peers.\"client2.example.org\"]\ntrusted = true\n"
+    );
+    let agent = start(agent_config(&[(&s1, true)], Some(&doic), 2), 1).await;
+    let mut c1 = connect(agent.local_addrs()[0]).await;
+    let mut c2 = Client::connect(
+        agent.local_addrs()[0],
+        Identity::new("client2.example.org", "example.org"),
+        vec![TEST_APP],
+    )
+    .await
+    .unwrap();
+    let v = OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT;
+    let f1 = client_features(v);
+    let f2 = OcSupportedFeatures {
+        source_id: Some("client2.example.org".into()),
+        ..client_features(v)
+    };
+    let (mut h1, mut h2) = (1, 1);
+    let run = Duration::from_secs(5);
+    let ((a1, _), (a2, _)) = tokio::join!(
+        paced(&mut c1, &mut h1, 300.0, run, Some(&f1), |_| false),
+        paced(&mut c2, &mut h2, 100.0, run, Some(&f2), |_| false),
+    );
+    let last = |a: &[Bytes]| {
+        let r = own_reports(a.last().unwrap());
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].source_id.as_deref(), Some(AGENT));
+        r[0].maximum_rate.unwrap()
+    };
+    let (m1, m2) = (last(&a1), last(&a2));
+    assert!(m1 + m2 <= 200, "{m1} + {m2}");
+    assert!(m1 + m2 >= 180, "{m1} + {m2}");
+    // 3:1 offered; measured over 1 s windows on a shared machine.
+    let ratio = f64::from(m1) / f64::from(m2);
+    assert!((2.0..4.5).contains(&ratio), "{m1}/{m2}");
+    stop(agent);
+}
