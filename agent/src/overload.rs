@@ -13,6 +13,9 @@
 //! path checks an atomic flag). The control thread ([`tick`], every 100 ms on
 //! each worker) drives [`Doic::handle_timeout`] and publishes each worker's
 //! [`Snapshot`] for `/metrics` and `GET /audit`.
+//!
+//! With `own_capacity`, the control thread also measures the agent's own
+//! load and every worker sends the same own peer reports ([`own`]).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
