@@ -290,3 +290,51 @@ async fn two_clients_share_the_capacity_in_proportion_to_their_load() {
     assert!((2.0..4.5).contains(&ratio), "{m1}/{m2}");
     stop(agent);
 }
+
+/// With the kernel program on `lo`, the client's arrival rate comes from
+/// the kernel (the connection's remote address), and drives the report.
+/// Needs root; `cargo xtask test --only ebpf` runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: attaches the kernel program to lo"]
+async fn kernel_arrival_rates_drive_the_own_peer_report() {
+    let s1 = Reporter::spawn(S1).await;
+    let doic = format!("own_capacity = {CAPACITY}\n[doic.peers.\"{CLIENT}\"]\ntrusted = true\n");
+    let mut cfg = agent_config(&[(&s1, true)], Some(&doic), 2);
+    cfg.ebpf = Some(doic_agent::telemetry::Section {
+        interfaces: Some(vec!["lo".into()]),
+        ..doic_agent::telemetry::Section::default()
+    });
+    let agent = start(cfg, 1).await;
+    assert!(doic_agent::telemetry::start(&agent), "program not attached");
+    let shared = agent.shared().clone();
+    let metrics = agent.metrics_addr().unwrap();
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let cf = client_features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT);
+    let mut hbh = 1;
+    let offered = 3.0 * f64::from(CAPACITY);
+    let (a, got) = paced(
+        &mut c,
+        &mut hbh,
+        offered,
+        Duration::from_secs(8),
+        Some(&cf),
+        |m| !own_reports(m).is_empty(),
+    )
+    .await;
+    assert!(got, "no own peer report after {} requests", a.len());
+    let r = own_reports(a.last().unwrap());
+    assert_eq!(r[0].maximum_rate, Some(CAPACITY));
+    assert_eq!(r[0].source_id.as_deref(), Some(AGENT));
+    let body = http_get(metrics, "/metrics").await;
+    let series = format!("doic_own_peer_load_rps{{peer=\"{CLIENT}\",source=\"kernel\"}}");
+    let rate = gauge(&body, &series).unwrap_or_else(|| panic!("no {series}: {body}"));
+    assert!(
+        rate > offered * 0.5 && rate < offered * 1.5,
+        "kernel rate {rate} vs offered {offered}"
+    );
+    agent.shutdown();
+    tokio::task::spawn_blocking(move || agent.join())
+        .await
+        .unwrap();
+    shared.kernel.detach();
+}

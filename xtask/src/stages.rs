@@ -208,6 +208,8 @@ fn ebpf() -> anyhow::Result<()> {
             "ebpf_netns",
             "--test",
             "ebpf_agent",
+            "--test",
+            "doic_own_overload",
             "--",
             "--ignored",
             "--test-threads=1",
