@@ -52,8 +52,8 @@
 //!   half of the validity has passed (a reacting node ignores a report whose
 //!   sequence it already has, RFC 8581 §6.2.3, so renewing the validity
 //!   takes a new version).
-//! - A peer that sends nothing for a whole measurement while the overload
-//!   lasts has its own report ended (validity 0).
+//! - A peer that sends nothing for `end_after` while the overload lasts has
+//!   its own report ended (validity 0); until then it keeps its share.
 //! - End: the total arrival rate stays below `end_below` of the capacity
 //!   for `end_after`; every report is then sent with validity 0 and kept for
 //!   one validity period (long enough for any reacting OCS to end, RFC 7683
@@ -128,6 +128,8 @@ struct PeerState {
     allocation: u32,
     demand: f64,
     sent_at: Instant,
+    /// Since when it has sent nothing.
+    idle_since: Option<Instant>,
 }
 
 /// The overload of the agent itself, and the reports it makes for it.
@@ -252,8 +254,9 @@ impl OwnLoad {
 
     /// Recomputes the allocations and publishes the versions that changed.
     fn allocate(&mut self, now: Instant, rates: &[(String, f64)]) {
-        // Demand per sending peer (see the module documentation).
-        let mut demands: Vec<(&str, f64)> = Vec::new();
+        // Demand per sending peer (see the module documentation), with when
+        // it fell silent for a peer keeping its share.
+        let mut demands: Vec<(String, f64, Option<Instant>)> = Vec::new();
         for (peer, rate) in rates {
             let rate = rate.max(0.0);
             if rate <= 0.0 {
@@ -263,55 +266,61 @@ impl OwnLoad {
                 Some(p) if rate >= 0.9 * f64::from(p.allocation) => p.demand.max(rate),
                 _ => rate,
             };
-            demands.push((peer.as_str(), demand));
+            demands.push((peer.clone(), demand, None));
         }
-        let allocations = split(self.params.capacity, &demands);
-        let total_demand: f64 = demands.iter().map(|(_, d)| d).sum();
-        // Peers that stopped sending: their report ends.
-        let stopped: Vec<String> = self
-            .peers
-            .keys()
-            .filter(|p| !allocations.iter().any(|(q, _)| q == p))
-            .cloned()
-            .collect();
+        // A peer silent for less than `end_after` keeps its share (a slow
+        // peer's empty window is not an end); after that its report ends.
+        let mut stopped = Vec::new();
+        for (peer, p) in &self.peers {
+            if demands.iter().any(|(q, _, _)| q == peer) {
+                continue;
+            }
+            let since = p.idle_since.unwrap_or(now);
+            if now.saturating_duration_since(since) < self.params.end_after {
+                demands.push((peer.clone(), p.demand, Some(since)));
+            } else {
+                stopped.push(peer.clone());
+            }
+        }
         for p in stopped {
             self.peers.remove(&p);
             self.end(now, Some(p));
         }
+        let view: Vec<(&str, f64)> = demands.iter().map(|(p, d, _)| (p.as_str(), *d)).collect();
+        let allocations: Vec<u32> = split(self.params.capacity, &view)
+            .into_iter()
+            .map(|(_, a)| a)
+            .collect();
+        let total_demand: f64 = demands.iter().map(|(_, d, _)| d).sum();
         let half = self.params.validity / 2;
-        for ((peer, allocation), (_, demand)) in allocations.iter().zip(&demands) {
-            let changed = match self.peers.get(*peer) {
-                None => true,
-                Some(p) => {
-                    let old = f64::from(p.allocation);
-                    let diff = (f64::from(*allocation) - old).abs();
-                    (diff > self.params.material * old && diff >= 2.0)
-                        || now.saturating_duration_since(p.sent_at) >= half
+        for ((peer, demand, idle_since), allocation) in demands.into_iter().zip(allocations) {
+            let prev = self.peers.get(&peer);
+            let changed = prev.is_none_or(|p| {
+                let old = f64::from(p.allocation);
+                let diff = (f64::from(allocation) - old).abs();
+                (diff > self.params.material * old && diff >= 2.0)
+                    || now.saturating_duration_since(p.sent_at) >= half
+            });
+            let (allocation, sent_at) = match prev {
+                Some(p) if !changed => (p.allocation, p.sent_at),
+                _ => {
+                    self.publish(
+                        now,
+                        Some(peer.clone()),
+                        Abatement::Rate {
+                            per_second: allocation,
+                        },
+                    );
+                    (allocation, now)
                 }
             };
-            let sent_at = if changed {
-                self.publish(
-                    now,
-                    Some((*peer).to_owned()),
-                    Abatement::Rate {
-                        per_second: *allocation,
-                    },
-                );
-                now
-            } else {
-                self.peers.get(*peer).map_or(now, |p| p.sent_at)
-            };
-            let allocation = if changed {
-                *allocation
-            } else {
-                self.peers.get(*peer).map_or(*allocation, |p| p.allocation)
-            };
             self.peers.insert(
-                (*peer).to_owned(),
+                peer,
                 PeerState {
                     allocation,
-                    demand: *demand,
+                    demand,
                     sent_at,
+                    idle_since,
                 },
             );
         }

@@ -220,8 +220,18 @@ fn a_new_peer_gets_a_share_and_a_peer_that_stops_has_its_report_ended() {
     let (a1, a3) = (rate_of(&c, "c1"), rate_of(&c, "c3"));
     assert!(a1 + rate_of(&c, "c2") + a3 <= 900);
     assert!(a1 < 450 && a3 > 200, "{a1} {a3}");
-    // c2 stops sending: its report ends (validity 0), the others go on.
-    c.handle_load(t0 + 2 * s, &rates(&[("c1", 400.0), ("c3", 400.0)]));
+    // c2 stops sending: it keeps its share for 2 s (one empty window of a
+    // slow peer is not an end) ...
+    let g = c.generation();
+    c.handle_load(
+        t0 + 2 * s,
+        &rates(&[("c1", 300.0), ("c2", 0.0), ("c3", 300.0)]),
+    );
+    c.handle_load(t0 + 3 * s, &rates(&[("c1", 300.0), ("c3", 300.0)]));
+    assert_eq!(c.generation(), g);
+    assert_eq!(c.allocation("c2"), Some(300));
+    // ... then its report ends (validity 0), the others go on.
+    c.handle_load(t0 + 4 * s, &rates(&[("c1", 400.0), ("c3", 400.0)]));
     assert!(report(&c, Some("c2")).is_end());
     assert!(!report(&c, Some("c1")).is_end());
     assert_eq!(c.allocation("c2"), None);
@@ -233,9 +243,9 @@ fn sequence_numbers_grow_and_survive_a_restart() {
     let mut last = 0;
     let mut t = t0;
     for i in 0..50 {
-        // Alternate peers to force new versions on every measurement.
-        let p = if i % 2 == 0 { "c1" } else { "c2" };
-        c.handle_load(t, &rates(&[(p, 500.0)]));
+        // Swing c2's demand to force new versions on every measurement.
+        let r = if i % 2 == 0 { 1000.0 } else { 10.0 };
+        c.handle_load(t, &rates(&[("c1", 500.0), ("c2", r)]));
         for rep in c.reports() {
             assert!(rep.report.sequence <= c.last_sequence);
         }
