@@ -93,6 +93,7 @@ async fn own_overload_rate_report_is_honoured_then_ended() {
     );
 
     // Three times the capacity: the agent's own peer report arrives.
+    let t_over = Instant::now();
     let (a, got) = paced(
         &mut c,
         &mut hbh,
@@ -103,6 +104,7 @@ async fn own_overload_rate_report_is_honoured_then_ended() {
     )
     .await;
     assert!(got, "no own peer report after {} requests", a.len());
+    let t_report = t_over.elapsed().as_secs_f64();
     let first = a.iter().find(|m| !own_reports(m).is_empty()).unwrap();
     let r = own_reports(first);
     assert_eq!(r.len(), 1, "{r:?}");
@@ -200,6 +202,7 @@ async fn own_overload_rate_report_is_honoured_then_ended() {
 
     // Load falls clearly below capacity: the report ends with validity 0
     // and a greater sequence number (RFC 7683 §5.2.3, §5.2.1.4).
+    let t_low = Instant::now();
     let (a, ended) = paced(
         &mut c,
         &mut hbh,
@@ -214,6 +217,10 @@ async fn own_overload_rate_report_is_honoured_then_ended() {
     )
     .await;
     assert!(ended, "no end report after {} answers", a.len());
+    eprintln!(
+        "own overload: report after {t_report:.1} s at 3x capacity; honoured: {reached:.1}/s reached the server, own load {load:.1}/s (capacity {CAPACITY}); end report {:.1} s after the load fell to 20/s",
+        t_low.elapsed().as_secs_f64()
+    );
     let end = own_reports(a.last().unwrap());
     assert_eq!(end.len(), 1);
     assert!(end[0].sequence_number > seq0);
