@@ -2,7 +2,7 @@
 //! §6.1): the control thread measures the request arrival rate of every
 //! downstream peer once per tick, runs the [`OwnLoad`] controller when
 //! `[doic] own_capacity` is set, and publishes its reports; each worker puts
-//! them in its own core at its next [`super::tick`], so that every worker
+//! them in its own core at its next tick (`overload::tick`), so that every worker
 //! sends the same versions (sequence numbers are made once, by the
 //! controller).
 //!
