@@ -345,3 +345,15 @@ async fn kernel_arrival_rates_drive_the_own_peer_report() {
         .unwrap();
     shared.kernel.detach();
 }
+
+#[test]
+fn a_zero_own_capacity_is_refused_in_one_line() {
+    let text = "[node]\norigin_host = \"a.example\"\norigin_realm = \"example\"\n[doic]\nown_capacity = 0\n";
+    let e = doic_agent::config::Config::from_str_named(text, std::path::Path::new("a.toml"))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "a.toml: doic: doic.own_capacity must be at least 1 (requests per second)"
+    );
+}
