@@ -1,8 +1,10 @@
 //! The agent as reporting node for its own overload: RFC 8581 §6.2.4 (peer
 //! reports in answers to peers that support them, SourceID = the agent),
-//! RFC 8582 §5.2/§6.1 (a rate allocated to each reacting peer, one
-//! reporting-node OCS per peer), §6.3 (the allocation recomputed when the
-//! set of reacting peers changes) and §7 (OC-Maximum-Rate), with the OCS
+//! RFC 8582 §5 (the peer-report algorithm chosen apart from the host/realm
+//! one), §6.1 (a rate allocated to each reacting peer, one reporting-node
+//! OCS per peer), §6.3 (the allocation recomputed when the set of reacting
+//! peers changes), §6.5 and §7.2.1 (OC-Maximum-Rate, never 0 for a sending
+//! peer, no OC-Reduction-Percentage), with the OCS
 //! maintenance of RFC 7683 §5.2.1.4 (new sequence number on every change,
 //! validity 0 at the end, kept long enough) and §5.2.3 (controlled ending).
 //!
