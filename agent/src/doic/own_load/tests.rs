@@ -410,4 +410,31 @@ mod in_the_core {
         assert_eq!(olrs[0].validity_duration, Some(0));
         assert_eq!(olrs[0].sequence_number, seq(&c, Some("rate")));
     }
+
+    #[test]
+    fn every_worker_core_sends_the_same_version() {
+        // Workers apply the published set at their own ticks; a core created
+        // late sees only the latest set. Both send the same OLR (the
+        // controller makes the sequence numbers, not the cores).
+        let (mut c, t0) = ctl(100);
+        let s = Duration::from_secs(1);
+        let (mut early, mut late) = (core(), core());
+        c.handle_load(t0, &rates(&[("rate", 400.0)]));
+        for r in c.reports() {
+            early.put_own_peer_report(t0, r.peer.as_deref(), r.report.clone(), r.until);
+        }
+        c.handle_load(t0 + 6 * s, &rates(&[("rate", 100.0)]));
+        for core in [&mut early, &mut late] {
+            for r in c.reports() {
+                core.put_own_peer_report(t0 + 6 * s, r.peer.as_deref(), r.report.clone(), r.until);
+            }
+        }
+        let all = OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT;
+        let now = t0 + 6 * s + Duration::from_millis(50);
+        let (_, a) = answer(&mut early, now, "rate", Some(&features("rate", all)));
+        let (_, b) = answer(&mut late, now, "rate", Some(&features("rate", all)));
+        assert_eq!(a.len(), 1);
+        assert_eq!(a, b);
+        assert_eq!(a[0].sequence_number, seq(&c, Some("rate")));
+    }
 }
