@@ -370,6 +370,9 @@ fn control_loop(shared: &Arc<Shared>, stop: &AtomicBool) {
             w.utilisation.store(permille as u32, Ordering::Relaxed);
         }
         shared.kernel.handle_tick(at);
+        if let Some(ov) = &shared.overload {
+            crate::overload::own::control_tick(shared, ov, at);
+        }
     }
 }
 

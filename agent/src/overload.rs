@@ -13,6 +13,9 @@
 //! path checks an atomic flag). The control thread ([`tick`], every 100 ms on
 //! each worker) drives [`Doic::handle_timeout`] and publishes each worker's
 //! [`Snapshot`] for `/metrics` and `GET /audit`.
+//!
+//! With `own_capacity`, the control thread also measures the agent's own
+//! load and every worker sends the same own peer reports ([`own`]).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -37,6 +40,8 @@ use crate::doic::{
 };
 use crate::routing::PeerId;
 use crate::wire::Head;
+
+pub mod own;
 
 /// Vendor-Id put in the Experimental-Result of a 5198 answer (3GPP; the code
 /// is vendor practice, the vendor the deployment's choice).
@@ -122,6 +127,8 @@ pub struct Overload {
     sequence_base: u64,
     inboxes: Vec<Inbox>,
     snapshots: Vec<Mutex<Snapshot>>,
+    /// The agent's own overload (`own_capacity`).
+    own: own::OwnState,
 }
 
 impl Overload {
@@ -133,10 +140,15 @@ impl Overload {
         let sequence_base = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_secs());
+        let origin = Instant::now();
+        let base_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX / 2));
         Some(Self {
+            own: own::OwnState::new(identity, cfg.own_capacity, origin, base_ms),
             cfg,
             identity: identity.to_owned(),
-            origin: Instant::now(),
+            origin,
             sequence_base,
             inboxes: (0..workers).map(|_| Inbox::default()).collect(),
             snapshots: (0..workers).map(|_| Mutex::default()).collect(),
@@ -493,6 +505,7 @@ pub(crate) fn treat_answer(
 pub(crate) fn tick(ov: &Overload, full: bool) {
     let now = Instant::now();
     let snap = with_core(ov, |core, worker| {
+        own::apply(ov, core, now);
         core.handle_timeout(now);
         let audit = core.audit();
         let mut verdicts = BTreeMap::new();
@@ -596,6 +609,13 @@ pub(crate) fn render_metrics(ov: &Overload, o: &mut String) {
             target.replace(['"', '\\', '\n'], "_")
         );
     }
+    own::render(ov, o);
+}
+
+/// The agent's own overload as the control thread last measured it.
+#[must_use]
+pub fn own_view(ov: &Overload) -> own::OwnView {
+    ov.own.view()
 }
 
 /// The evidence of every worker as JSON (`GET /audit`).

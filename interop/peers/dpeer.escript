@@ -33,7 +33,7 @@
 %%   dpeer.escript client --connect HOST:PORT [--n 1000] [--concurrency 10] [--app test|base]
 %%                        [--host erl-client.example.org] [--realm example.org]
 %%                        [--dest-realm example.net] [--dest-host H] [--timeout 5000]
-%%                        [--proxy-info] [--doic] [--doic-vector V] [--watchdog MS] [--linger MS] [--verbose]
+%%                        [--proxy-info] [--doic] [--doic-vector V] [--doic-source-id] [--watchdog MS] [--linger MS] [--verbose]
 %%   Does CER/CEA, then sends N requests from C worker processes and prints:
 %%     CEA origin_host=H origin_realm=R auth_app_ids=[..] vendor_specific_app_ids=[{V,A}..]
 %%     RESULT app=A sent=N answered=K no_answer=E elapsed_s=S rate=R
@@ -45,6 +45,8 @@
 %%            max_rate=R source_id=S               the first one received (absent AVPs: -)
 %%   --doic adds OC-Supported-Features{OC-Feature-Vector = 1} to each request;
 %%   --doic-vector V sets the vector (e.g. 21 = loss + rate + peer report) and implies --doic.
+%%   --doic-source-id adds SourceID = own Origin-Host to it (RFC 8581 6.1.1: with the
+%%   OC_PEER_REPORT bit, the client then supports peer reports) and implies --doic.
 %%   --proxy-info adds Proxy-Info to each request; an answer without it counts as
 %%   RC proxy_info_missing:<code>.
 %%   --watchdog MS sets the RFC 3539 watchdog timer Tw of the connection (OTP's
@@ -171,7 +173,7 @@ defaults(client) ->
     #{mode => client, connect => undefined, n => 1000, concurrency => 10, app => test,
       host => "erl-client.example.org", realm => "example.org", dest_realm => "example.net",
       dest_host => undefined, timeout => 5000, proxy_info => false, doic => false, doic_vector => 1,
-      watchdog => 30000, linger => 0, verbose => false}.
+      doic_source_id => false, watchdog => 30000, linger => 0, verbose => false}.
 
 parse([], M) -> M;
 parse(["--addr", V | T], M) -> parse(T, M#{addr => V});
@@ -193,6 +195,7 @@ parse(["--dest-host", V | T], M) -> parse(T, M#{dest_host => V});
 parse(["--timeout", V | T], M) -> parse(T, M#{timeout => int(V, "--timeout")});
 parse(["--proxy-info" | T], M) -> parse(T, M#{proxy_info => true});
 parse(["--doic" | T], M) -> parse(T, M#{doic => true});
+parse(["--doic-source-id" | T], M) -> parse(T, M#{doic => true, doic_source_id => true});
 parse(["--watchdog", V | T], M) ->
     %% OTP's diameter_watchdog accepts Tw >= 6000 ms only (RFC 3539 3.4.1: Tw >= 6 s).
     W = int(V, "--watchdog"),
@@ -435,10 +438,12 @@ request(base, #{host := H, realm := R, dest_realm := DR} = O) ->
 %% Destination-Host, Proxy-Info and (test_app only, STR has no room for it in the
 %% base grammar) OC-Supported-Features.
 common_opts(#{host := H, dest_host := DH, proxy_info := PI, doic := Doic, app := App,
-              doic_vector := Vec}) ->
+              doic_vector := Vec} = O) ->
+    Src = [{'SourceID', [H]} || maps:get(doic_source_id, O, false)],
     [{'Destination-Host', [DH]} || DH /= undefined]
         ++ [{'Proxy-Info', [#{'Proxy-Host' => H, 'Proxy-State' => <<"dpeer-state">>}]} || PI]
-        ++ [{'OC-Supported-Features', [#{'OC-Feature-Vector' => [Vec]}]} || Doic, App == test].
+        ++ [{'OC-Supported-Features', [maps:from_list([{'OC-Feature-Vector', [Vec]} | Src])]}
+            || Doic, App == test].
 
 %% ---------------------------------------------------------------------------
 %% diameter_app callbacks

@@ -259,6 +259,7 @@ pub struct ErlClient {
     doic: Option<u64>,
     watchdog_ms: Option<u32>,
     linger_ms: u32,
+    doic_source_id: bool,
 }
 
 impl ErlClient {
@@ -281,6 +282,7 @@ impl ErlClient {
             doic: None,
             watchdog_ms: None,
             linger_ms: 0,
+            doic_source_id: false,
         }
     }
 
@@ -370,6 +372,15 @@ impl ErlClient {
         self
     }
 
+    /// Adds SourceID = the client's identity to its OC-Supported-Features:
+    /// with OC_PEER_REPORT in the vector, it then supports peer reports
+    /// (RFC 8581 §6.1.1).
+    #[must_use]
+    pub fn doic_source_id(mut self) -> Self {
+        self.doic_source_id = true;
+        self
+    }
+
     /// Runs the client to completion (bounded by the per-request timeout
     /// times the requests per worker, plus startup).
     ///
@@ -404,6 +415,9 @@ impl ErlClient {
         }
         if let Some(v) = self.doic {
             cmd.args(["--doic-vector", &v.to_string()]);
+        }
+        if self.doic_source_id {
+            cmd.arg("--doic-source-id");
         }
         if let Some(w) = self.watchdog_ms {
             cmd.args(["--watchdog", &w.to_string()]);

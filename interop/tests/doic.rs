@@ -19,10 +19,16 @@ const ERL_CLIENT: &str = "erl-client.example.org";
 /// An agent with `[doic]` in front of the Erlang server (trusted), the
 /// Erlang client trusted to receive reports when `trust_client`.
 fn agent(server: &PeerTarget, trust_client: bool) -> Agent {
+    agent_with(server, trust_client, "")
+}
+
+/// [`agent`] with more `[doic]` keys.
+fn agent_with(server: &PeerTarget, trust_client: bool, doic: &str) -> Agent {
     let mut t = format!(
         "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\ntw_seconds = 6\ntc_seconds = 1\ndrain_seconds = 3\n[[peer]]\nhost = \"{}\"\nrealm = \"example.net\"\nconnect = \"{}\"\ntrusted = true\n[[route]]\nrealm = \"example.net\"\npeers = [\"{}\"]\n[accept]\nhosts = [\"*.example.org\"]\n[doic]\nalgorithms = [\"loss\", \"rate\"]\npeer_report = true\nthrottle_result = \"auto\"\n",
         server.identity, server.addr, server.identity
     );
+    t += doic;
     if trust_client {
         t += &format!("[doic.peers.\"{ERL_CLIENT}\"]\ntrusted = true\n");
     }
@@ -185,5 +191,38 @@ fn otp_rate_report_is_honoured() {
         "{passed} in {secs:.1}s: {}",
         r.output
     );
+    stop(agent);
+}
+
+#[test]
+fn otp_client_decodes_the_agents_own_peer_report() {
+    // RFC 8581 §6.2.4 / RFC 8582 §6.5 as decoded by OTP with the escript's
+    // RFC 8581/8582 grammar: above `own_capacity`, an OTP client that
+    // supports peer reports (OC_PEER_REPORT and its SourceID) and rate gets
+    // the agent's PEER_REPORT with SourceID = the agent and OC-Maximum-Rate.
+    let server = ErlServer::builder().start().unwrap();
+    let agent = agent_with(&server.target(), true, "own_capacity = 50\n");
+    let r = ErlClient::new(&target(&agent))
+        .n(6000)
+        .concurrency(4)
+        .doic_vector(0x15)
+        .doic_source_id()
+        .run()
+        .unwrap();
+    assert_eq!(r.answered, 6000, "{}", r.output);
+    assert!(r.oc_olr > 0, "no OC-OLR decoded: {}", r.output);
+    let o = &r.first_olr;
+    let get = |k: &str| o.get(k).map(String::as_str);
+    assert_eq!(get("report_type"), Some("2"), "{}", r.output);
+    assert_eq!(get("source_id"), Some(AGENT), "{}", r.output);
+    // One sending peer: the whole capacity.
+    assert_eq!(get("max_rate"), Some("50"), "{}", r.output);
+    assert_eq!(get("reduction_percentage"), Some("-"), "{}", r.output);
+    assert_eq!(get("validity_duration"), Some("10"), "{}", r.output);
+    // The answers' features: OC_PEER_REPORT, SourceID = the agent and
+    // OC-Peer-Algo rate (RFC 8581 §6.1.2).
+    let f = |k: &str| r.first_features.get(k).map(String::as_str);
+    assert_eq!(f("source_id"), Some(AGENT), "{}", r.output);
+    assert_eq!(f("peer_algo"), Some("4"), "{}", r.output);
     stop(agent);
 }

@@ -35,7 +35,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "ebpf",
-        about: "kernel program: parse path by test run; exact counts in netns over XDP native/generic and TC; SYN guard; detach (root)",
+        about: "kernel program: parse path by test run; exact counts in netns over XDP native/generic and TC; SYN guard; detach; kernel rates drive the own peer report (root)",
         run: ebpf,
     },
     Stage {
@@ -208,6 +208,8 @@ fn ebpf() -> anyhow::Result<()> {
             "ebpf_netns",
             "--test",
             "ebpf_agent",
+            "--test",
+            "doic_own_overload",
             "--",
             "--ignored",
             "--test-threads=1",

@@ -71,7 +71,8 @@ pub struct DoicConfig {
     pub enabled: bool,
     /// The agent's own capacity in requests per second: above it, the agent
     /// sends peer reports with the rate algorithm to its DOIC clients
-    /// (RFC 8581 §6.2.4, RFC 8582 §6.1); absent means never.
+    /// (RFC 8581 §6.2.4, RFC 8582 §6.1; [`super::own_load`]); absent means
+    /// never.
     pub own_capacity: Option<u32>,
     /// Algorithms advertised and accepted; loss is always included.
     pub algorithms: Vec<Algorithm>,
@@ -152,6 +153,9 @@ pub enum DoicConfigError {
     /// No room for any overload control state.
     #[error("doic.max_ocs must be at least 1")]
     MaxOcs,
+    /// A zero capacity would declare the agent overloaded by any request.
+    #[error("doic.own_capacity must be at least 1 (requests per second)")]
+    OwnCapacity,
     /// Realm reports need a validity within RFC 7683 §7.5 (1..=86400 s).
     #[error("doic.realm_report_validity = {value}: must be 1..=86400 seconds")]
     RealmValidity {
@@ -177,6 +181,9 @@ impl DoicConfig {
         }
         if self.max_ocs == 0 {
             return Err(DoicConfigError::MaxOcs);
+        }
+        if self.own_capacity == Some(0) {
+            return Err(DoicConfigError::OwnCapacity);
         }
         if !(1..=crate::dictionary::doic::MAX_VALIDITY_SECS).contains(&self.realm_report_validity) {
             return Err(DoicConfigError::RealmValidity {
@@ -271,6 +278,13 @@ mod tests {
         );
         let c: DoicConfig = toml::from_str("probe_interval = 0").unwrap();
         assert_eq!(c.validate(), Err(DoicConfigError::ProbeInterval));
+        let c: DoicConfig = toml::from_str("own_capacity = 0").unwrap();
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "doic.own_capacity must be at least 1 (requests per second)"
+        );
+        let c: DoicConfig = toml::from_str("own_capacity = 5000").unwrap();
+        assert_eq!((c.validate(), c.own_capacity), (Ok(()), Some(5000)));
         let c: DoicConfig = toml::from_str("realm_report_validity = 0").unwrap();
         assert!(matches!(
             c.validate(),

@@ -237,6 +237,47 @@ impl Doic {
         self.own_peer_reports.insert(peer.to_owned(), entry);
     }
 
+    /// Puts a version of the agent's own peer report made elsewhere (by the
+    /// own-overload controller, [`super::own_load::OwnLoad`]), sequence
+    /// number included, so that every worker's core sends the same report:
+    /// for `peer`, or with `None` for every peer without one of its own
+    /// (RFC 8581 §6.2.4). It goes in answers until `until`. An identical
+    /// version is a no-op; an older one (lower sequence) is ignored. At
+    /// most `max_ocs` peers are kept (versions past `until` make room).
+    pub fn put_own_peer_report(
+        &mut self,
+        now: Instant,
+        peer: Option<&str>,
+        report: Report,
+        until: Instant,
+    ) {
+        self.own_sequence = self.own_sequence.max(report.sequence);
+        let Some(p) = peer else {
+            if self
+                .own_peer_report
+                .as_ref()
+                .is_none_or(|(r, _)| r.sequence <= report.sequence)
+            {
+                self.own_peer_report = Some((report, until));
+            }
+            return;
+        };
+        if let Some(e) = self.own_peer_reports.get_mut(p) {
+            if e.0.sequence <= report.sequence {
+                *e = (report, until);
+            }
+            return;
+        }
+        if self.own_peer_reports.len() >= self.cfg.max_ocs {
+            // Full: forget the versions no longer sent.
+            self.own_peer_reports.retain(|_, (_, u)| now < *u);
+            if self.own_peer_reports.len() >= self.cfg.max_ocs {
+                return;
+            }
+        }
+        self.own_peer_reports.insert(p.to_owned(), (report, until));
+    }
+
     /// A new version of an own peer report; sequence numbers come from one
     /// counter, so every new version is greater (RFC 7683 §5.2.1.4).
     fn own_report(
@@ -762,11 +803,15 @@ impl Doic {
         peer_report: bool,
         selected: Algorithm,
     ) -> (OcSupportedFeatures, Option<OcOlr>) {
+        // The peer's own report if it can take its algorithm, else the one
+        // for all peers (the loss report for peers without rate).
+        let live = |e: &&(Report, Instant)| now < e.1;
         let own = self
             .own_peer_reports
             .get(peer_id)
-            .or(self.own_peer_report.as_ref())
-            .filter(|(_, until)| now < *until)
+            .filter(live)
+            .filter(|(r, _)| features::supports(peer, r.abatement.algorithm()))
+            .or(self.own_peer_report.as_ref().filter(live))
             .map(|(r, _)| r);
         let wanted = own.map_or(self.cfg.peer_algo, |r| r.abatement.algorithm());
         let peer_algo = if features::supports(peer, wanted) {

@@ -381,6 +381,9 @@ impl Conn {
                 let opened = self.peer.as_ref().is_some_and(|(_, slot)| {
                     slot.try_open(self.id, self.tx.clone(), false, &local_host)
                 });
+                if opened && let Some((_, slot)) = &self.peer {
+                    slot.note_remote(self.id, self.stream.peer_addr().ok());
+                }
                 if !opened {
                     self.close = Some("another connection to this peer is open");
                 }
@@ -412,6 +415,7 @@ impl Conn {
             let local_host = cfg.node.origin_host.clone();
             match self.shared.table.get(id) {
                 Some(slot) if slot.try_open(self.id, self.tx.clone(), true, &local_host) => {
+                    slot.note_remote(self.id, self.stream.peer_addr().ok());
                     self.peer = Some((id, slot));
                 }
                 _ => election_lost = true,

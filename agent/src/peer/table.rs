@@ -130,6 +130,9 @@ pub struct PeerSlot {
     watchdog: Mutex<Option<Watchdog>>,
     /// Counters.
     pub stats: PeerStats,
+    /// The open connection's id and remote transport address (for the
+    /// kernel's per-address arrival rates).
+    remote: Mutex<Option<(u64, SocketAddr)>>,
 }
 
 impl PeerSlot {
@@ -144,6 +147,7 @@ impl PeerSlot {
             reg: Mutex::new(ConnReg::Idle),
             watchdog: Mutex::new(None),
             stats: PeerStats::default(),
+            remote: Mutex::new(None),
         }
     }
 
@@ -250,6 +254,32 @@ impl PeerSlot {
             *reg = ConnReg::Idle;
             self.set_state(state::CLOSED);
         }
+        drop(reg);
+        let mut remote = self
+            .remote
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if remote.is_some_and(|(id, _)| id == conn) {
+            *remote = None;
+        }
+    }
+
+    /// Records the remote address of connection `conn`, which just opened.
+    pub fn note_remote(&self, conn: u64, addr: Option<SocketAddr>) {
+        *self
+            .remote
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = addr.map(|a| (conn, a));
+    }
+
+    /// The remote transport address of the open connection, as
+    /// `TcpStream::peer_addr` gave it.
+    #[must_use]
+    pub fn remote(&self) -> Option<SocketAddr> {
+        self.remote
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .map(|(_, a)| a)
     }
 
     /// Takes the peer's watchdog (it outlives connections, RFC 3539
@@ -396,6 +426,20 @@ mod tests {
         );
         slot.release(2);
         assert!(slot.sender().is_none());
+    }
+
+    #[test]
+    fn the_remote_address_is_the_open_connections() {
+        let slot = PeerSlot::new("a.example.net", "example.net", None);
+        let addr: SocketAddr = "127.0.0.2:40000".parse().unwrap();
+        let (tx, _) = unbounded_channel();
+        assert!(slot.try_open(1, tx, true, "b.example.com"));
+        slot.note_remote(1, Some(addr));
+        assert_eq!(slot.remote(), Some(addr));
+        slot.release(7);
+        assert_eq!(slot.remote(), Some(addr), "another connection's end");
+        slot.release(1);
+        assert_eq!(slot.remote(), None);
     }
 
     #[test]

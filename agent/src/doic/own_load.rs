@@ -1,0 +1,456 @@
+//! The agent as reporting node for its own overload: RFC 8581 §6.2.4 (peer
+//! reports in answers to peers that support them, SourceID = the agent),
+//! RFC 8582 §5 (the peer-report algorithm chosen apart from the host/realm
+//! one), §6.1 (a rate allocated to each reacting peer, one reporting-node
+//! OCS per peer), §6.3 (the allocation recomputed when the set of reacting
+//! peers changes), §6.5 and §7.2.1 (OC-Maximum-Rate, never 0 for a sending
+//! peer, no OC-Reduction-Percentage), with the OCS
+//! maintenance of RFC 7683 §5.2.1.4 (new sequence number on every change,
+//! validity 0 at the end, kept long enough) and §5.2.3 (controlled ending).
+//!
+//! [`OwnLoad`] is sans-io: the control thread measures the request arrival
+//! rate of each downstream peer, calls [`OwnLoad::handle_load`] once per
+//! measurement with `now`, and hands the reports [`OwnLoad::reports`] lists
+//! to every worker's core ([`super::Doic::put_own_peer_report`]).
+//!
+//! # Allocation rule
+//!
+//! RFC 8582 §6.1 leaves the split of the capacity to the reporting node.
+//! The agent splits it in proportion to each peer's *demand*: a peer's
+//! demand is its measured arrival rate, except while it is constrained by
+//! its allocation (arrivals at 90 % of the allocation or more), when the
+//! rate it is seen sending says nothing about what it would send: then its
+//! demand is the larger of its current rate and the demand remembered from
+//! when it was last unconstrained (at the onset of overload, for a peer that
+//! abates from the start). Each sending peer first gets 1 request/s (a rate
+//! of 0 would stop it entirely, RFC 8582 §7.2.1), the rest of the capacity
+//! is divided in proportion to demand and rounded down, so the allocations
+//! never add up to more than the capacity (unless there are more sending
+//! peers than requests per second of capacity, where each keeps 1/s).
+//! Proportional shares keep every peer's relative load as it was, need no
+//! knowledge of the peers beyond what is measured, and, unlike equal
+//! shares, do not hand capacity to peers that would not use it (which
+//! would make the total arrival rate fall and the report end and restart).
+//!
+//! # Peers without the rate algorithm
+//!
+//! RFC 8581 §6.1.2 lets the agent select another algorithm for the peer
+//! reports of a peer that does not support rate: loss (every DOIC node
+//! supports loss, RFC 8582 §5). The agent keeps one loss report for all
+//! such peers (RFC 7683 §5.2.1.2: one loss OCS per application and report
+//! type) asking for `ceil(100 * (1 - capacity / total demand))` percent:
+//! with proportional allocation every peer's allocation is that same
+//! fraction of its demand, so a loss peer abates exactly as much as a rate
+//! peer. Peers that do not support peer reports at all get no report
+//! (RFC 7683 §5.2.3: no report of a type the peer did not announce); their
+//! load counts in the total, and the agent does not throttle them itself.
+//!
+//! # When reports change
+//!
+//! - Start: the total arrival rate is above the capacity (`start_above`).
+//! - Update (new sequence number, RFC 7683 §5.2.1.4): a peer's allocation
+//!   differs from the one in force by more than `material` (relative, and
+//!   at least 2 requests/s), or the loss percentage by 5 points or more, or
+//!   half of the validity has passed (a reacting node ignores a report whose
+//!   sequence it already has, RFC 8581 §6.2.3, so renewing the validity
+//!   takes a new version).
+//! - A peer that sends nothing for `end_after` while the overload lasts has
+//!   its own report ended (validity 0); until then it keeps its share.
+//! - End: the total arrival rate stays below `end_below` of the capacity
+//!   for `end_after`; every report is then sent with validity 0 and kept for
+//!   one validity period (long enough for any reacting OCS to end, RFC 7683
+//!   §5.2.1.4), then dropped.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::report::{Abatement, Report, ReportType};
+
+/// How the controller decides; see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OwnLoadParams {
+    /// The agent's capacity in requests per second (`[doic] own_capacity`).
+    pub capacity: u32,
+    /// Reporting starts when the total arrival rate exceeds
+    /// `capacity * start_above`.
+    pub start_above: f64,
+    /// Reporting ends when the total arrival rate stays below
+    /// `capacity * end_below` ...
+    pub end_below: f64,
+    /// ... for this long.
+    pub end_after: Duration,
+    /// OC-Validity-Duration of the reports (renewed at half of it).
+    pub validity: Duration,
+    /// Relative change of a peer's allocation that makes a new version.
+    pub material: f64,
+}
+
+impl OwnLoadParams {
+    /// The defaults for a capacity: start above it, end below 80 % of it
+    /// for 2 s, validity 10 s, a new version when an allocation moves by
+    /// more than 10 %.
+    #[must_use]
+    pub fn new(capacity: u32) -> Self {
+        Self {
+            capacity,
+            start_above: 1.0,
+            end_below: 0.8,
+            end_after: Duration::from_secs(2),
+            validity: Duration::from_secs(10),
+            material: 0.1,
+        }
+    }
+}
+
+/// One of the agent's own peer reports, as every worker must hold it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnReport {
+    /// The peer it is for; `None` for the loss report sent to every peer
+    /// that supports peer reports but not the rate algorithm.
+    pub peer: Option<String>,
+    /// The report (type PEER, SourceID = the agent).
+    pub report: Report,
+    /// Until when it goes in answers (its validity, or for an end report
+    /// the period it is kept).
+    pub until: Instant,
+}
+
+impl OwnReport {
+    /// Whether it is an end report (validity 0).
+    #[must_use]
+    pub fn is_end(&self) -> bool {
+        self.report.validity.is_zero()
+    }
+}
+
+/// What the controller keeps per reacting peer (reporting-node OCS, RFC
+/// 8582 §6.1).
+#[derive(Clone, Debug)]
+struct PeerState {
+    allocation: u32,
+    demand: f64,
+    sent_at: Instant,
+    /// Since when it has sent nothing.
+    idle_since: Option<Instant>,
+}
+
+/// The overload of the agent itself, and the reports it makes for it.
+///
+/// Call [`OwnLoad::handle_load`] with each measurement, then read
+/// [`OwnLoad::reports`] when [`OwnLoad::generation`] changed.
+#[derive(Debug)]
+pub struct OwnLoad {
+    params: OwnLoadParams,
+    identity: String,
+    origin: Instant,
+    sequence_base_ms: u64,
+    last_sequence: u64,
+    reporting: bool,
+    below_since: Option<Instant>,
+    peers: BTreeMap<String, PeerState>,
+    loss: Option<(u32, Instant)>,
+    reports: BTreeMap<Option<String>, OwnReport>,
+    generation: u64,
+    total: f64,
+}
+
+impl OwnLoad {
+    /// A controller for the agent `identity`. `origin` and
+    /// `sequence_base_ms` (milliseconds since the Unix epoch at `origin`)
+    /// make the sequence numbers: a timestamp in milliseconds, or the last
+    /// one plus one, so they grow across restarts (RFC 7683 §5.2.1.4 note).
+    #[must_use]
+    pub fn new(
+        identity: &str,
+        params: OwnLoadParams,
+        origin: Instant,
+        sequence_base_ms: u64,
+    ) -> Self {
+        Self {
+            params,
+            identity: identity.to_owned(),
+            origin,
+            sequence_base_ms,
+            last_sequence: 0,
+            reporting: false,
+            below_since: None,
+            peers: BTreeMap::new(),
+            loss: None,
+            reports: BTreeMap::new(),
+            generation: 0,
+            total: 0.0,
+        }
+    }
+
+    /// The parameters.
+    #[must_use]
+    pub fn params(&self) -> &OwnLoadParams {
+        &self.params
+    }
+
+    /// Whether the agent is reporting its own overload.
+    #[must_use]
+    pub fn is_reporting(&self) -> bool {
+        self.reporting
+    }
+
+    /// The total arrival rate of the last measurement.
+    #[must_use]
+    pub fn total_rate(&self) -> f64 {
+        self.total
+    }
+
+    /// The rate allocated to `peer` while reporting.
+    #[must_use]
+    pub fn allocation(&self, peer: &str) -> Option<u32> {
+        self.peers.get(peer).map(|p| p.allocation)
+    }
+
+    /// Changes whenever [`OwnLoad::reports`] does.
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The reports in force (active and ending), by peer.
+    pub fn reports(&self) -> impl Iterator<Item = &OwnReport> {
+        self.reports.values()
+    }
+
+    /// Takes a measurement made at `now`: the request arrival rate of each
+    /// downstream peer (requests per second, by DiameterIdentity).
+    pub fn handle_load(&mut self, now: Instant, rates: &[(String, f64)]) {
+        let before = self.generation;
+        // Ending reports kept long enough are dropped.
+        self.reports.retain(|_, r| !(r.is_end() && now >= r.until));
+        let total: f64 = rates.iter().map(|(_, r)| r.max(0.0)).sum();
+        self.total = total;
+        let cap = f64::from(self.params.capacity);
+        if !self.reporting {
+            if total > cap * self.params.start_above {
+                tracing::info!(
+                    rate = total,
+                    capacity = self.params.capacity,
+                    "own overload: reporting starts"
+                );
+                self.reporting = true;
+                self.below_since = None;
+                self.allocate(now, rates);
+            }
+        } else if total < cap * self.params.end_below {
+            let since = *self.below_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= self.params.end_after {
+                tracing::info!(rate = total, "own overload: reporting ends");
+                self.end_all(now);
+            } else {
+                self.allocate(now, rates);
+            }
+        } else {
+            self.below_since = None;
+            self.allocate(now, rates);
+        }
+        if self.generation != before {
+            tracing::debug!(generation = self.generation, "own peer reports changed");
+        }
+    }
+
+    /// Recomputes the allocations and publishes the versions that changed.
+    fn allocate(&mut self, now: Instant, rates: &[(String, f64)]) {
+        // Demand per sending peer (see the module documentation), with when
+        // it fell silent for a peer keeping its share.
+        let mut demands: Vec<(String, f64, Option<Instant>)> = Vec::new();
+        for (peer, rate) in rates {
+            let rate = rate.max(0.0);
+            if rate <= 0.0 {
+                continue;
+            }
+            let demand = match self.peers.get(peer.as_str()) {
+                Some(p) if rate >= 0.9 * f64::from(p.allocation) => p.demand.max(rate),
+                _ => rate,
+            };
+            demands.push((peer.clone(), demand, None));
+        }
+        // A peer silent for less than `end_after` keeps its share (a slow
+        // peer's empty window is not an end); after that its report ends.
+        let mut stopped = Vec::new();
+        for (peer, p) in &self.peers {
+            if demands.iter().any(|(q, _, _)| q == peer) {
+                continue;
+            }
+            let since = p.idle_since.unwrap_or(now);
+            if now.saturating_duration_since(since) < self.params.end_after {
+                demands.push((peer.clone(), p.demand, Some(since)));
+            } else {
+                stopped.push(peer.clone());
+            }
+        }
+        for p in stopped {
+            self.peers.remove(&p);
+            self.end(now, Some(p));
+        }
+        let view: Vec<(&str, f64)> = demands.iter().map(|(p, d, _)| (p.as_str(), *d)).collect();
+        let allocations: Vec<u32> = split(self.params.capacity, &view)
+            .into_iter()
+            .map(|(_, a)| a)
+            .collect();
+        let total_demand: f64 = demands.iter().map(|(_, d, _)| d).sum();
+        let half = self.params.validity / 2;
+        for ((peer, demand, idle_since), allocation) in demands.into_iter().zip(allocations) {
+            let prev = self.peers.get(&peer);
+            let changed = prev.is_none_or(|p| {
+                let old = f64::from(p.allocation);
+                let diff = (f64::from(allocation) - old).abs();
+                (diff > self.params.material * old && diff >= 2.0)
+                    || now.saturating_duration_since(p.sent_at) >= half
+            });
+            let (allocation, sent_at) = match prev {
+                Some(p) if !changed => (p.allocation, p.sent_at),
+                _ => {
+                    self.publish(
+                        now,
+                        Some(peer.clone()),
+                        Abatement::Rate {
+                            per_second: allocation,
+                        },
+                    );
+                    (allocation, now)
+                }
+            };
+            self.peers.insert(
+                peer,
+                PeerState {
+                    allocation,
+                    demand,
+                    sent_at,
+                    idle_since,
+                },
+            );
+        }
+        // The loss report for peers without the rate algorithm.
+        let percent = if total_demand > 0.0 {
+            let keep = (f64::from(self.params.capacity) / total_demand).min(1.0);
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "0..=100 by construction"
+            )]
+            let p = ((1.0 - keep) * 100.0).ceil().clamp(0.0, 100.0) as u32;
+            p
+        } else {
+            0
+        };
+        let renew = match self.loss {
+            None => true,
+            Some((old, at)) => {
+                old.abs_diff(percent) >= 5 || now.saturating_duration_since(at) >= half
+            }
+        };
+        if renew {
+            self.loss = Some((percent, now));
+            self.publish(now, None, Abatement::Loss { percent });
+        }
+    }
+
+    /// Ends every report (validity 0).
+    fn end_all(&mut self, now: Instant) {
+        self.reporting = false;
+        self.below_since = None;
+        let peers: Vec<String> = std::mem::take(&mut self.peers).into_keys().collect();
+        for p in peers {
+            self.end(now, Some(p));
+        }
+        if self.loss.take().is_some() {
+            self.end(now, None);
+        }
+    }
+
+    /// Replaces the report for `peer` by its end version.
+    fn end(&mut self, now: Instant, peer: Option<String>) {
+        let Some(prev) = self.reports.get(&peer) else {
+            return;
+        };
+        if prev.is_end() {
+            return;
+        }
+        let abatement = prev.report.abatement;
+        let sequence = self.next_sequence(now);
+        let report = self.report(sequence, Duration::ZERO, abatement);
+        self.reports.insert(
+            peer.clone(),
+            OwnReport {
+                peer,
+                report,
+                until: now + self.params.validity,
+            },
+        );
+        self.generation += 1;
+    }
+
+    /// Puts a new version of the report for `peer`.
+    fn publish(&mut self, now: Instant, peer: Option<String>, abatement: Abatement) {
+        let sequence = self.next_sequence(now);
+        let report = self.report(sequence, self.params.validity, abatement);
+        tracing::debug!(peer = ?peer, ?abatement, sequence, "own peer report");
+        self.reports.insert(
+            peer.clone(),
+            OwnReport {
+                peer,
+                report,
+                until: now + self.params.validity,
+            },
+        );
+        self.generation += 1;
+    }
+
+    fn report(&self, sequence: u64, validity: Duration, abatement: Abatement) -> Report {
+        Report {
+            report_type: ReportType::Peer,
+            sequence,
+            validity,
+            abatement,
+            source_id: Some(self.identity.clone()),
+        }
+    }
+
+    /// A timestamp in milliseconds, strictly greater than the last one.
+    fn next_sequence(&mut self, now: Instant) -> u64 {
+        let elapsed = u64::try_from(now.saturating_duration_since(self.origin).as_millis())
+            .unwrap_or(u64::MAX / 2);
+        let s = self
+            .sequence_base_ms
+            .saturating_add(elapsed)
+            .max(self.last_sequence + 1);
+        self.last_sequence = s;
+        s
+    }
+}
+
+/// Splits `capacity` among peers in proportion to their demand, each at
+/// least 1, rounded down (the sum is at most `capacity` when there are at
+/// most `capacity` peers).
+#[must_use]
+pub fn split<'a>(capacity: u32, demands: &[(&'a str, f64)]) -> Vec<(&'a str, u32)> {
+    let n = u32::try_from(demands.len()).unwrap_or(u32::MAX);
+    let rest = f64::from(capacity.saturating_sub(n));
+    let total: f64 = demands.iter().map(|(_, d)| d.max(0.0)).sum();
+    demands
+        .iter()
+        .map(|(p, d)| {
+            let share = if total > 0.0 {
+                (rest * d.max(0.0) / total).floor()
+            } else {
+                0.0
+            };
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "0..=capacity by construction"
+            )]
+            let share = share as u32;
+            (*p, 1 + share)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

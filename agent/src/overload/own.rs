@@ -1,0 +1,382 @@
+//! The agent's own overload in the running relay (RFC 8581 §6.2.4, RFC 8582
+//! §6.1): the control thread measures the request arrival rate of every
+//! downstream peer once per tick, runs the [`OwnLoad`] controller when
+//! `[doic] own_capacity` is set, and publishes its reports; each worker puts
+//! them in its own core at its next tick (`overload::tick`), so that every worker
+//! sends the same versions (sequence numbers are made once, by the
+//! controller).
+//!
+//! The arrival rate of a peer comes from the kernel program when it is
+//! attached and saw the peer's connection in the last window (it counts
+//! requests as they arrive, before userspace queues fill: RFC 7068 §3.1),
+//! mapped to the peer by the connection's remote address
+//! ([`crate::peer::table::PeerSlot::remote`]); otherwise from the userspace
+//! counter of requests received (`requests_in`) over the same interval.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::Overload;
+use crate::agent::Shared;
+use crate::doic::Doic;
+use crate::doic::own_load::{OwnLoad, OwnLoadParams, OwnReport};
+use crate::doic::report::Abatement;
+use crate::telemetry::KernelLoad;
+
+thread_local! {
+    /// The generation of own reports this worker's core holds.
+    static APPLIED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Where a peer's arrival rate came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The kernel program's per-address counters.
+    Kernel,
+    /// The relay's per-peer request counter.
+    Userspace,
+}
+
+impl Source {
+    /// The metric label.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Kernel => "kernel",
+            Self::Userspace => "userspace",
+        }
+    }
+}
+
+/// One downstream peer as last measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerLoad {
+    /// Requests per second received from it.
+    pub rate: f64,
+    /// Where the rate came from.
+    pub source: Source,
+}
+
+/// What `/metrics` shows of the agent's own overload.
+#[derive(Clone, Debug, Default)]
+pub struct OwnView {
+    /// The capacity (`own_capacity`).
+    pub capacity: u32,
+    /// Total request arrival rate of the last measurement.
+    pub total: f64,
+    /// Whether the agent reports its own overload.
+    pub reporting: bool,
+    /// Per peer: its load.
+    pub peers: BTreeMap<String, PeerLoad>,
+    /// The reports in force (active and ending).
+    pub reports: Vec<OwnReport>,
+}
+
+/// The control thread's side: the controller, the counters of the last
+/// measurement, and what the workers apply.
+#[derive(Debug)]
+pub struct OwnState {
+    controller: Mutex<Option<Control>>,
+    published: Mutex<Arc<[OwnReport]>>,
+    generation: AtomicU64,
+    view: Mutex<OwnView>,
+}
+
+#[derive(Debug)]
+struct Control {
+    load: OwnLoad,
+    last: Option<(Instant, BTreeMap<String, u64>)>,
+}
+
+impl OwnState {
+    /// The state for an agent with `capacity` (`None`: the agent never
+    /// reports its own overload). `base_ms` is the Unix time in
+    /// milliseconds at `origin` (sequence numbers, RFC 7683 §5.2.1.4).
+    #[must_use]
+    pub fn new(identity: &str, capacity: Option<u32>, origin: Instant, base_ms: u64) -> Self {
+        let controller = capacity.map(|c| Control {
+            load: OwnLoad::new(identity, OwnLoadParams::new(c), origin, base_ms),
+            last: None,
+        });
+        Self {
+            controller: Mutex::new(controller),
+            published: Mutex::new(Arc::from(Vec::new())),
+            generation: AtomicU64::new(0),
+            view: Mutex::new(OwnView {
+                capacity: capacity.unwrap_or(0),
+                ..OwnView::default()
+            }),
+        }
+    }
+
+    /// What `/metrics` shows.
+    #[must_use]
+    pub fn view(&self) -> OwnView {
+        self.view
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Measures every peer's arrival rate at `now` and runs the controller
+/// (control thread, once per second, after the kernel tick).
+pub(crate) fn control_tick(shared: &Shared, ov: &Overload, now: Instant) {
+    let own = &ov.own;
+    let mut guard = own
+        .controller
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some(ctl) = guard.as_mut() else {
+        return;
+    };
+    let kernel = shared.kernel.is_attached().then(|| shared.kernel.load());
+    let kernel = kernel.filter(|k| {
+        k.at.is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(3))
+    });
+    let slots: Vec<SlotCount> = shared
+        .table
+        .all()
+        .into_iter()
+        .map(|(_, slot)| SlotCount {
+            host: slot.host.clone(),
+            remote: slot.remote(),
+            requests_in: slot.stats.requests_in.load(Ordering::Relaxed),
+        })
+        .collect();
+    let peers = measure(&slots, kernel.as_deref(), ctl.last.as_ref(), now);
+    let counts = slots.into_iter().map(|s| (s.host, s.requests_in)).collect();
+    let first = ctl.last.is_none();
+    ctl.last = Some((now, counts));
+    if first {
+        return;
+    }
+    let rates: Vec<(String, f64)> = peers.iter().map(|(p, l)| (p.clone(), l.rate)).collect();
+    let before = ctl.load.generation();
+    ctl.load.handle_load(now, &rates);
+    if ctl.load.generation() != before {
+        let reports: Arc<[OwnReport]> = ctl.load.reports().cloned().collect();
+        *own.published.lock().unwrap_or_else(PoisonError::into_inner) = reports;
+        own.generation
+            .store(ctl.load.generation(), Ordering::Release);
+    }
+    let view = OwnView {
+        capacity: ctl.load.params().capacity,
+        total: ctl.load.total_rate(),
+        reporting: ctl.load.is_reporting(),
+        peers,
+        reports: ctl.load.reports().cloned().collect(),
+    };
+    *own.view.lock().unwrap_or_else(PoisonError::into_inner) = view;
+}
+
+/// One peer slot's counter, as read by the control thread.
+#[derive(Clone, Debug)]
+pub(crate) struct SlotCount {
+    pub(crate) host: String,
+    pub(crate) remote: Option<SocketAddr>,
+    pub(crate) requests_in: u64,
+}
+
+/// The arrival rate of each peer at `now`: the kernel's rate for the
+/// connection's remote address when the kernel has one, else the userspace
+/// counter's increase since `last` (nothing before a first reading).
+pub(crate) fn measure(
+    slots: &[SlotCount],
+    kernel: Option<&KernelLoad>,
+    last: Option<&(Instant, BTreeMap<String, u64>)>,
+    now: Instant,
+) -> BTreeMap<String, PeerLoad> {
+    let mut peers = BTreeMap::new();
+    for slot in slots {
+        let from_kernel = kernel
+            .zip(slot.remote)
+            .and_then(|(k, addr)| k.arrival_rate(addr));
+        let load = if let Some(rate) = from_kernel {
+            Some(PeerLoad {
+                rate,
+                source: Source::Kernel,
+            })
+        } else if let Some((at, prev)) = last {
+            let dt = now.saturating_duration_since(*at).as_secs_f64();
+            let before = prev.get(&slot.host).copied().unwrap_or(0);
+            #[expect(clippy::cast_precision_loss, reason = "a rate")]
+            let rate = slot.requests_in.saturating_sub(before) as f64 / dt.max(1e-3);
+            Some(PeerLoad {
+                rate,
+                source: Source::Userspace,
+            })
+        } else {
+            None
+        };
+        if let Some(l) = load {
+            peers.insert(slot.host.clone(), l);
+        }
+    }
+    peers
+}
+
+/// Puts the published own reports in this worker's core, when they changed
+/// since it last did (worker tick).
+pub(crate) fn apply(ov: &Overload, core: &mut Doic, now: Instant) {
+    let generation = ov.own.generation.load(Ordering::Acquire);
+    if APPLIED.with(Cell::get) == generation {
+        return;
+    }
+    let reports = ov
+        .own
+        .published
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    for r in reports.iter() {
+        core.put_own_peer_report(now, r.peer.as_deref(), r.report.clone(), r.until);
+    }
+    APPLIED.with(|a| a.set(generation));
+}
+
+/// The own-overload metrics, Prometheus text format.
+pub(crate) fn render(ov: &Overload, o: &mut String) {
+    let v = ov.own.view();
+    if v.capacity == 0 {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_capacity_rps The agent's own capacity (requests per second).\n# TYPE doic_own_capacity_rps gauge\ndoic_own_capacity_rps {}",
+        v.capacity
+    );
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_load_rps Requests per second received from all peers (last measurement).\n# TYPE doic_own_load_rps gauge\ndoic_own_load_rps {:.1}",
+        v.total
+    );
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_overload Whether the agent reports its own overload.\n# TYPE doic_own_overload gauge\ndoic_own_overload {}",
+        u8::from(v.reporting)
+    );
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_peer_load_rps Requests per second received from each peer, and where the rate was measured.\n# TYPE doic_own_peer_load_rps gauge"
+    );
+    for (p, l) in &v.peers {
+        let _ = writeln!(
+            o,
+            "doic_own_peer_load_rps{{peer=\"{}\",source=\"{}\"}} {:.1}",
+            label(p),
+            l.source.as_str(),
+            l.rate
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_reports_active The agent's own peer reports in force (1), or ending with validity 0 (0); peer \"*\" is the loss report for peers without rate.\n# TYPE doic_own_reports_active gauge"
+    );
+    for r in &v.reports {
+        let _ = writeln!(
+            o,
+            "doic_own_reports_active{{peer=\"{}\"}} {}",
+            r.peer.as_deref().map_or_else(|| "*".into(), label),
+            u8::from(!r.is_end())
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_rate_allocated_rps OC-Maximum-Rate of the agent's own peer report to each peer.\n# TYPE doic_own_rate_allocated_rps gauge"
+    );
+    for r in &v.reports {
+        if let (Some(p), Abatement::Rate { per_second }, false) =
+            (&r.peer, r.report.abatement, r.is_end())
+        {
+            let _ = writeln!(
+                o,
+                "doic_own_rate_allocated_rps{{peer=\"{}\"}} {per_second}",
+                label(p)
+            );
+        }
+    }
+}
+
+fn label(s: &str) -> String {
+    s.replace(['"', '\\', '\n'], "_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ebpf::{Direction, PeerRate};
+
+    fn rate(peer: &str, direction: Direction, requests: f64) -> PeerRate {
+        PeerRate {
+            peer: peer.parse().unwrap(),
+            direction,
+            packets: requests,
+            bytes: requests * 100.0,
+            requests,
+            answers: 0.0,
+            syn: 0.0,
+        }
+    }
+
+    fn slot(host: &str, remote: Option<&str>, requests_in: u64) -> SlotCount {
+        SlotCount {
+            host: host.into(),
+            remote: remote.map(|r| r.parse().unwrap()),
+            requests_in,
+        }
+    }
+
+    #[test]
+    fn the_kernel_rate_of_the_connection_wins_else_the_userspace_counter() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(2);
+        let last = (
+            t0,
+            BTreeMap::from([("c1".to_owned(), 100), ("c2".to_owned(), 100)]),
+        );
+        let kernel = KernelLoad {
+            at: Some(t1),
+            rates: vec![
+                rate("127.0.0.1:40001", Direction::FromPeer, 900.0),
+                rate("127.0.0.1:40001", Direction::ToPeer, 5.0),
+                rate("127.0.0.1:3868", Direction::FromPeer, 1.0),
+            ],
+        };
+        let slots = [
+            slot("c1", Some("127.0.0.1:40001"), 1100),
+            slot("c2", Some("127.0.0.1:40002"), 700),
+            slot("c3", None, 50),
+        ];
+        let m = measure(&slots, Some(&kernel), Some(&last), t1);
+        // c1: the kernel saw its connection: its requests from the peer.
+        assert_eq!(
+            m["c1"],
+            PeerLoad {
+                rate: 900.0,
+                source: Source::Kernel
+            }
+        );
+        // c2: nothing from the kernel for its address: (700 - 100) / 2 s.
+        assert_eq!(
+            m["c2"],
+            PeerLoad {
+                rate: 300.0,
+                source: Source::Userspace
+            }
+        );
+        // c3: new since the last reading: all of its count.
+        assert_eq!(m["c3"].rate, 25.0);
+        // Without the program: userspace for every peer.
+        let m = measure(&slots, None, Some(&last), t1);
+        assert_eq!(m["c1"].source, Source::Userspace);
+        assert_eq!(m["c1"].rate, 500.0);
+        // No earlier reading and no kernel: nothing to say yet.
+        assert!(measure(&slots, None, None, t1).is_empty());
+    }
+}
