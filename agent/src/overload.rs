@@ -20,8 +20,8 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
@@ -52,29 +52,6 @@ const MAX_CANDIDATES: usize = 4;
 thread_local! {
     static WORKER: Cell<usize> = const { Cell::new(usize::MAX) };
     static CORE: RefCell<Option<Doic>> = const { RefCell::new(None) };
-    /// The last OC-Supported-Features encoded for requests (always the same
-    /// for one agent: its vector and SourceID, shared by the core), and its
-    /// encoding.
-    static ENCODED: RefCell<Option<(Arc<OcSupportedFeatures>, Bytes)>> = const { RefCell::new(None) };
-}
-
-/// The encoding of `f`, reused while the core hands out the same value.
-fn encoded(f: &Arc<OcSupportedFeatures>) -> Bytes {
-    ENCODED.with(|e| {
-        let mut e = e.borrow_mut();
-        if let Some((k, b)) = e.as_ref()
-            && (Arc::ptr_eq(k, f) || **k == **f)
-        {
-            return b.clone();
-        }
-        let mut out = BytesMut::with_capacity(64);
-        if f.to_avp().encode(&mut out).is_err() {
-            return Bytes::new();
-        }
-        let b = out.freeze();
-        *e = Some((Arc::clone(f), b.clone()));
-        b
-    })
 }
 
 /// Marks the current thread as worker `index` (called once by the worker
@@ -129,6 +106,8 @@ pub struct Overload {
     snapshots: Vec<Mutex<Snapshot>>,
     /// The agent's own overload (`own_capacity`).
     own: own::OwnState,
+    /// The agent's OC-Supported-Features for requests, encoded once.
+    features_avp: Bytes,
 }
 
 impl Overload {
@@ -144,7 +123,18 @@ impl Overload {
         let base_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX / 2));
+        // RFC 7683 §5.1.3 / RFC 8581 §6.1.1: the same AVP in every relayed
+        // request (the core's `Treatment::Forward::add_features`).
+        let vector = crate::doic::features::announced_vector(&cfg.algorithms, cfg.peer_report);
+        let mut features_avp = BytesMut::with_capacity(64);
+        if let Err(e) = crate::doic::features::request_features(vector, identity)
+            .to_avp()
+            .encode(&mut features_avp)
+        {
+            tracing::error!(cause = %e, "cannot encode the agent's OC-Supported-Features");
+        }
         Some(Self {
+            features_avp: features_avp.freeze(),
             own: own::OwnState::new(identity, cfg.own_capacity, origin, base_ms),
             cfg,
             identity: identity.to_owned(),
@@ -153,6 +143,13 @@ impl Overload {
             inboxes: (0..workers).map(|_| Inbox::default()).collect(),
             snapshots: (0..workers).map(|_| Mutex::default()).collect(),
         })
+    }
+
+    /// The agent's OC-Supported-Features AVP, encoded, as every relayed
+    /// request carries it.
+    #[must_use]
+    pub fn features_avp(&self) -> &[u8] {
+        &self.features_avp
     }
 
     /// The effective configuration.
@@ -210,7 +207,10 @@ fn with_core<R>(ov: &Overload, f: impl FnOnce(&mut Doic, usize) -> R) -> Option<
             }
         }
         let core = c.as_mut()?;
+        // A plain load first: the swap (a locked write) only when a report
+        // is waiting.
         if let Some(inbox) = ov.inboxes.get(worker)
+            && inbox.ready.load(Ordering::Relaxed)
             && inbox.ready.swap(false, Ordering::Acquire)
         {
             let items = std::mem::take(
@@ -239,8 +239,6 @@ pub(crate) enum Decision {
         /// The request without the OC-Supported-Features it came with, when
         /// it had one (`None`: send it as received).
         msg: Option<Bytes>,
-        /// The agent's OC-Supported-Features, encoded, to append.
-        append: Bytes,
         /// Transaction state for the answer.
         tx: TxState,
     },
@@ -274,6 +272,9 @@ pub(crate) struct RequestIn<'a> {
     pub excluded: &'a [PeerId],
     /// Rotation for ties.
     pub rotate: usize,
+    /// The client's OC-Supported-Features as a first treatment recorded
+    /// them (the request then no longer carries them).
+    pub prior: Option<&'a OcSupportedFeatures>,
 }
 
 /// Treats one request (RFC 8581 §5 order) and applies the decision to its
@@ -320,9 +321,12 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
     let received = r.routing.oc_supported_features();
     // A malformed OC-Supported-Features: the client is treated as not
     // supporting DOIC; the AVP is replaced on the way up.
-    let features = received
-        .as_ref()
-        .and_then(|a| OcSupportedFeatures::from_raw(a).ok());
+    let features = match r.prior {
+        Some(f) => Some(f.clone()),
+        None => received
+            .as_ref()
+            .and_then(|a| OcSupportedFeatures::from_raw(a).ok()),
+    };
     let view = RequestView {
         app_id: r.head.app,
         command_code: r.head.cmd,
@@ -342,16 +346,9 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
         };
         let t = core.treat(now, &view, candidates);
         match t {
-            Treatment::Forward {
-                index,
-                add_features,
-                tx,
-            }
-            | Treatment::Divert {
-                index,
-                add_features,
-                tx,
-            } => {
+            // The core's `add_features` is the agent's constant
+            // OC-Supported-Features, encoded once in `Overload::features_avp`.
+            Treatment::Forward { index, tx, .. } | Treatment::Divert { index, tx, .. } => {
                 // RFC 7683 §5.1.3, RFC 8581 §6.1.1: one OC-Supported-Features,
                 // the agent's; a received one is removed (the only copy).
                 let msg = if received.is_some() {
@@ -371,7 +368,6 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
                     peer,
                     pinned,
                     msg,
-                    append: encoded(&add_features),
                     tx: tx.to_state(),
                 }
             }
@@ -388,6 +384,42 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
         }
     });
     out.unwrap_or(Decision::Relay)
+}
+
+/// Treats a request again before it goes to another next hop: a failover,
+/// a retry after 3004, or a chosen connection that went away. RFC 8581 §5
+/// applies to every forwarding decision, so the alternate's peer OCS and the
+/// destination's host/realm OCS are consulted again, with `r.tried` out of
+/// the candidates (RFC 6733 §6.1.7). The client's DOIC support is the one the
+/// first treatment recorded.
+pub(crate) fn retreat(
+    shared: &Shared,
+    ov: &Overload,
+    r: &crate::peer::table::Relayed,
+    dest_host: Option<&str>,
+    rotate: usize,
+) -> Decision {
+    let Ok(routing) = Routing::scan(&r.msg) else {
+        return Decision::Relay;
+    };
+    let Ok(realm) = std::str::from_utf8(&r.realm) else {
+        return Decision::Relay;
+    };
+    treat_request(
+        shared,
+        ov,
+        &RequestIn {
+            msg: &r.msg,
+            head: Head::read(&r.msg),
+            routing: &routing,
+            from: &r.from,
+            realm,
+            dest_host,
+            excluded: &r.tried,
+            rotate,
+            prior: r.doic.as_ref().and_then(|t| t.client_features.as_deref()),
+        },
+    )
 }
 
 fn is_features(a: &crate::codec::avp::RawAvp<'_>) -> bool {
@@ -628,4 +660,50 @@ pub fn audit_json(ov: &Overload) -> serde_json::Value {
         .map(|(i, s)| serde_json::json!({ "worker": i, "audit": s.audit }))
         .collect();
     serde_json::json!({ "identity": ov.identity, "workers": workers })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::avp::AvpIter;
+
+    /// The AVP appended to relayed requests is the one the core decides
+    /// (RFC 7683 §5.1.3, RFC 8581 §6.1.1), for every algorithm setting.
+    #[test]
+    fn encoded_features_are_the_cores_request_features() {
+        for (algorithms, peer_report) in [
+            (vec![crate::doic::Algorithm::Loss], false),
+            (
+                vec![crate::doic::Algorithm::Loss, crate::doic::Algorithm::Rate],
+                true,
+            ),
+        ] {
+            let cfg = DoicConfig {
+                algorithms,
+                peer_report,
+                ..DoicConfig::default()
+            };
+            let ov = Overload::new("agent.example.com", Some(cfg.clone()), 1).unwrap();
+            let mut core = Doic::new("agent.example.com", cfg, 1, 1).unwrap();
+            let req = RequestView {
+                app_id: 4,
+                command_code: 272,
+                from_peer: "c",
+                dest_realm: "r",
+                dest_host: None,
+                features: None,
+                drmp: None,
+            };
+            let cands = [Candidate {
+                peer: "s",
+                server: Some("s"),
+            }];
+            let Treatment::Forward { add_features, .. } = core.treat(ov.origin, &req, &cands)
+            else {
+                panic!("an idle core forwards");
+            };
+            let raw = AvpIter::new(ov.features_avp()).next().unwrap().unwrap();
+            assert_eq!(OcSupportedFeatures::from_raw(&raw).unwrap(), *add_features);
+        }
+    }
 }

@@ -30,7 +30,10 @@ pub const MISSING_AVP: u32 = 5005;
 pub const RETRY_NOT_ALLOWED_TO_ANY: u32 = 5198;
 
 /// Sends `r` to the next hop the router picks, skipping `r.tried`.
-/// `destination_host` is consulted only on the first attempt.
+/// `destination_host` is consulted only on the first attempt. A request
+/// overload control treated before (a failover, a retry after 3004, a chosen
+/// connection gone) is treated again for its new next hop, and may be
+/// answered by the agent instead (through `r.reply`; `Ok` all the same).
 ///
 /// # Errors
 /// The request back with the reason it could not be dispatched.
@@ -44,6 +47,39 @@ pub(crate) fn dispatch(
     destination_host: Option<&str>,
     rotate: usize,
 ) -> Result<(), (Relayed, RouteError)> {
+    // A request overload control treated is treated again for its new next
+    // hop (RFC 8581 §5): it may be throttled there, or sent elsewhere.
+    if let Some(ov) = &shared.overload
+        && r.doic.is_some()
+    {
+        match crate::overload::retreat(shared, ov, &r, destination_host, rotate) {
+            crate::overload::Decision::Forward {
+                peer,
+                pinned,
+                msg,
+                tx,
+            } => {
+                if let Some(m) = msg {
+                    r.msg = m;
+                }
+                // The client's features stay those first recorded.
+                if let Some(prev) = r.doic.as_mut() {
+                    prev.app_id = tx.app_id;
+                }
+                return dispatch_to(shared, r, peer, pinned, rotate);
+            }
+            crate::overload::Decision::Answer { msg, code } => {
+                tracing::trace!(code, "doic throttled a rerouted request");
+                let _ = r.reply.send(ToConn::Answer {
+                    msg,
+                    hbh: r.hbh,
+                    code,
+                });
+                return Ok(());
+            }
+            crate::overload::Decision::Relay => {}
+        }
+    }
     let realm_bytes = r.realm.clone();
     let lossy;
     let realm = match std::str::from_utf8(&realm_bytes) {

@@ -37,6 +37,7 @@ fn report_once(s: &Reporter, vector: u64, olrs: Vec<OcOlr>) {
         olrs,
         once: true,
         experimental: None,
+        result_code: None,
     });
 }
 
@@ -176,6 +177,49 @@ async fn upstream_5198_is_never_retried_elsewhere() {
     assert_eq!(count(&a, 5198), 40);
     // One upstream attempt per request: no retry on an alternate path.
     assert_eq!(s1.requests() + s2.requests(), 40);
+    stop(agent);
+}
+
+/// RFC 8581 §5 on every forwarding decision: a request retried on an
+/// alternate after 3004 TOO_BUSY (RFC 6733 §7.1.3) is treated again for that
+/// alternate. With a 100 % host report of S2 in force, S1's 3004 does not
+/// send the request to S2: the agent throttles it (RFC 7683 §8: 5012 for a
+/// destination report under `auto`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_too_busy_is_treated_again_for_the_alternate() {
+    let s1 = Reporter::spawn(S1).await;
+    let s2 = Reporter::spawn(S2).await;
+    let agent = start(agent_config(&[(&s1, true), (&s2, true)], Some(""), 2), 2).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    // S2's next answer carries a 100 % host report; realm traffic reaches it
+    // within a few requests (least outstanding, rotating ties).
+    report_once(
+        &s2,
+        OLR_DEFAULT_ALGO,
+        vec![olr(1, ReportType::Host, 100, Some(60))],
+    );
+    let mut hbh = 1;
+    while s2.requests() == 0 {
+        exchange(&mut c, hbh, 1, 1, None).await;
+        hbh += 1;
+        assert!(hbh < 100, "S2 never reached");
+    }
+    // From now on S1 is too busy for everything.
+    s1.set(Script {
+        result_code: Some(3004),
+        ..Script::default()
+    });
+    let (at_s1, at_s2) = (s1.requests(), s2.requests());
+    let a = exchange(&mut c, 1000, 20, 4, None).await;
+    // Some are throttled before S1 by the agent's own realm report (half the
+    // realm's capacity is gone, seed 002); the rest reach S1 and get 3004.
+    assert!(s1.requests() > at_s1, "requests tried at S1 first");
+    assert_eq!(
+        s2.requests(),
+        at_s2,
+        "no retry reaches S2 while its 100 % report is in force"
+    );
+    assert_eq!(count(&a, 5012), 20, "throttled by the agent on the retry");
     stop(agent);
 }
 

@@ -61,11 +61,10 @@ pub struct Relayed {
     /// upstream (RFC 6733 §6.1.9).
     pub from: Arc<str>,
     /// DOIC transaction state, when overload control treated the request
-    /// (given back to the core with the answer).
+    /// (given back to the core with the answer); the agent's
+    /// OC-Supported-Features ([`crate::overload::Overload::features_avp`])
+    /// then follow the Route-Record on the way out (RFC 7683 §5.1.3).
     pub doic: Option<crate::doic::TxState>,
-    /// Encoded AVPs appended after the Route-Record on the way out (the
-    /// agent's OC-Supported-Features, RFC 7683 §5.1.3); empty for none.
-    pub append: Bytes,
 }
 
 /// What the table knows of a peer's connection.

@@ -41,6 +41,8 @@ pub struct Script {
     /// Answer with Experimental-Result (3GPP vendor) of this code instead of
     /// Result-Code 2001.
     pub experimental: Option<u32>,
+    /// Answer with this Result-Code instead of 2001 (e.g. 3004).
+    pub result_code: Option<u32>,
 }
 
 /// What the server saw.
@@ -201,7 +203,11 @@ pub fn olrs_of(m: &[u8]) -> Vec<OcOlr> {
 
 fn scripted_answer(req: &[u8], o: (&str, &str), s: &Script) -> Bytes {
     let mut a = BytesMut::new();
-    let rc = if s.experimental.is_some() { 0 } else { 2001 };
+    let rc = if s.experimental.is_some() {
+        0
+    } else {
+        s.result_code.unwrap_or(2001)
+    };
     wire::put_error_answer(&mut a, req, None, o, rc, None, "");
     let mut b = MessageBuf::new(a).unwrap();
     if let Some(code) = s.experimental {

@@ -50,8 +50,10 @@ impl Conn {
         let hbh = self.alloc_hbh();
         let start = self.out.len();
         wire::put_relayed_request(&mut self.out, &r.msg, &r.from, hbh, r.retransmit);
-        if !r.append.is_empty() {
-            self.out.extend_from_slice(&r.append);
+        if r.doic.is_some()
+            && let Some(ov) = &self.shared.overload
+        {
+            self.out.extend_from_slice(ov.features_avp());
             wire::finish(&mut self.out, start);
         }
         slot.stats.requests_out.fetch_add(1, Ordering::Relaxed);
@@ -141,10 +143,11 @@ impl Conn {
         };
         tried.extend(sender);
         let excluded = tried.len();
+        // One step of the tie rotation per request, whoever routes it.
+        self.rotate = self.rotate.wrapping_add(1);
         let mut decision = crate::overload::Decision::Relay;
         if let Some(ov) = &self.shared.overload {
             let realm_text = String::from_utf8_lossy(&realm);
-            self.rotate = self.rotate.wrapping_add(1);
             decision = crate::overload::treat_request(
                 &self.shared,
                 ov,
@@ -157,10 +160,11 @@ impl Conn {
                     dest_host: dest_host.as_deref(),
                     excluded: &tried,
                     rotate: self.rotate,
+                    prior: None,
                 },
             );
         }
-        let (msg, doic, append, to) = match decision {
+        let (msg, doic, to) = match decision {
             crate::overload::Decision::Answer { msg, code } => {
                 self.out.extend_from_slice(&msg);
                 if let Some((_, slot)) = &self.peer {
@@ -172,15 +176,9 @@ impl Conn {
                 peer,
                 pinned,
                 msg: rewritten,
-                append,
                 tx,
-            } => (
-                rewritten.unwrap_or(msg),
-                Some(tx),
-                append,
-                Some((peer, pinned)),
-            ),
-            crate::overload::Decision::Relay => (msg, None, Bytes::new(), None),
+            } => (rewritten.unwrap_or(msg), Some(tx), Some((peer, pinned))),
+            crate::overload::Decision::Relay => (msg, None, None),
         };
         let r = Relayed {
             realm,
@@ -193,9 +191,7 @@ impl Conn {
             app: head.app,
             from,
             doic,
-            append,
         };
-        self.rotate = self.rotate.wrapping_add(1);
         let sent = match to {
             Some((peer, pinned)) => relay::dispatch_to(&self.shared, r, peer, pinned, self.rotate),
             None => relay::dispatch(&self.shared, r, dest_host.as_deref(), self.rotate),
