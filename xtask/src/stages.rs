@@ -70,7 +70,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-doic",
-        about: "DOIC through the running agent: rate within 2 % at 10x load, loss within 1 pp over 100k, first request after a report, throughput with DOIC active reported by its own test (95 % not met yet)",
+        about: "DOIC through the running agent: rate within 2 % at 10x load, loss within 1 pp over 100k, first request after a report, relay capacity with DOIC active and no overload >= 95 % of without (paired rounds, worker CPU per request)",
         run: bench_doic,
     },
     Stage {
@@ -408,6 +408,8 @@ fn bench_attempts(mut make: impl FnMut() -> std::process::Command) -> anyhow::Re
 /// `#[ignore]`d tests of agent/tests/bench_doic.rs print their figures and
 /// fail outside the bounds.
 fn bench_doic() -> anyhow::Result<()> {
+    // The precision figures are exact counts over long runs; the throughput
+    // cost is timed on a shared machine, so it gets the benchmarks' attempts.
     run(
         "cargo",
         &[
@@ -421,11 +423,28 @@ fn bench_doic() -> anyhow::Result<()> {
             "--ignored",
             "--nocapture",
             "--test-threads=1",
-            // Not met yet (0.69-0.90 of the relay without DOIC measured, 0.95
-            // required): run it alone with
-            // `cargo test --release -p agent --test bench_doic -- --ignored throughput`.
             "--skip",
-            "throughput_with_doic_active_is_at_least_95_percent_of_without",
+            THROUGHPUT,
         ],
-    )
+    )?;
+    bench_attempts(|| {
+        let mut cmd = std::process::Command::new("cargo");
+        cmd.args([
+            "test",
+            "--release",
+            "-p",
+            "agent",
+            "--test",
+            "bench_doic",
+            "--",
+            "--ignored",
+            "--nocapture",
+            "--exact",
+            THROUGHPUT,
+        ]);
+        cmd
+    })
 }
+
+/// The relay's cost of DOIC with no overload (agent/tests/bench_doic.rs).
+const THROUGHPUT: &str = "throughput_with_doic_active_is_at_least_95_percent_of_without";
