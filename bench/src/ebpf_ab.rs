@@ -96,6 +96,79 @@ pub fn enter(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A CPU cgroup of its own with a bandwidth limit (cgroup v2 `cpu.max`, or
+/// v1 `cpu.cfs_quota_us`), removed on drop. A side limited to a fraction
+/// of a CPU it could otherwise exceed is CPU-bound at that limit: its rate
+/// is the limit divided by its CPU time per request, whatever the rest of
+/// the machine does, as long as the machine can grant the limit.
+#[derive(Debug)]
+pub struct CpuLimit {
+    /// The cgroup's directory.
+    pub dir: std::path::PathBuf,
+}
+
+impl CpuLimit {
+    /// Creates cgroup `name` limited to `fraction` of one CPU, in periods
+    /// of `period_us`.
+    ///
+    /// # Errors
+    /// When neither a v2 hierarchy with the cpu controller nor a v1 cpu
+    /// hierarchy is mounted, or the kernel refuses.
+    pub fn new(name: &str, fraction: f64, period_us: u64) -> anyhow::Result<Self> {
+        let quota = ((fraction * period_us as f64) as u64).max(1000);
+        let v2 = std::path::Path::new("/sys/fs/cgroup");
+        let v1 = std::path::Path::new("/sys/fs/cgroup/cpu");
+        let controllers =
+            std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
+        let (dir, files) = if controllers.split_whitespace().any(|c| c == "cpu") {
+            let subtree = std::fs::read_to_string(v2.join("cgroup.subtree_control"))?;
+            if !subtree.split_whitespace().any(|c| c == "cpu") {
+                std::fs::write(v2.join("cgroup.subtree_control"), "+cpu")
+                    .context("enable the cpu controller for child cgroups")?;
+            }
+            (
+                v2.join(name),
+                vec![("cpu.max", format!("{quota} {period_us}"))],
+            )
+        } else if v1.join("cpu.cfs_quota_us").exists() {
+            (
+                v1.join(name),
+                vec![
+                    ("cpu.cfs_period_us", period_us.to_string()),
+                    ("cpu.cfs_quota_us", quota.to_string()),
+                ],
+            )
+        } else {
+            anyhow::bail!("no cgroup cpu controller mounted under /sys/fs/cgroup");
+        };
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let limit = Self { dir };
+        for (file, value) in files {
+            let path = limit.dir.join(file);
+            std::fs::write(&path, &value)
+                .with_context(|| format!("write {value} to {}", path.display()))?;
+        }
+        Ok(limit)
+    }
+}
+
+impl Drop for CpuLimit {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Moves this process (every thread) into the cgroup at `dir`.
+///
+/// # Errors
+/// When the kernel refuses.
+pub fn join_cgroup(dir: &std::path::Path) -> anyhow::Result<()> {
+    let procs = dir.join("cgroup.procs");
+    std::fs::write(&procs, std::process::id().to_string())
+        .with_context(|| format!("join {}", procs.display()))
+}
+
 /// Restricts this process (the calling thread and the threads it starts
 /// later) to CPU `cpu`.
 ///
@@ -294,12 +367,16 @@ impl Side {
         mode: &str,
         outstanding: usize,
         cpu: Option<usize>,
+        cgroup: Option<&std::path::Path>,
     ) -> anyhow::Result<Self> {
         let mut cmd = Command::new(exe);
         cmd.args(["--side", netns, "--mode", mode])
             .args(["--outstanding", &outstanding.to_string()]);
         if let Some(c) = cpu {
             cmd.args(["--cpu", &c.to_string()]);
+        }
+        if let Some(c) = cgroup {
+            cmd.arg("--cgroup").arg(c);
         }
         let mut child = cmd
             .stdin(Stdio::piped())
@@ -386,6 +463,70 @@ pub fn paired(first: [Sample; 2], second: [Sample; 2]) -> f64 {
     ((first[0].rate / first[1].rate) * (second[1].rate / second[0].rate)).sqrt()
 }
 
+/// One cycle's four simultaneous measurements: the program in side 0, in
+/// side 1, then in neither, twice.
+#[derive(Debug, Clone, Copy)]
+pub struct Cycle {
+    /// Program in side 0, then in side 1.
+    pub with: [[Sample; 2]; 2],
+    /// No program, twice.
+    pub without: [[Sample; 2]; 2],
+}
+
+/// [`paired`] for any per-sample quantity `f`.
+fn paired_by(first: [Sample; 2], second: [Sample; 2], f: impl Fn(Sample) -> f64) -> f64 {
+    ((f(first[0]) / f(first[1])) * (f(second[1]) / f(second[0]))).sqrt()
+}
+
+impl Cycle {
+    /// Rate with the program over rate without ([`paired`]).
+    #[must_use]
+    pub fn throughput(&self) -> f64 {
+        paired(self.with[0], self.with[1])
+    }
+
+    /// The same statistic with no program anywhere (A/A): 1 but for the
+    /// method's own error.
+    #[must_use]
+    pub fn aa(&self) -> f64 {
+        paired(self.without[0], self.without[1])
+    }
+
+    /// CPU time per request with the program over without.
+    #[must_use]
+    pub fn cpu(&self) -> f64 {
+        paired_by(self.with[0], self.with[1], |s| s.cpu_ns)
+    }
+
+    /// [`Cycle::cpu`] with no program anywhere (A/A).
+    #[must_use]
+    pub fn aa_cpu(&self) -> f64 {
+        paired_by(self.without[0], self.without[1], |s| s.cpu_ns)
+    }
+
+    /// CPU time per second used by the side with the program over the side
+    /// without: 1 when both are CPU-bound at the same limit.
+    #[must_use]
+    pub fn busy(&self) -> f64 {
+        paired_by(self.with[0], self.with[1], |s| s.cpu_ns * s.rate)
+    }
+
+    /// The program's run time per request over the CPU time per request of
+    /// the side without it, mean of both rounds.
+    #[must_use]
+    pub fn program_share(&self) -> f64 {
+        let [a, b] = self.with;
+        (a[0].bpf_ns / a[1].cpu_ns + b[1].bpf_ns / b[0].cpu_ns) / 2.0
+    }
+
+    /// CPU seconds per second of each side, mean over the cycle.
+    #[must_use]
+    pub fn utilisation(&self) -> f64 {
+        let all = self.with.iter().chain(&self.without).flatten();
+        all.map(|s| s.cpu_ns * s.rate / 1e9).sum::<f64>() / 8.0
+    }
+}
+
 /// `P(X <= k)` for `X ~ Binomial(n, 1/2)`.
 fn binom_half_cdf(n: usize, k: usize) -> f64 {
     let mut c = 1.0f64; // C(n, 0)
@@ -436,6 +577,36 @@ mod tests {
         let first = [s(100.0 * k * 0.98), s(100.0)];
         let second = [s(100.0 * k), s(100.0 * 0.98)];
         assert!((paired(first, second) - 0.98).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_cycle_separates_the_program_from_the_sides_asymmetry() {
+        // Side 1 is 5% slower and uses 5% more CPU per request for reasons
+        // of its own; the program costs 4% CPU per request; both sides are
+        // CPU-bound at 0.3 CPU.
+        let side = |slow: f64, cost: f64| {
+            let cpu_ns = 3000.0 * slow * cost;
+            Sample {
+                rate: 0.3e9 / cpu_ns,
+                cpu_ns,
+                bpf_ns: if cost > 1.0 { 40.0 } else { 0.0 },
+            }
+        };
+        let c = Cycle {
+            with: [
+                [side(1.0, 1.04), side(1.05, 1.0)],
+                [side(1.0, 1.0), side(1.05, 1.04)],
+            ],
+            without: [[side(1.0, 1.0), side(1.05, 1.0)]; 2],
+        };
+        assert!((c.throughput() - 1.0 / 1.04).abs() < 1e-12);
+        assert!((c.cpu() - 1.04).abs() < 1e-12);
+        assert!((c.aa() - 1.0).abs() < 1e-12);
+        assert!((c.aa_cpu() - 1.0).abs() < 1e-12);
+        assert!((c.busy() - 1.0).abs() < 1e-12);
+        assert!((c.utilisation() - 0.3).abs() < 1e-12);
+        let share = (40.0 / 3150.0 + 40.0 / 3000.0) / 2.0;
+        assert!((c.program_share() - share).abs() < 1e-12);
     }
 
     #[test]
