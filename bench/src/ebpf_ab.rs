@@ -190,6 +190,27 @@ pub fn pin(cpu: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The CPUs this process may run on, lowest first.
+///
+/// # Errors
+/// When the kernel refuses to say.
+pub fn allowed_cpus() -> anyhow::Result<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set that
+    // sched_getaffinity fills; CPU_ISSET only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let rc = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw mut set);
+        anyhow::ensure!(
+            rc == 0,
+            "sched_getaffinity: {}",
+            std::io::Error::last_os_error()
+        );
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
 /// One side's measurement: rate, CPU per request of the whole side (client,
 /// agent, server and the kernel's loopback path, all charged to the side's
 /// process), and the kernel program's own run time per request.

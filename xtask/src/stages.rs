@@ -45,7 +45,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-ebpf-relay",
-        about: "two CPU-bound relays side by side (own namespace, cgroup limit, same CPU), program in one: throughput with/without, A/A, CPU/request; fails when TC hooks cost > 3% or A/A is off by > 1%; generic XDP on lo reported (root)",
+        about: "two CPU-bound relays side by side (own namespace, cgroup limit, same CPU), program in one: throughput with/without, A/A, CPU/request; fails when TC hooks cost > 3% or A/A is off by > 1%; generic XDP on lo and the program's CPU share reported (root)",
         run: bench_ebpf_relay,
     },
     Stage {
@@ -290,7 +290,8 @@ fn interop() -> anyhow::Result<()> {
 /// two relays measured at the same time, each CPU-bound at 0.3 CPU on the
 /// same core, the program attached in one, paired rounds and A/A. Gated at
 /// 3% with the program on TC ingress + egress; the agent's default on `lo`
-/// (generic XDP + TC egress) is measured and printed, not gated (docs/ebpf.md).
+/// (generic XDP + TC egress) is measured and printed, not gated, with the
+/// program's own run time per request (bpf stats on) (docs/ebpf.md).
 fn bench_ebpf_relay() -> anyhow::Result<()> {
     require_root("bench-ebpf-relay")?;
     setup::ebpf()?;
@@ -310,7 +311,14 @@ fn bench_ebpf_relay() -> anyhow::Result<()> {
     gated.args(["--mode", "tc", "--cycles", "8", "--tolerance", "0.03"]);
     crate::util::run_cmd(&mut gated)?;
     let mut default = std::process::Command::new(&bin);
-    default.args(["--mode", "auto", "--cycles", "8", "--no-gate"]);
+    default.args([
+        "--mode",
+        "auto",
+        "--cycles",
+        "8",
+        "--no-gate",
+        "--bpf-stats",
+    ]);
     crate::util::run_cmd(&mut default)
 }
 

@@ -5,7 +5,7 @@
 //! built-in server, as `bench-relay --builtin`) run simultaneously, each in
 //! its own network namespace on its own `lo` (module `bench::ebpf_ab`). By
 //! default each is limited to 0.3 CPU in a cgroup of its own and both run on
-//! CPU 0 (`--cpu-limit`, `--pin`): a closed loop that could go faster runs
+//! one CPU (`--cpu-limit`, `--pin`): a closed loop that could go faster runs
 //! at its limit, so its rate is the limit over its CPU time per request and
 //! any cost of the program shows as lost throughput. A cycle has four
 //! rounds of `--seconds`: the program attached (`--mode`) in side 0, then in
@@ -73,8 +73,8 @@ struct Args {
     /// report the program's share of the CPU per request.
     #[arg(long)]
     bpf_stats: bool,
-    /// CPU placement of the sides: `split` (side i on CPU i), `shared`
-    /// (both on CPU 0) or `none`.
+    /// CPU placement of the sides: `split` (each on its own CPU), `shared`
+    /// (both on the first CPU this process may use) or `none`.
     #[arg(long, default_value = "shared")]
     pin: String,
     /// Limit each side to this fraction of one CPU (its own cgroup), so
@@ -118,10 +118,11 @@ impl Drop for StatsEnabled {
 /// CPU, as asked), and checks that each can attach the program.
 fn start_sides(args: &Args, ns: &[Netns; 2], limits: &[CpuLimit]) -> anyhow::Result<[Side; 2]> {
     let exe = std::env::current_exe()?;
+    let cpus = bench::ebpf_ab::allowed_cpus()?;
     let side = |i: usize| {
         let cpu = match args.pin.as_str() {
-            "split" => Some(i),
-            "shared" => Some(0),
+            "split" => Some(cpus[i % cpus.len()]),
+            "shared" => Some(cpus[0]),
             "none" => None,
             other => anyhow::bail!("--pin {other}: expected split, shared or none"),
         };
