@@ -4,4 +4,5 @@
 
 pub mod bucket;
 pub mod codec;
+pub mod ebpf_ab;
 pub mod relay;

@@ -47,6 +47,21 @@ pub fn measure(
     pace: Pace,
     seconds: u64,
 ) -> anyhow::Result<Report> {
+    measure_from(rt, addr, pace, seconds, || {})
+}
+
+/// [`measure`], calling `at_start` between the warm-up and the
+/// measurement (to sample counters the report should be compared with).
+///
+/// # Errors
+/// As [`measure`].
+pub fn measure_from(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    pace: Pace,
+    seconds: u64,
+    at_start: impl FnOnce(),
+) -> anyhow::Result<Report> {
     rt.block_on(async {
         let mut c = Client::connect(
             addr,
@@ -69,6 +84,7 @@ pub fn measure(
             &stop,
         )
         .await?;
+        at_start();
         let r = c
             .run(
                 &t,

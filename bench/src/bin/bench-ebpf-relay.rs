@@ -1,24 +1,39 @@
 //! `bench-ebpf-relay`: the relay's throughput with the kernel telemetry
-//! program attached against the same agent without it, in the same run.
+//! program attached against without, measured side by side at the same time.
 //!
-//! One agent (one worker) relays the built-in load client's requests to the
-//! built-in server on loopback, as `bench-relay --builtin` does. Each round
-//! measures the closed-loop rate three times: without the program, with it
-//! (`--mode`, default `auto`: generic XDP on `lo`, plus TC egress, the
-//! agent's defaults), and without again. The figure is the median over
-//! rounds of `with / mean(without, without)`: the sandwich cancels a linear
-//! drift of the machine's load. The two runs without give an A/A ratio per
-//! round, whose spread measures the noise of this run; the run fails when
-//! the figure is below `1 - tolerance - noise`, with noise 2.5 standard
-//! errors of a median estimated from the A/A ratios (1.4826 x MAD / sqrt n).
+//! Two identical relays (built-in load client, agent with one worker,
+//! built-in server, as `bench-relay --builtin`) run simultaneously, each in
+//! its own network namespace on its own `lo` (module `bench::ebpf_ab`). By
+//! default each is limited to 0.3 CPU in a cgroup of its own and both run on
+//! one CPU (`--cpu-limit`, `--pin`): a closed loop that could go faster runs
+//! at its limit, so its rate is the limit over its CPU time per request and
+//! any cost of the program shows as lost throughput. A cycle has four
+//! rounds of `--seconds`: the program attached (`--mode`) in side 0, then in
+//! side 1, then in neither, twice. Machine noise hits both sides alike and
+//! cancels in the ratio of their rates; pairing the two rounds of each kind
+//! cancels a constant asymmetry between the sides (`bench::ebpf_ab::paired`).
+//! The program-free rounds give the same statistic with no program at all
+//! (A/A): the method's own error.
 //!
-//! Needs root (CAP_BPF, CAP_NET_ADMIN) to attach.
-
-use std::net::SocketAddr;
+//! The run fails when an A/A median (throughput, CPU per request) is more
+//! than `--aa-limit` from 1 (the sides were not comparable), or, unless
+//! `--no-gate`, when the median throughput ratio is below `1 - tolerance`.
+//! Medians come with a distribution-free 95% confidence interval.
+//!
+//! With `--bpf-stats` the kernel times every run of the program
+//! (`kernel.bpf_stats_enabled`); the program's run time per relayed request,
+//! over the CPU time per request of the side without it, is then printed as
+//! the program's share of the relay's CPU cost. `--extra N` attaches N more
+//! copies of the program on TC ingress and egress in the subject side: a
+//! costlier program, to show that the gate fails when it should.
+//!
+//! Needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN for namespaces and
+//! cgroups).
 
 use clap::Parser;
-use doic_agent::agent::Agent;
-use doic_agent::loadgen::{Identity, Pace, Server, ServerBehaviour};
+
+use bench::ebpf_ab::{CpuLimit, Cycle, Netns, Side, measure_both, median_ci};
+use bench::relay::median;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -26,16 +41,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(
     name = "bench-ebpf-relay",
-    about = "Relay throughput with the kernel telemetry program attached vs without"
+    about = "Relay throughput with the kernel telemetry program attached vs without, side by side"
 )]
 struct Args {
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 3)]
+    /// Seconds per round.
+    #[arg(long, default_value_t = 1)]
     seconds: u64,
-    /// Rounds (each measures both sides; the median ratio is reported).
-    #[arg(long, default_value_t = 7)]
-    rounds: usize,
-    /// Outstanding requests of the closed loop.
+    /// Cycles (each: program in side 0, in side 1, in neither twice).
+    #[arg(long, default_value_t = 8)]
+    cycles: usize,
+    /// Outstanding requests of each side's closed loop.
     #[arg(long, default_value_t = 64)]
     outstanding: usize,
     /// Ingress attach mode, as in `[ebpf] mode`.
@@ -44,116 +59,206 @@ struct Args {
     /// Largest accepted throughput loss with the program attached.
     #[arg(long, default_value_t = 0.03)]
     tolerance: f64,
+    /// Largest accepted distance of the A/A median from 1.
+    #[arg(long, default_value_t = 0.01)]
+    aa_limit: f64,
+    /// Extra copies of the program in the subject side (TC ingress + egress).
+    #[arg(long, default_value_t = 0)]
+    extra: usize,
+    /// Print the figures and check the A/A medians, but do not gate on the
+    /// tolerance.
+    #[arg(long)]
+    no_gate: bool,
+    /// Enable `kernel.bpf_stats_enabled` for the run (restored after) and
+    /// report the program's share of the CPU per request.
+    #[arg(long)]
+    bpf_stats: bool,
+    /// CPU placement of the sides: `split` (each on its own CPU), `shared`
+    /// (both on the first CPU this process may use) or `none`.
+    #[arg(long, default_value = "shared")]
+    pin: String,
+    /// Limit each side to this fraction of one CPU (its own cgroup), so
+    /// that it is CPU-bound at the limit; 0 for no limit.
+    #[arg(long, default_value_t = 0.3)]
+    cpu_limit: f64,
+    /// Period of the CPU limit, microseconds.
+    #[arg(long, default_value_t = 10_000)]
+    cpu_period_us: u64,
+    /// Internal: the side's cgroup.
+    #[arg(long, hide = true)]
+    cgroup: Option<std::path::PathBuf>,
+    /// Internal: the side's CPU.
+    #[arg(long, hide = true)]
+    cpu: Option<usize>,
+    /// Internal: run as one side, in this network namespace.
+    #[arg(long, hide = true)]
+    side: Option<String>,
 }
 
-fn agent(server: SocketAddr, mode: &str) -> anyhow::Result<Agent> {
-    let text = format!(
-        "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\ntc_seconds = 1\n\
-         [[peer]]\nhost = \"server.example.net\"\nrealm = \"example.net\"\nconnect = \"{server}\"\n\
-         [[route]]\nrealm = \"example.net\"\npeers = [\"server.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n\
-         [ebpf]\ninterfaces = [\"lo\"]\nmode = \"{mode}\"\negress = true\n"
-    );
-    bench::relay::start_agent(&text)
+const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// Sets `kernel.bpf_stats_enabled` and restores the previous value on drop.
+struct StatsEnabled(String);
+
+impl StatsEnabled {
+    fn new() -> anyhow::Result<Self> {
+        let before = std::fs::read_to_string(STATS).unwrap_or_else(|_| "0".into());
+        std::fs::write(STATS, "1").map_err(|e| anyhow::anyhow!("enable {STATS}: {e}"))?;
+        Ok(Self(before.trim().to_owned()))
+    }
 }
 
-/// CPU time of this process so far (user + system), in microseconds: on
-/// `lo` the kernel's receive path, hooks included, mostly runs in the
-/// sender's context and is charged here.
-fn cpu_us() -> f64 {
-    // SAFETY: getrusage fills the zeroed struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to a rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut u) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
-    tv(u.ru_utime) + tv(u.ru_stime)
+impl Drop for StatsEnabled {
+    fn drop(&mut self) {
+        let _ = std::fs::write(STATS, &self.0);
+    }
 }
 
-/// Rate and CPU microseconds per answered request of one measurement.
-fn measure_cpu(
-    rt: &tokio::runtime::Runtime,
-    addr: SocketAddr,
-    outstanding: usize,
-    seconds: u64,
-) -> anyhow::Result<(f64, f64)> {
-    let c0 = cpu_us();
-    let r = bench::relay::measure(rt, addr, Pace::Closed(outstanding), seconds)?;
-    let cpu = cpu_us() - c0;
-    Ok((r.rate(), cpu / r.answered.max(1) as f64))
+/// Starts the two sides, each in its namespace (and CPU cgroup, and on its
+/// CPU, as asked), and checks that each can attach the program.
+fn start_sides(args: &Args, ns: &[Netns; 2], limits: &[CpuLimit]) -> anyhow::Result<[Side; 2]> {
+    let exe = std::env::current_exe()?;
+    let cpus = bench::ebpf_ab::allowed_cpus()?;
+    let side = |i: usize| {
+        let cpu = match args.pin.as_str() {
+            "split" => Some(cpus[i % cpus.len()]),
+            "shared" => Some(cpus[0]),
+            "none" => None,
+            other => anyhow::bail!("--pin {other}: expected split, shared or none"),
+        };
+        let cgroup = limits.get(i).map(|l| l.dir.as_path());
+        Side::spawn(&exe, &ns[i].name, &args.mode, args.outstanding, cpu, cgroup)
+    };
+    let mut sides = [side(0)?, side(1)?];
+    // Attach once in each side up front: a refusal is an error, not a fallback.
+    for s in &mut sides {
+        s.command("attach 0")?;
+        s.command("detach")?;
+    }
+    Ok(sides)
+}
+
+/// One cycle: the program in side 0, in side 1, in neither (twice).
+fn cycle(sides: &mut [Side; 2], args: &Args) -> anyhow::Result<Cycle> {
+    let attach = format!("attach {}", args.extra);
+    let mut with = Vec::new();
+    for subject in 0..2 {
+        sides[subject].command(&attach)?;
+        with.push(measure_both(sides, args.seconds)?);
+        sides[subject].command("detach")?;
+    }
+    Ok(Cycle {
+        with: [with[0], with[1]],
+        without: [
+            measure_both(sides, args.seconds)?,
+            measure_both(sides, args.seconds)?,
+        ],
+    })
+}
+
+/// The median of `f` over the cycles, with its 95% interval.
+fn summary(cycles: &[Cycle], f: impl Fn(&Cycle) -> f64) -> (f64, String) {
+    let v: Vec<f64> = cycles.iter().map(f).collect();
+    let ci =
+        median_ci(&v, 0.95).map_or_else(|| "n/a".into(), |(lo, hi)| format!("[{lo:.4}, {hi:.4}]"));
+    (median(v), ci)
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    let server = rt.block_on(Server::spawn(
-        "127.0.0.1:0".parse()?,
-        Identity::new("server.example.net", "example.net"),
-        ServerBehaviour::default(),
-    ))?;
-    let agent = agent(server.addr, &args.mode)?;
-    let addr = agent.local_addrs()[0];
-    let kernel = &agent.shared().kernel;
-    // Attach once up front: a refusal is an error here, not a fallback.
-    anyhow::ensure!(
-        doic_agent::telemetry::start(&agent),
-        "the kernel program did not attach (root and the eBPF toolchain are needed)"
-    );
-    kernel.detach();
-    println!(
-        "bench-ebpf-relay: {} rounds x {} s x 3 (without, with, without), closed loop {} outstanding, 1 worker, mode {}",
-        args.rounds, args.seconds, args.outstanding, args.mode
-    );
-    let (mut off, mut on, mut ratios, mut aa) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut cpu_ratios = Vec::new();
-    for round in 0..args.rounds {
-        kernel.detach();
-        let (before, cpu_before) = measure_cpu(&rt, addr, args.outstanding, args.seconds)?;
-        anyhow::ensure!(doic_agent::telemetry::start(&agent), "attach failed");
-        let (with, cpu_with) = measure_cpu(&rt, addr, args.outstanding, args.seconds)?;
-        kernel.detach();
-        let (after, cpu_after) = measure_cpu(&rt, addr, args.outstanding, args.seconds)?;
-        cpu_ratios.push(cpu_with / ((cpu_before + cpu_after) / 2.0));
-        // The sandwich cancels a linear drift of the machine's load; the
-        // two runs without measure the noise (A/A).
-        let ratio = with / ((before + after) / 2.0);
-        println!(
-            "round {round}: without {before:>9.0}/s  with {with:>9.0}/s  without {after:>9.0}/s  ratio {ratio:.3}  A/A {:.3}  cpu/request {cpu_before:.2} {cpu_with:.2} {cpu_after:.2} us",
-            after / before
-        );
-        off.push((before + after) / 2.0);
-        on.push(with);
-        ratios.push(ratio);
-        aa.push(after / before);
+    if let Some(ns) = &args.side {
+        // Before any thread exists: the whole side lives in the namespace,
+        // the cgroup and on the CPU.
+        bench::ebpf_ab::enter(ns)?;
+        if let Some(c) = &args.cgroup {
+            bench::ebpf_ab::join_cgroup(c)?;
+        }
+        if let Some(c) = args.cpu {
+            bench::ebpf_ab::pin(c)?;
+        }
+        return bench::ebpf_ab::serve_side(&args.mode, args.outstanding);
     }
-    let ratio = bench::relay::median(ratios);
-    // Noise allowance: 2.5 standard errors of a median, the spread taken
-    // from the A/A ratios (MAD scaled to a standard deviation).
-    let aa_median = bench::relay::median(aa.clone());
-    let mad = bench::relay::median(aa.iter().map(|r| (r - aa_median).abs()).collect());
-    let noise = 2.5 * 1.4826 * mad / (args.rounds as f64).sqrt();
-    let bound = 1.0 - args.tolerance - noise;
+    anyhow::ensure!(
+        args.cycles >= 6,
+        "--cycles must be at least 6 (for a 95% interval)"
+    );
+    let _stats = args.bpf_stats.then(StatsEnabled::new).transpose()?;
+    let pid = std::process::id();
+    let name = |i: usize| format!("doic-ab-{pid}-{i}");
+    let ns = [Netns::new(&name(0))?, Netns::new(&name(1))?];
+    let limits = if args.cpu_limit > 0.0 {
+        let limit = |i| CpuLimit::new(&name(i), args.cpu_limit, args.cpu_period_us);
+        vec![limit(0)?, limit(1)?]
+    } else {
+        Vec::new()
+    };
+    let mut sides = start_sides(&args, &ns, &limits)?;
     println!(
-        "median: without {:.0}/s, with {:.0}/s, paired ratio {ratio:.3}; A/A median {aa_median:.3}, noise allowance {noise:.3}; bound {bound:.3} (loss {:.1}% + noise)",
-        bench::relay::median(off),
-        bench::relay::median(on),
+        "bench-ebpf-relay: {} cycles x 4 rounds x {} s; two relays side by side, one namespace each (closed loop {} outstanding, 1 worker), pin {}, CPU limit {} per side; mode {}, {} extra copies, bpf stats {}",
+        args.cycles,
+        args.seconds,
+        args.outstanding,
+        args.pin,
+        args.cpu_limit,
+        args.mode,
+        args.extra,
+        if args.bpf_stats { "on" } else { "off" }
+    );
+    let mut cycles = Vec::new();
+    for i in 0..args.cycles {
+        let c = cycle(&mut sides, &args)?;
+        let [a, b] = c.with;
+        println!(
+            "cycle {i:>2}: throughput with/without {:.4} (side 0 {:.0}/{:.0}/s, side 1 {:.0}/{:.0}/s), A/A {:.4}; cpu/request {:.4}, A/A {:.4}; busy {:.4}; {:.0} ns cpu/request without, program {:.0} ns/request",
+            c.throughput(),
+            a[0].rate,
+            b[0].rate,
+            b[1].rate,
+            a[1].rate,
+            c.aa(),
+            c.cpu(),
+            c.aa_cpu(),
+            c.busy(),
+            (a[1].cpu_ns + b[0].cpu_ns) / 2.0,
+            (a[0].bpf_ns + b[1].bpf_ns) / 2.0,
+        );
+        cycles.push(c);
+    }
+    drop(sides);
+    let (ratio, ratio_ci) = summary(&cycles, Cycle::throughput);
+    let (aa, aa_ci) = summary(&cycles, Cycle::aa);
+    let (cpu, cpu_ci) = summary(&cycles, Cycle::cpu);
+    let (aa_cpu, aa_cpu_ci) = summary(&cycles, Cycle::aa_cpu);
+    let (busy, _) = summary(&cycles, Cycle::busy);
+    let (util, _) = summary(&cycles, Cycle::utilisation);
+    println!(
+        "throughput with/without: median {ratio:.4}, 95% CI {ratio_ci}; A/A median {aa:.4}, 95% CI {aa_ci}"
+    );
+    println!(
+        "cpu per request with/without: median {cpu:.4}, 95% CI {cpu_ci}; A/A median {aa_cpu:.4}, 95% CI {aa_cpu_ci}"
+    );
+    println!("cpu used per second with/without: median {busy:.4}; per side: {util:.3} CPU");
+    if args.bpf_stats {
+        let (share, share_ci) = summary(&cycles, Cycle::program_share);
+        println!(
+            "program run time / cpu per request without: median {share:.4}, 95% CI {share_ci} (the statistics' own timer included)"
+        );
+    }
+    anyhow::ensure!(
+        (aa - 1.0).abs() <= args.aa_limit && (aa_cpu - 1.0).abs() <= args.aa_limit,
+        "A/A medians {aa:.4} (throughput), {aa_cpu:.4} (cpu) are more than {:.1}% from 1: the sides are not comparable in this run",
+        args.aa_limit * 100.0
+    );
+    let loss = (1.0 - ratio) * 100.0;
+    if args.no_gate {
+        println!("measured only (--no-gate): loss {loss:.1}%");
+        return Ok(());
+    }
+    anyhow::ensure!(
+        ratio >= 1.0 - args.tolerance,
+        "throughput with the program attached is {loss:.1}% below without, beyond the {:.1}% bound",
         args.tolerance * 100.0
     );
-    println!(
-        "cpu per relayed request (client, agent, server and the kernel's loopback path): with / without = {:.3} (median of rounds)",
-        bench::relay::median(cpu_ratios)
-    );
-    agent.shutdown();
-    agent.join();
-    server.stop();
-    anyhow::ensure!(
-        ratio >= bound,
-        "throughput with the program attached is {:.1}% below without, beyond the {:.1}% bound plus {:.1}% measured noise",
-        (1.0 - ratio) * 100.0,
-        args.tolerance * 100.0,
-        noise * 100.0
-    );
+    println!("pass: loss {loss:.1}% <= {:.1}%", args.tolerance * 100.0);
     Ok(())
 }
