@@ -189,7 +189,7 @@ impl fmt::Debug for Telemetry {
 impl Telemetry {
     /// Loads the program, fills its configuration maps and attaches it to
     /// every configured interface: ingress per [`Mode`] (in `auto`, native XDP,
-    /// else generic XDP, else TC ingress), plus TC egress when `egress` is on.
+    /// else TC ingress), plus TC egress when `egress` is on.
     /// Attachments are made in the calling thread's network namespace.
     ///
     /// # Errors
@@ -608,7 +608,9 @@ where
 
 fn attach_ingress(ebpf: &mut Ebpf, interface: &str, mode: Mode) -> Result<Hook, LoadError> {
     let tries: &[Hook] = match mode {
-        Mode::Auto => &[Hook::XdpNative, Hook::XdpGeneric, Hook::TcIngress],
+        // Generic XDP is never chosen for the user: where the driver has no
+        // XDP (e.g. `lo`) it costs more than TC, which serves that case.
+        Mode::Auto => &[Hook::XdpNative, Hook::TcIngress],
         Mode::XdpNative => &[Hook::XdpNative],
         Mode::XdpGeneric => &[Hook::XdpGeneric],
         Mode::Tc => &[Hook::TcIngress],

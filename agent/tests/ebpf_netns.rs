@@ -287,15 +287,15 @@ fn auto_mode_picks_native_xdp_on_veth() {
 
 #[test]
 #[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
-fn default_config_on_loopback_falls_back_to_generic_xdp() {
+fn default_config_on_loopback_falls_back_to_tc() {
     let pair = VethPair::new("lo");
     // The default section: `lo`, auto, egress, port 3868.
     let telemetry = start(&pair, Config::default());
     let hooks: Vec<Hook> = telemetry.attachments().iter().map(|a| a.hook).collect();
     assert_eq!(
         hooks,
-        [Hook::XdpGeneric, Hook::TcEgress],
-        "lo has no native XDP"
+        [Hook::TcIngress, Hook::TcEgress],
+        "lo has no native XDP: TC serves it"
     );
     let ids = telemetry.program_ids();
     let capture = in_netns(&pair.b, || Capture::start("lo", PORT));

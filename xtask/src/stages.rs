@@ -45,7 +45,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-ebpf-relay",
-        about: "two CPU-bound relays side by side (own namespace, cgroup limit, same CPU), program in one: throughput with/without, A/A, CPU/request; fails when TC hooks cost > 3% or A/A is off by > 1%; generic XDP on lo and the program's CPU share reported (root)",
+        about: "two CPU-bound relays side by side (own namespace, cgroup limit, same CPU), program in one: throughput with/without, A/A, CPU/request; fails when the default attachment (TC on lo) costs > 3% or A/A is off by > 1%; generic XDP on lo and the program's CPU share reported (root)",
         run: bench_ebpf_relay,
     },
     Stage {
@@ -309,19 +309,26 @@ fn bench_ebpf_relay() -> anyhow::Result<()> {
         ],
     )?;
     let bin = crate::util::root().join("target/release/bench-ebpf-relay");
-    let mut gated = std::process::Command::new(&bin);
-    gated.args(["--mode", "tc", "--cycles", "8", "--tolerance", "0.03"]);
-    crate::util::run_cmd(&mut gated)?;
-    let mut default = std::process::Command::new(&bin);
-    default.args([
+    // The agent's default attachment (`auto`: TC ingress on `lo`, plus TC
+    // egress), gated at 3 %; the median sits about a point inside, so it gets
+    // the benchmarks' attempts.
+    bench_attempts(|| {
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.args(["--mode", "auto", "--cycles", "8", "--tolerance", "0.03"]);
+        cmd
+    })?;
+    // Generic XDP on `lo` (never chosen by `auto`), reported with the
+    // program's own share of the CPU per request.
+    let mut generic = std::process::Command::new(&bin);
+    generic.args([
         "--mode",
-        "auto",
+        "xdp-generic",
         "--cycles",
         "8",
         "--no-gate",
         "--bpf-stats",
     ]);
-    crate::util::run_cmd(&mut default)
+    crate::util::run_cmd(&mut generic)
 }
 
 fn bench_relay() -> anyhow::Result<()> {

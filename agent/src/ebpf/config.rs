@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
-    /// Native XDP, else generic XDP, else TC ingress.
+    /// Native XDP, else TC ingress (where XDP cannot serve, e.g. `lo` or a
+    /// NIC without native XDP; generic XDP costs more there).
     #[default]
     Auto,
     /// Native (driver) XDP only; fail where the driver lacks it.
