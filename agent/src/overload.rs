@@ -124,7 +124,7 @@ impl Overload {
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX / 2));
         // RFC 7683 §5.1.3 / RFC 8581 §6.1.1: the same AVP in every relayed
-        // request (the core's `Treatment::Forward::add_features`).
+        // request (the core's `Doic::request_features`).
         let vector = crate::doic::features::announced_vector(&cfg.algorithms, cfg.peer_report);
         let mut features_avp = BytesMut::with_capacity(64);
         if let Err(e) = crate::doic::features::request_features(vector, identity)
@@ -234,6 +234,8 @@ pub(crate) enum Decision {
     Forward {
         /// The next hop.
         peer: PeerId,
+        /// Its slot, when at hand (saves the relay a table lookup).
+        slot: Option<std::sync::Arc<crate::peer::table::PeerSlot>>,
         /// Whether it is pinned by Destination-Host.
         pinned: bool,
         /// The request without the OC-Supported-Features it came with, when
@@ -251,6 +253,13 @@ pub(crate) enum Decision {
     },
     /// Not for the core (no candidate, DOIC off): the relay routes as usual.
     Relay,
+    /// No overload state and a client that sent no OC-Supported-Features:
+    /// the relay routes as usual, keeping `tx` (the agent's features go up,
+    /// the answer is looked at).
+    Plain {
+        /// Transaction state for the answer.
+        tx: TxState,
+    },
 }
 
 /// The request inputs the relay already decoded.
@@ -275,6 +284,27 @@ pub(crate) struct RequestIn<'a> {
     /// The client's OC-Supported-Features as a first treatment recorded
     /// them (the request then no longer carries them).
     pub prior: Option<&'a OcSupportedFeatures>,
+}
+
+/// The common case, decided without the core's full treatment: no overload
+/// state on this worker and a request without OC-Supported-Features (the
+/// agent is the reacting node for its client, RFC 7683 §5.1.3). Every
+/// request would then go to the router's first choice ([`Doic::treat`]
+/// forwards to candidate 0), so the relay routes it as without DOIC. Counted
+/// as forwarded.
+pub(crate) fn idle_forward(ov: &Overload, app_id: u32, routing: &Routing<'_>) -> Option<Decision> {
+    if routing.oc_supported_features().is_some() {
+        return None;
+    }
+    with_core(ov, |core, _| core.forward_if_idle())
+        .unwrap_or(false)
+        .then_some(Decision::Plain {
+            tx: TxState {
+                app_id,
+                client_features: None,
+                client_peer_report: false,
+            },
+        })
 }
 
 /// Treats one request (RFC 8581 §5 order) and applies the decision to its
@@ -346,8 +376,8 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
         };
         let t = core.treat(now, &view, candidates);
         match t {
-            // The core's `add_features` is the agent's constant
-            // OC-Supported-Features, encoded once in `Overload::features_avp`.
+            // The core's `request_features` are constant: encoded once in
+            // `Overload::features_avp`.
             Treatment::Forward { index, tx, .. } | Treatment::Divert { index, tx, .. } => {
                 // RFC 7683 §5.1.3, RFC 8581 §6.1.1: one OC-Supported-Features,
                 // the agent's; a received one is removed (the only copy).
@@ -366,6 +396,7 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
                 tracing::trace!(peer = %candidates[index].peer, diverted = index != 0, "doic forward");
                 Decision::Forward {
                     peer,
+                    slot: None,
                     pinned,
                     msg,
                     tx: tx.to_state(),
@@ -383,7 +414,30 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
             Treatment::NoRoute => Decision::Relay,
         }
     });
-    out.unwrap_or(Decision::Relay)
+    match out {
+        Some(Decision::Forward {
+            peer,
+            pinned,
+            msg,
+            tx,
+            ..
+        }) => {
+            // The chosen candidate's slot goes with the decision.
+            let slot = ids[..n]
+                .iter()
+                .position(|(id, _)| *id == peer)
+                .and_then(|i| slots[i].take());
+            Decision::Forward {
+                peer,
+                slot,
+                pinned,
+                msg,
+                tx,
+            }
+        }
+        Some(d) => d,
+        None => Decision::Relay,
+    }
 }
 
 /// Treats a request again before it goes to another next hop: a failover,
@@ -698,12 +752,15 @@ mod tests {
                 peer: "s",
                 server: Some("s"),
             }];
-            let Treatment::Forward { add_features, .. } = core.treat(ov.origin, &req, &cands)
-            else {
-                panic!("an idle core forwards");
-            };
+            assert!(matches!(
+                core.treat(ov.origin, &req, &cands),
+                Treatment::Forward { index: 0, .. }
+            ));
             let raw = AvpIter::new(ov.features_avp()).next().unwrap().unwrap();
-            assert_eq!(OcSupportedFeatures::from_raw(&raw).unwrap(), *add_features);
+            assert_eq!(
+                &OcSupportedFeatures::from_raw(&raw).unwrap(),
+                core.request_features()
+            );
         }
     }
 }

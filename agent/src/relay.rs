@@ -55,6 +55,7 @@ pub(crate) fn dispatch(
         match crate::overload::retreat(shared, ov, &r, destination_host, rotate) {
             crate::overload::Decision::Forward {
                 peer,
+                slot,
                 pinned,
                 msg,
                 tx,
@@ -66,7 +67,7 @@ pub(crate) fn dispatch(
                 if let Some(prev) = r.doic.as_mut() {
                     prev.app_id = tx.app_id;
                 }
-                return dispatch_to(shared, r, peer, pinned, rotate);
+                return dispatch_to(shared, r, (peer, slot), pinned, rotate);
             }
             crate::overload::Decision::Answer { msg, code } => {
                 tracing::trace!(code, "doic throttled a rerouted request");
@@ -77,9 +78,28 @@ pub(crate) fn dispatch(
                 });
                 return Ok(());
             }
-            crate::overload::Decision::Relay => {}
+            crate::overload::Decision::Relay | crate::overload::Decision::Plain { .. } => {}
         }
     }
+    route(shared, r, destination_host, rotate)
+}
+
+/// Sends `r` to the next hop the router picks, skipping `r.tried`, as the
+/// relay does without overload control ([`dispatch`] without the second
+/// treatment). `destination_host` is consulted only on the first attempt.
+///
+/// # Errors
+/// The request back with the reason it could not be dispatched.
+#[expect(
+    clippy::result_large_err,
+    reason = "the request comes back by value on the cold path; boxing would allocate on it"
+)]
+pub(crate) fn route(
+    shared: &Shared,
+    mut r: Relayed,
+    destination_host: Option<&str>,
+    rotate: usize,
+) -> Result<(), (Relayed, RouteError)> {
     let realm_bytes = r.realm.clone();
     let lossy;
     let realm = match std::str::from_utf8(&realm_bytes) {
@@ -129,8 +149,9 @@ pub(crate) fn dispatch(
 }
 
 /// Sends `r` to `peer`, the next hop overload control chose among the
-/// router's candidates (RFC 8581 §5: possibly a diversion). When that peer
-/// cannot take it any more, the router picks another one.
+/// router's candidates (RFC 8581 §5: possibly a diversion), with its slot
+/// when the caller has it. When that peer cannot take it any more, the
+/// router picks another one.
 ///
 /// # Errors
 /// The request back with the reason it could not be dispatched.
@@ -141,11 +162,11 @@ pub(crate) fn dispatch(
 pub(crate) fn dispatch_to(
     shared: &Shared,
     mut r: Relayed,
-    peer: PeerId,
+    (peer, slot): (PeerId, Option<Arc<PeerSlot>>),
     pinned: bool,
     rotate: usize,
 ) -> Result<(), (Relayed, RouteError)> {
-    if let Some(slot) = shared.table.get(peer)
+    if let Some(slot) = slot.or_else(|| shared.table.get(peer))
         && let Some(tx) = slot.sender()
     {
         r.pinned = pinned;

@@ -4,5 +4,5 @@
 
 pub mod bucket;
 pub mod codec;
-pub mod ebpf_ab;
 pub mod relay;
+pub mod relay_ab;

@@ -6,7 +6,6 @@
 //! Sans-io: time is an argument, nothing here reads a clock or does I/O.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::config::{DoicConfig, DoicConfigError};
@@ -70,10 +69,10 @@ pub struct AnswerView<'a> {
 /// };
 /// let route = [Candidate { peer: "s1.example", server: Some("s1.example") }];
 /// // No overload state: forward, with the agent's OC-Supported-Features.
-/// let Treatment::Forward { tx, add_features, .. } = core.treat(t0, &req, &route) else {
+/// let Treatment::Forward { tx, .. } = core.treat(t0, &req, &route) else {
 ///     unreachable!()
 /// };
-/// assert_eq!(add_features.source_id.as_deref(), Some("agent.example"));
+/// assert_eq!(core.request_features().source_id.as_deref(), Some("agent.example"));
 /// // The answer carries a 100 % host report.
 /// let mut olr = OcOlr::new(1, ReportType::Host);
 /// olr.reduction_percentage = Some(100);
@@ -103,7 +102,7 @@ pub struct Doic {
     identity: String,
     vector: u64,
     /// The OC-Supported-Features of every relayed request (constant).
-    request_features: Arc<OcSupportedFeatures>,
+    request_features: OcSupportedFeatures,
     ocs: OcsTable,
     realms: RealmSynth,
     rng: Prng,
@@ -154,7 +153,7 @@ impl Doic {
             audit: Audit::new(cfg.audit_records),
             identity: identity.to_owned(),
             vector,
-            request_features: Arc::new(features::request_features(vector, identity)),
+            request_features: features::request_features(vector, identity),
             cfg,
             own_peer_report: None,
             own_peer_reports: super::fxhash::FxMap::default(),
@@ -413,6 +412,26 @@ impl Doic {
         self.forward(req, candidates, index, client_features, client_peer_report)
     }
 
+    /// The OC-Supported-Features the agent puts in every request it relays
+    /// (RFC 7683 §5.1.3, RFC 8581 §6.1.1: its vector and its own SourceID),
+    /// replacing any received one.
+    #[must_use]
+    pub fn request_features(&self) -> &OcSupportedFeatures {
+        &self.request_features
+    }
+
+    /// Counts one request as treated and forwarded to the first candidate
+    /// when the core [`Doic::is_idle`] (what [`Doic::treat`] would decide for
+    /// a client without OC-Supported-Features, cheaper); false otherwise.
+    pub fn forward_if_idle(&mut self) -> bool {
+        if !self.is_idle() {
+            return false;
+        }
+        self.audit.totals.requests += 1;
+        self.audit.totals.forwarded += 1;
+        true
+    }
+
     /// Whether no overload state exists (no OCS, no own realm state): every
     /// request is then forwarded to the first candidate.
     #[must_use]
@@ -439,21 +458,12 @@ impl Doic {
             dest_realm: Cow::Borrowed(req.dest_realm),
             upstream: Cow::Borrowed(candidates[index].peer),
         };
-        let add_features = Arc::clone(&self.request_features);
         if index == 0 {
             self.audit.totals.forwarded += 1;
-            Treatment::Forward {
-                index,
-                add_features,
-                tx,
-            }
+            Treatment::Forward { index, tx }
         } else {
             self.audit.totals.diverted += 1;
-            Treatment::Divert {
-                index,
-                add_features,
-                tx,
-            }
+            Treatment::Divert { index, tx }
         }
     }
 

@@ -3,7 +3,6 @@
 //! Experimental-Result 5198 of seed 004).
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use super::config::ThrottleResult;
 use super::features::OcSupportedFeatures;
@@ -185,21 +184,20 @@ impl TxState {
 /// The treatment of one request.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Treatment<'a> {
-    /// Send to `candidates[index]`, the first choice.
+    /// Send to `candidates[index]`, the first choice, with the agent's
+    /// OC-Supported-Features ([`crate::doic::Doic::request_features`])
+    /// replacing any received one.
     Forward {
         /// Index into the candidates.
         index: usize,
-        /// OC-Supported-Features replacing any received one.
-        add_features: Arc<OcSupportedFeatures>,
         /// Transaction state to keep.
         tx: PendingTx<'a>,
     },
-    /// Send to `candidates[index]` instead of the first choice.
+    /// Send to `candidates[index]` instead of the first choice, with the
+    /// agent's OC-Supported-Features as for [`Treatment::Forward`].
     Divert {
         /// Index into the candidates.
         index: usize,
-        /// OC-Supported-Features replacing any received one.
-        add_features: Arc<OcSupportedFeatures>,
         /// Transaction state to keep.
         tx: PendingTx<'a>,
     },

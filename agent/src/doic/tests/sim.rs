@@ -335,16 +335,9 @@ impl Net {
             drmp: req.drmp,
         };
         let (index, add, tx) = match a.core.treat(now, &view, &cand_views) {
-            Treatment::Forward {
-                index,
-                add_features,
-                tx,
+            Treatment::Forward { index, tx } | Treatment::Divert { index, tx } => {
+                (index, a.core.request_features().clone(), tx)
             }
-            | Treatment::Divert {
-                index,
-                add_features,
-                tx,
-            } => (index, add_features, tx),
             Treatment::Throttle { result, .. } => {
                 // The agent's own answer carries its DOIC AVPs (RFC 8581 §6.2.4).
                 let local = a.core.local_answer(now, &view);
@@ -383,7 +376,7 @@ impl Net {
             tx.client.into_owned(),
             tx.dest_realm.into_owned(),
         );
-        req.features = Some((*add).clone());
+        req.features = Some(add);
         let mut ans = self.deliver(me, &upstream, req);
         let view = AnswerView {
             app_id: state.app_id,

@@ -145,25 +145,27 @@ impl Conn {
         let excluded = tried.len();
         // One step of the tie rotation per request, whoever routes it.
         self.rotate = self.rotate.wrapping_add(1);
-        let mut decision = crate::overload::Decision::Relay;
-        if let Some(ov) = &self.shared.overload {
-            let realm_text = String::from_utf8_lossy(&realm);
-            decision = crate::overload::treat_request(
-                &self.shared,
-                ov,
-                &crate::overload::RequestIn {
-                    msg: &msg,
-                    head,
-                    routing: &routing,
-                    from: &from,
-                    realm: &realm_text,
-                    dest_host: dest_host.as_deref(),
-                    excluded: &tried,
-                    rotate: self.rotate,
-                    prior: None,
-                },
-            );
-        }
+        let decision = match &self.shared.overload {
+            None => crate::overload::Decision::Relay,
+            Some(ov) => match crate::overload::idle_forward(ov, head.app, &routing) {
+                Some(d) => d,
+                None => crate::overload::treat_request(
+                    &self.shared,
+                    ov,
+                    &crate::overload::RequestIn {
+                        msg: &msg,
+                        head,
+                        routing: &routing,
+                        from: &from,
+                        realm: &String::from_utf8_lossy(&realm),
+                        dest_host: dest_host.as_deref(),
+                        excluded: &tried,
+                        rotate: self.rotate,
+                        prior: None,
+                    },
+                ),
+            },
+        };
         let (msg, doic, to) = match decision {
             crate::overload::Decision::Answer { msg, code } => {
                 self.out.extend_from_slice(&msg);
@@ -174,10 +176,16 @@ impl Conn {
             }
             crate::overload::Decision::Forward {
                 peer,
+                slot,
                 pinned,
                 msg: rewritten,
                 tx,
-            } => (rewritten.unwrap_or(msg), Some(tx), Some((peer, pinned))),
+            } => (
+                rewritten.unwrap_or(msg),
+                Some(tx),
+                Some(((peer, slot), pinned)),
+            ),
+            crate::overload::Decision::Plain { tx } => (msg, Some(tx), None),
             crate::overload::Decision::Relay => (msg, None, None),
         };
         let r = Relayed {
@@ -193,8 +201,8 @@ impl Conn {
             doic,
         };
         let sent = match to {
-            Some((peer, pinned)) => relay::dispatch_to(&self.shared, r, peer, pinned, self.rotate),
-            None => relay::dispatch(&self.shared, r, dest_host.as_deref(), self.rotate),
+            Some((to, pinned)) => relay::dispatch_to(&self.shared, r, to, pinned, self.rotate),
+            None => relay::route(&self.shared, r, dest_host.as_deref(), self.rotate),
         };
         match sent {
             Ok(()) => self.inflight_down += 1,

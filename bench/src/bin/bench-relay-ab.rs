@@ -1,9 +1,13 @@
-//! `bench-ebpf-relay`: the relay's throughput with the kernel telemetry
-//! program attached against without, measured side by side at the same time.
+//! `bench-relay-ab`: the relay's throughput with a subject on against off,
+//! measured side by side at the same time. The subject (`--subject`) is the
+//! kernel telemetry program (`ebpf`, the default: attached as the agent does)
+//! or overload control (`doic`: an agent with `[doic]` and no overload,
+//! against its twin without; both are in each side and the load client is
+//! pointed at one or the other).
 //!
 //! Two identical relays (built-in load client, agent with one worker,
 //! built-in server, as `bench-relay --builtin`) run simultaneously, each in
-//! its own network namespace on its own `lo` (module `bench::ebpf_ab`). By
+//! its own network namespace on its own `lo` (module `bench::relay_ab`). By
 //! default each is limited to 0.3 CPU in a cgroup of its own and both run on
 //! one CPU (`--cpu-limit`, `--pin`): a closed loop that could go faster runs
 //! at its limit, so its rate is the limit over its CPU time per request and
@@ -11,14 +15,16 @@
 //! rounds of `--seconds`: the program attached (`--mode`) in side 0, then in
 //! side 1, then in neither, twice. Machine noise hits both sides alike and
 //! cancels in the ratio of their rates; pairing the two rounds of each kind
-//! cancels a constant asymmetry between the sides (`bench::ebpf_ab::paired`).
+//! cancels a constant asymmetry between the sides (`bench::relay_ab::paired`).
 //! The program-free rounds give the same statistic with no program at all
 //! (A/A): the method's own error.
 //!
 //! The run fails when an A/A median (throughput, CPU per request) is more
 //! than `--aa-limit` from 1 (the sides were not comparable), or, unless
-//! `--no-gate`, when the median throughput ratio is below `1 - tolerance`.
-//! Medians come with a distribution-free 95% confidence interval.
+//! `--no-gate`, when the median throughput ratio is below `1 - tolerance`;
+//! for `doic` also when the relay's own capacity ratio (the inverse of its
+//! worker thread's CPU time per request, with over without) is. Medians come
+//! with a distribution-free 95% confidence interval.
 //!
 //! With `--bpf-stats` the kernel times every run of the program
 //! (`kernel.bpf_stats_enabled`); the program's run time per relayed request,
@@ -32,18 +38,21 @@
 
 use clap::Parser;
 
-use bench::ebpf_ab::{CpuLimit, Cycle, Netns, Side, measure_both, median_ci};
 use bench::relay::median;
+use bench::relay_ab::{CpuLimit, Cycle, Netns, Side, Subject, measure_both, median_ci};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug, Parser)]
 #[command(
-    name = "bench-ebpf-relay",
-    about = "Relay throughput with the kernel telemetry program attached vs without, side by side"
+    name = "bench-relay-ab",
+    about = "Relay throughput with the kernel program or DOIC on vs off, side by side"
 )]
 struct Args {
+    /// What is turned on and off: `ebpf` (the kernel program) or `doic`.
+    #[arg(long, default_value = "ebpf")]
+    subject: Subject,
     /// Seconds per round.
     #[arg(long, default_value_t = 1)]
     seconds: u64,
@@ -118,7 +127,7 @@ impl Drop for StatsEnabled {
 /// CPU, as asked), and checks that each can attach the program.
 fn start_sides(args: &Args, ns: &[Netns; 2], limits: &[CpuLimit]) -> anyhow::Result<[Side; 2]> {
     let exe = std::env::current_exe()?;
-    let cpus = bench::ebpf_ab::allowed_cpus()?;
+    let cpus = bench::relay_ab::allowed_cpus()?;
     let side = |i: usize| {
         let cpu = match args.pin.as_str() {
             "split" => Some(cpus[i % cpus.len()]),
@@ -127,7 +136,15 @@ fn start_sides(args: &Args, ns: &[Netns; 2], limits: &[CpuLimit]) -> anyhow::Res
             other => anyhow::bail!("--pin {other}: expected split, shared or none"),
         };
         let cgroup = limits.get(i).map(|l| l.dir.as_path());
-        Side::spawn(&exe, &ns[i].name, &args.mode, args.outstanding, cpu, cgroup)
+        Side::spawn(
+            &exe,
+            &ns[i].name,
+            args.subject,
+            &args.mode,
+            args.outstanding,
+            cpu,
+            cgroup,
+        )
     };
     let mut sides = [side(0)?, side(1)?];
     // Attach once in each side up front: a refusal is an error, not a fallback.
@@ -169,14 +186,14 @@ fn main() -> anyhow::Result<()> {
     if let Some(ns) = &args.side {
         // Before any thread exists: the whole side lives in the namespace,
         // the cgroup and on the CPU.
-        bench::ebpf_ab::enter(ns)?;
+        bench::relay_ab::enter(ns)?;
         if let Some(c) = &args.cgroup {
-            bench::ebpf_ab::join_cgroup(c)?;
+            bench::relay_ab::join_cgroup(c)?;
         }
         if let Some(c) = args.cpu {
-            bench::ebpf_ab::pin(c)?;
+            bench::relay_ab::pin(c)?;
         }
-        return bench::ebpf_ab::serve_side(&args.mode, args.outstanding);
+        return bench::relay_ab::serve_side(args.subject, &args.mode, args.outstanding);
     }
     anyhow::ensure!(
         args.cycles >= 6,
@@ -194,7 +211,8 @@ fn main() -> anyhow::Result<()> {
     };
     let mut sides = start_sides(&args, &ns, &limits)?;
     println!(
-        "bench-ebpf-relay: {} cycles x 4 rounds x {} s; two relays side by side, one namespace each (closed loop {} outstanding, 1 worker), pin {}, CPU limit {} per side; mode {}, {} extra copies, bpf stats {}",
+        "bench-relay-ab: subject {}; {} cycles x 4 rounds x {} s; two relays side by side, one namespace each (closed loop {} outstanding, 1 worker), pin {}, CPU limit {} per side; mode {}, {} extra copies, bpf stats {}",
+        args.subject,
         args.cycles,
         args.seconds,
         args.outstanding,
@@ -209,7 +227,7 @@ fn main() -> anyhow::Result<()> {
         let c = cycle(&mut sides, &args)?;
         let [a, b] = c.with;
         println!(
-            "cycle {i:>2}: throughput with/without {:.4} (side 0 {:.0}/{:.0}/s, side 1 {:.0}/{:.0}/s), A/A {:.4}; cpu/request {:.4}, A/A {:.4}; busy {:.4}; {:.0} ns cpu/request without, program {:.0} ns/request",
+            "cycle {i:>2}: throughput with/without {:.4} (side 0 {:.0}/{:.0}/s, side 1 {:.0}/{:.0}/s), A/A {:.4}; cpu/request {:.4}, A/A {:.4}; relay cpu/request {:.4}, A/A {:.4}; busy {:.4}; {:.0} ns cpu/request without, program {:.0} ns/request",
             c.throughput(),
             a[0].rate,
             b[0].rate,
@@ -218,6 +236,8 @@ fn main() -> anyhow::Result<()> {
             c.aa(),
             c.cpu(),
             c.aa_cpu(),
+            c.relay(),
+            c.aa_relay(),
             c.busy(),
             (a[1].cpu_ns + b[0].cpu_ns) / 2.0,
             (a[0].bpf_ns + b[1].bpf_ns) / 2.0,
@@ -229,6 +249,8 @@ fn main() -> anyhow::Result<()> {
     let (aa, aa_ci) = summary(&cycles, Cycle::aa);
     let (cpu, cpu_ci) = summary(&cycles, Cycle::cpu);
     let (aa_cpu, aa_cpu_ci) = summary(&cycles, Cycle::aa_cpu);
+    let (relay, relay_ci) = summary(&cycles, Cycle::relay);
+    let (aa_relay, aa_relay_ci) = summary(&cycles, Cycle::aa_relay);
     let (busy, _) = summary(&cycles, Cycle::busy);
     let (util, _) = summary(&cycles, Cycle::utilisation);
     println!(
@@ -236,6 +258,10 @@ fn main() -> anyhow::Result<()> {
     );
     println!(
         "cpu per request with/without: median {cpu:.4}, 95% CI {cpu_ci}; A/A median {aa_cpu:.4}, 95% CI {aa_cpu_ci}"
+    );
+    println!(
+        "relay worker cpu per request with/without: median {relay:.4}, 95% CI {relay_ci}; A/A median {aa_relay:.4}, 95% CI {aa_relay_ci}; relay capacity ratio {:.4}",
+        1.0 / relay
     );
     println!("cpu used per second with/without: median {busy:.4}; per side: {util:.3} CPU");
     if args.bpf_stats {
@@ -256,9 +282,23 @@ fn main() -> anyhow::Result<()> {
     }
     anyhow::ensure!(
         ratio >= 1.0 - args.tolerance,
-        "throughput with the program attached is {loss:.1}% below without, beyond the {:.1}% bound",
+        "throughput with {} on is {loss:.1}% below without, beyond the {:.1}% bound",
+        args.subject,
         args.tolerance * 100.0
     );
+    if args.subject == Subject::Doic {
+        // The relay's own capacity: what a saturated relay would lose.
+        let capacity_loss = (1.0 - 1.0 / relay) * 100.0;
+        anyhow::ensure!(
+            1.0 / relay >= 1.0 - args.tolerance,
+            "the relay's capacity with DOIC on is {capacity_loss:.1}% below without, beyond the {:.1}% bound",
+            args.tolerance * 100.0
+        );
+        println!(
+            "relay capacity loss {capacity_loss:.1}% <= {:.1}%",
+            args.tolerance * 100.0
+        );
+    }
     println!("pass: loss {loss:.1}% <= {:.1}%", args.tolerance * 100.0);
     Ok(())
 }

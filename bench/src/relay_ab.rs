@@ -1,9 +1,9 @@
-//! Simultaneous A/B measurement of the relay with and without the kernel
-//! telemetry program: two identical relays (load client, agent with one
-//! worker, server), each in its own network namespace with its own `lo`, run
-//! at the same time on the same machine; the program is attached in one of
-//! them. Whatever else the machine does slows both sides alike and cancels
-//! in the ratio of their rates.
+//! Simultaneous A/B measurement of the relay with and without a [`Subject`]
+//! (the kernel telemetry program, or DOIC with no overload): two identical
+//! relays (load client, agent with one worker, server), each in its own
+//! network namespace with its own `lo`, run at the same time on the same
+//! machine; the subject is on in one of them. Whatever else the machine does
+//! slows both sides alike and cancels in the ratio of their rates.
 //!
 //! Each side is a child process (the benchmark binary with `--side`) that
 //! enters its namespace before it starts any thread, then obeys one-line
@@ -11,8 +11,8 @@
 //!
 //! | command | effect | answer |
 //! | --- | --- | --- |
-//! | `attach K` | attach the program as the agent does (plus `K` extra copies on TC ingress and egress, to emulate a costlier program) | `ok` |
-//! | `detach` | detach every program | `ok` |
+//! | `attach K` | the subject on: attach the program as the agent does (plus `K` extra copies on TC ingress and egress, to emulate a costlier program); for DOIC, load the side's agent with `[doic]` instead of its twin without | `ok` |
+//! | `detach` | the subject off: detach every program; for DOIC, back to the agent without `[doic]` | `ok` |
 //! | `measure S` | one closed-loop measurement of `S` seconds | a [`Sample`] |
 //! | `quit` | stop the agent and exit | (none) |
 //!
@@ -30,6 +30,38 @@ use anyhow::Context;
 use doic_agent::agent::Agent;
 use doic_agent::ebpf::{Mode, Telemetry};
 use doic_agent::loadgen::{Identity, Pace, Server, ServerBehaviour};
+
+/// What one side turns on and off between rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// The kernel telemetry program, attached in the agent's `[ebpf] mode`.
+    Program,
+    /// Overload control: two agents in the side, one with `[doic]` (DOIC
+    /// active, no overload: the servers send no report), one without; the
+    /// load client is pointed at one or the other.
+    Doic,
+}
+
+impl std::str::FromStr for Subject {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "ebpf" => Ok(Self::Program),
+            "doic" => Ok(Self::Doic),
+            other => anyhow::bail!("subject {other:?}: expected ebpf or doic"),
+        }
+    }
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Program => "ebpf",
+            Self::Doic => "doic",
+        })
+    }
+}
 
 /// A network namespace created with `ip netns add` (its `lo` up), deleted
 /// on drop.
@@ -223,11 +255,17 @@ pub struct Sample {
     /// Run time of the side's BPF programs per answered request, ns (0
     /// unless `kernel.bpf_stats_enabled` is 1 and a program is attached).
     pub bpf_ns: f64,
+    /// CPU time of the measured agent's worker thread per answered request,
+    /// ns: the relay's own cost, what limits a saturated relay.
+    pub relay_ns: f64,
 }
 
 impl Sample {
     fn line(&self) -> String {
-        format!("{} {} {}", self.rate, self.cpu_ns, self.bpf_ns)
+        format!(
+            "{} {} {} {}",
+            self.rate, self.cpu_ns, self.bpf_ns, self.relay_ns
+        )
     }
 
     fn parse(line: &str) -> anyhow::Result<Self> {
@@ -236,11 +274,12 @@ impl Sample {
             .map(str::parse)
             .collect::<Result<_, _>>()
             .with_context(|| format!("bad sample line {line:?}"))?;
-        anyhow::ensure!(v.len() == 3, "bad sample line {line:?}");
+        anyhow::ensure!(v.len() == 4, "bad sample line {line:?}");
         Ok(Self {
             rate: v[0],
             cpu_ns: v[1],
             bpf_ns: v[2],
+            relay_ns: v[3],
         })
     }
 }
@@ -279,15 +318,28 @@ fn bpf_run_ns() -> f64 {
     total
 }
 
-/// Configuration of one side's agent: as `bench-relay --builtin`, with the
-/// `[ebpf]` section of the agent's defaults on `lo` and the given mode.
-fn agent_toml(server: SocketAddr, mode: &str) -> String {
+/// Configuration of one side's agent: as `bench-relay --builtin`, with
+/// `extra` sections (the `[ebpf]` section of the agent's defaults on `lo`
+/// and the given mode, or `[doic]`).
+fn agent_toml(server: SocketAddr, extra: &str) -> String {
     format!(
         "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\ntc_seconds = 1\n\
          [[peer]]\nhost = \"server.example.net\"\nrealm = \"example.net\"\nconnect = \"{server}\"\n\
-         [[route]]\nrealm = \"example.net\"\npeers = [\"server.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n\
-         [ebpf]\ninterfaces = [\"lo\"]\nmode = \"{mode}\"\negress = true\n"
+         [[route]]\nrealm = \"example.net\"\npeers = [\"server.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n{extra}"
     )
+}
+
+/// The `[ebpf]` section of a side whose subject is the program.
+fn ebpf_section(mode: &str) -> String {
+    format!("[ebpf]\ninterfaces = [\"lo\"]\nmode = \"{mode}\"\negress = true\n")
+}
+
+/// CPU time of `agent`'s worker thread so far, ns.
+fn relay_cpu_ns(agent: &Agent) -> f64 {
+    agent
+        .shared()
+        .worker_cpu_time(0)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e9)
 }
 
 /// Extra copies of the program on TC ingress and egress of the agent's
@@ -311,7 +363,7 @@ fn extra_copies(agent: &Agent, n: usize) -> anyhow::Result<Vec<Telemetry>> {
 ///
 /// # Errors
 /// A failed start, attach or measurement (the parent sees the side exit).
-pub fn serve_side(mode: &str, outstanding: usize) -> anyhow::Result<()> {
+pub fn serve_side(subject: Subject, mode: &str, outstanding: usize) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -321,8 +373,30 @@ pub fn serve_side(mode: &str, outstanding: usize) -> anyhow::Result<()> {
         Identity::new("server.example.net", "example.net"),
         ServerBehaviour::default(),
     ))?;
-    let agent = crate::relay::start_agent(&agent_toml(server.addr, mode))?;
-    let addr = agent.local_addrs()[0];
+    // `agents[0]` is measured with the subject off, `agents[on]` with it on.
+    let (agents, on) = match subject {
+        Subject::Program => (
+            vec![crate::relay::start_agent(&agent_toml(
+                server.addr,
+                &ebpf_section(mode),
+            ))?],
+            0,
+        ),
+        Subject::Doic => (
+            vec![
+                crate::relay::start_agent(&agent_toml(server.addr, ""))?,
+                crate::relay::start_agent(&agent_toml(server.addr, "[doic]\n"))?,
+            ],
+            1,
+        ),
+    };
+    anyhow::ensure!(
+        agents[0].shared().overload.is_none()
+            && agents[on].shared().overload.is_some() == (subject == Subject::Doic),
+        "overload control is not on exactly in the measured DOIC agent"
+    );
+    let agent = &agents[0];
+    let mut current = 0;
     let mut extra = Vec::new();
     let mut out = std::io::stdout().lock();
     for line in std::io::stdin().lock().lines() {
@@ -330,29 +404,41 @@ pub fn serve_side(mode: &str, outstanding: usize) -> anyhow::Result<()> {
         let mut words = line.split_whitespace();
         match (words.next(), words.next().map(str::parse::<u64>)) {
             (Some("attach"), Some(Ok(k))) => {
-                anyhow::ensure!(
-                    doic_agent::telemetry::start(&agent),
-                    "the kernel program did not attach (root and the eBPF toolchain are needed)"
-                );
-                extra = extra_copies(&agent, k as usize)?;
+                match subject {
+                    Subject::Program => {
+                        anyhow::ensure!(
+                            doic_agent::telemetry::start(agent),
+                            "the kernel program did not attach (root and the eBPF toolchain are needed)"
+                        );
+                        extra = extra_copies(agent, k as usize)?;
+                    }
+                    Subject::Doic => {
+                        anyhow::ensure!(k == 0, "no extra copies of DOIC");
+                        current = on;
+                    }
+                }
                 writeln!(out, "ok")?;
             }
             (Some("detach"), None) => {
                 extra.clear();
                 agent.shared().kernel.detach();
+                current = 0;
                 writeln!(out, "ok")?;
             }
             (Some("measure"), Some(Ok(s))) => {
-                let mut at_start = (0.0, 0.0);
+                let measured = &agents[current];
+                let addr = measured.local_addrs()[0];
+                let mut at_start = (0.0, 0.0, 0.0);
                 let r =
                     crate::relay::measure_from(&rt, addr, Pace::Closed(outstanding), s, || {
-                        at_start = (cpu_ns(), bpf_run_ns())
+                        at_start = (cpu_ns(), bpf_run_ns(), relay_cpu_ns(measured));
                     })?;
                 let n = r.answered.max(1) as f64;
                 let sample = Sample {
                     rate: r.rate(),
                     cpu_ns: (cpu_ns() - at_start.0) / n,
                     bpf_ns: (bpf_run_ns() - at_start.1) / n,
+                    relay_ns: (relay_cpu_ns(measured) - at_start.2) / n,
                 };
                 writeln!(out, "{}", sample.line())?;
             }
@@ -362,8 +448,10 @@ pub fn serve_side(mode: &str, outstanding: usize) -> anyhow::Result<()> {
         out.flush()?;
     }
     drop(extra);
-    agent.shutdown();
-    agent.join();
+    for a in agents {
+        a.shutdown();
+        a.join();
+    }
     server.stop();
     Ok(())
 }
@@ -385,6 +473,7 @@ impl Side {
     pub fn spawn(
         exe: &std::path::Path,
         netns: &str,
+        subject: Subject,
         mode: &str,
         outstanding: usize,
         cpu: Option<usize>,
@@ -392,6 +481,7 @@ impl Side {
     ) -> anyhow::Result<Self> {
         let mut cmd = Command::new(exe);
         cmd.args(["--side", netns, "--mode", mode])
+            .args(["--subject", &subject.to_string()])
             .args(["--outstanding", &outstanding.to_string()]);
         if let Some(c) = cpu {
             cmd.args(["--cpu", &c.to_string()]);
@@ -525,6 +615,19 @@ impl Cycle {
         paired_by(self.without[0], self.without[1], |s| s.cpu_ns)
     }
 
+    /// The relay worker's CPU time per request with the subject over without
+    /// (its inverse is the relay's capacity ratio).
+    #[must_use]
+    pub fn relay(&self) -> f64 {
+        paired_by(self.with[0], self.with[1], |s| s.relay_ns)
+    }
+
+    /// [`Cycle::relay`] with the subject off in both sides (A/A).
+    #[must_use]
+    pub fn aa_relay(&self) -> f64 {
+        paired_by(self.without[0], self.without[1], |s| s.relay_ns)
+    }
+
     /// CPU time per second used by the side with the program over the side
     /// without: 1 when both are CPU-bound at the same limit.
     #[must_use]
@@ -588,6 +691,7 @@ mod tests {
             rate,
             cpu_ns: 0.0,
             bpf_ns: 0.0,
+            relay_ns: 0.0,
         }
     }
 
@@ -611,6 +715,7 @@ mod tests {
                 rate: 0.3e9 / cpu_ns,
                 cpu_ns,
                 bpf_ns: if cost > 1.0 { 40.0 } else { 0.0 },
+                relay_ns: 1000.0 * slow * cost,
             }
         };
         let c = Cycle {
@@ -624,6 +729,8 @@ mod tests {
         assert!((c.cpu() - 1.04).abs() < 1e-12);
         assert!((c.aa() - 1.0).abs() < 1e-12);
         assert!((c.aa_cpu() - 1.0).abs() < 1e-12);
+        assert!((c.relay() - 1.04).abs() < 1e-12);
+        assert!((c.aa_relay() - 1.0).abs() < 1e-12);
         assert!((c.busy() - 1.0).abs() < 1e-12);
         assert!((c.utilisation() - 0.3).abs() < 1e-12);
         let share = (40.0 / 3150.0 + 40.0 / 3000.0) / 2.0;
@@ -647,9 +754,11 @@ mod tests {
             rate: 41_234.5,
             cpu_ns: 23_456.25,
             bpf_ns: 312.5,
+            relay_ns: 700.0,
         };
         assert_eq!(Sample::parse(&x.line()).unwrap(), x);
         assert!(Sample::parse("1 2").is_err());
+        assert!(Sample::parse("1 2 3").is_err());
         assert!(Sample::parse("1 x 3").is_err());
     }
 }
