@@ -110,6 +110,15 @@ pub struct DoicConfig {
     pub peers: BTreeMap<String, PeerPolicy>,
     /// Records kept in the audit trail.
     pub audit_records: usize,
+    /// Most OC-OLR AVPs in one answer relayed to a DOIC client; absent means
+    /// no limit. RFC 8581 carries a peer report next to a host or realm
+    /// report, and the agent may add its own realm report (seed 002), but an
+    /// application whose command grammar has a single `[ OC-OLR ]` refuses a
+    /// second one: set 1 for such clients. The agent's own peer report goes
+    /// first (only the client can act on it); a host or realm report left
+    /// out is not marked delivered, so the agent keeps abating for the
+    /// client.
+    pub olrs_per_answer: Option<u8>,
 }
 
 impl Default for DoicConfig {
@@ -131,6 +140,7 @@ impl Default for DoicConfig {
             realm_report_validity: 30,
             peers: BTreeMap::new(),
             audit_records: 10_000,
+            olrs_per_answer: None,
         }
     }
 }
@@ -156,6 +166,9 @@ pub enum DoicConfigError {
     /// A zero capacity would declare the agent overloaded by any request.
     #[error("doic.own_capacity must be at least 1 (requests per second)")]
     OwnCapacity,
+    /// An answer limited to no OC-OLR could carry no report at all.
+    #[error("doic.olrs_per_answer must be at least 1 (absent: no limit)")]
+    OlrsPerAnswer,
     /// Realm reports need a validity within RFC 7683 §7.5 (1..=86400 s).
     #[error("doic.realm_report_validity = {value}: must be 1..=86400 seconds")]
     RealmValidity {
@@ -184,6 +197,9 @@ impl DoicConfig {
         }
         if self.own_capacity == Some(0) {
             return Err(DoicConfigError::OwnCapacity);
+        }
+        if self.olrs_per_answer == Some(0) {
+            return Err(DoicConfigError::OlrsPerAnswer);
         }
         if !(1..=crate::dictionary::doic::MAX_VALIDITY_SECS).contains(&self.realm_report_validity) {
             return Err(DoicConfigError::RealmValidity {
@@ -283,6 +299,13 @@ mod tests {
             c.validate().unwrap_err().to_string(),
             "doic.own_capacity must be at least 1 (requests per second)"
         );
+        let c: DoicConfig = toml::from_str("olrs_per_answer = 0").unwrap();
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "doic.olrs_per_answer must be at least 1 (absent: no limit)"
+        );
+        let c: DoicConfig = toml::from_str("olrs_per_answer = 1").unwrap();
+        assert_eq!((c.validate(), c.olrs_per_answer), (Ok(()), Some(1)));
         let c: DoicConfig = toml::from_str("own_capacity = 5000").unwrap();
         assert_eq!((c.validate(), c.own_capacity), (Ok(()), Some(5000)));
         let c: DoicConfig = toml::from_str("realm_report_validity = 0").unwrap();

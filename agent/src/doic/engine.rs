@@ -681,6 +681,27 @@ impl Doic {
         let trusted = self.cfg.peer(from_peer).trusted;
         let host_algo = features::selected_algorithm(ans.features, self.vector);
         let peer_algo = features::selected_peer_algorithm(ans.features, self.vector);
+        // Toward a DOIC client: the agent's features and its own peer report
+        // (RFC 8581 §6.2.4), decided first so that a limit on the OC-OLRs of
+        // one answer (`olrs_per_answer`) keeps room for it.
+        let client_side = tx.client_features.as_deref().map(|cf| {
+            let selected = match (&host_algo, trusted) {
+                (Ok(a), true) if features::supports(cf, *a) => *a,
+                _ => Algorithm::Loss,
+            };
+            let (add, own) =
+                self.own_features(now, &tx.client, cf, tx.client_peer_report, selected);
+            (selected, add, own)
+        });
+        let budget = self
+            .cfg
+            .olrs_per_answer
+            .map_or(usize::MAX, usize::from)
+            .saturating_sub(
+                client_side
+                    .as_ref()
+                    .map_or(0, |c| usize::from(c.2.is_some())),
+            );
         let mut fresh = [false; 3];
         let mut changed = false;
         for olr in ans.olrs {
@@ -707,6 +728,7 @@ impl Doic {
                     && let Some(cf) = &tx.client_features
                     && features::supports(cf, r.abatement.algorithm())
                     && accepted(&verdict)
+                    && out.forward_reports.len() < budget
                 {
                     if let Some(o) = self.ocs.get_mut(ans.app_id, r.report_type, id)
                         && o.sequence == r.sequence
@@ -769,16 +791,11 @@ impl Doic {
                 }
             }
         }
-        let Some(cf) = &tx.client_features else {
+        let Some((selected, add, own)) = client_side else {
             // RFC 7683 §5.1.2: no DOIC AVP in an answer to a request without one.
             out.forward_reports.clear();
             return out;
         };
-        let selected = match (&host_algo, trusted) {
-            (Ok(a), true) if features::supports(cf, *a) => *a,
-            _ => Algorithm::Loss,
-        };
-        let (add, own) = self.own_features(now, &tx.client, cf, tx.client_peer_report, selected);
         out.add_features = Some(add);
         // The agent's own realm report (seed 002), when no realm report came
         // from upstream and the answer speaks for that realm with loss.
@@ -789,6 +806,7 @@ impl Doic {
         if !has_realm
             && selected == Algorithm::Loss
             && ans.origin_realm == tx.dest_realm
+            && out.forward_reports.len() < budget
             && let Some(r) = self.realms.report(now, ans.app_id, ans.origin_realm)
         {
             out.forward_reports.push(r.to_olr());

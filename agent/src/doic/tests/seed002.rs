@@ -268,3 +268,84 @@ fn seed002_realm_report_ends_when_capacity_returns() {
         "with a greater sequence number"
     );
 }
+
+/// Seed 002 steps (5)-(8) toward a client whose application grammar has a
+/// single `[ OC-OLR ]` (`olrs_per_answer = 1`): no answer carries two; S2's
+/// host report rides on S2's answers, the agent's realm report on answers
+/// with room (from S3, which reports nothing), and the client ends up with
+/// both states, abating realm traffic once.
+#[test]
+fn one_olr_per_answer_still_delivers_every_report_one_at_a_time() {
+    let mut net = Net::new();
+    for s in ["s1", "s2", "s3"] {
+        net.server(s, REALM);
+    }
+    let cfg = DoicConfig {
+        olrs_per_answer: Some(1),
+        ..DoicConfig::default()
+    };
+    net.agent("a", cfg, &["s1", "s2", "s3", "c"], false);
+    net.realm_route(
+        "a",
+        REALM,
+        &[("s1", Some("s1")), ("s2", Some("s2")), ("s3", Some("s3"))],
+    );
+    net.agent_mut("a").round_robin = true;
+    net.agent("c", DoicConfig::default(), &["a"], true);
+    net.realm_route("c", REALM, &[("a", None)]);
+    net.overload(
+        "s1",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 30 },
+        60,
+    );
+    let a1 = net.send(Req::realm("c", REALM));
+    assert_eq!(a1.olrs.len(), 1);
+    net.overload(
+        "s2",
+        ReportType::Host,
+        1,
+        Abatement::Loss { percent: 80 },
+        60,
+    );
+    let answers: Vec<Ans> = (0..3000)
+        .map(|_| net.send(Req::realm("c", REALM)))
+        .collect();
+    assert!(
+        answers.iter().all(|a| a.olrs.len() <= 1),
+        "one OC-OLR at most"
+    );
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.reports(ReportType::Host).len() == 1 && a.served_by() == "s2"),
+        "S2's host report reached C"
+    );
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.reports(ReportType::Realm).len() == 1 && a.served_by() == "s3"),
+        "the agent's realm report reached C on an answer with room"
+    );
+    let c = &mut net.agent_mut("c").core;
+    assert_eq!(
+        c.ocs_entry(super::sim::APP, ReportType::Realm, REALM)
+            .map(|o| o.abatement),
+        Some(Abatement::Loss { percent: 20 })
+    );
+    // C abates realm traffic itself; A, which delivered the report, does not
+    // abate it again.
+    let dr: Vec<Ans> = (0..4000)
+        .map(|_| net.send(Req::realm("c", REALM)))
+        .collect();
+    let at_client = share(&dr, |a| a.path == ["c"]);
+    assert!(
+        (at_client - 0.20).abs() < 0.03,
+        "client throttles realm traffic: {at_client}"
+    );
+    assert!(
+        dr.iter().all(|a| a.path.len() == 1 || a.code() == 2001),
+        "nothing abated twice"
+    );
+}
