@@ -1,0 +1,40 @@
+//! Fixtures of the rule and lifecycle simulations (RFC 7683 §5, §6.3;
+//! RFC 8581 §6): agent `a` in front of two servers, a DOIC client behind it,
+//! loss reports and the agents' overload control states.
+
+use super::sim::{APP, Ans, Net, Req};
+use crate::doic::DoicConfig;
+use crate::doic::ocs::Ocs;
+use crate::doic::report::{Abatement, ReportType};
+
+/// The realm of both servers.
+pub(super) const REALM: &str = "realm";
+
+/// Agent `a` in front of `s1`, `s2`; DOIC client `c`; non-DOIC clients use
+/// `send_via("a", ..)`.
+pub(super) fn net() -> Net {
+    let mut net = Net::new();
+    net.server("s1", REALM);
+    net.server("s2", REALM);
+    net.agent("a", DoicConfig::default(), &["s1", "s2", "c"], false);
+    net.realm_route("a", REALM, &[("s1", Some("s1")), ("s2", Some("s2"))]);
+    net.agent("c", DoicConfig::default(), &["a"], true);
+    net.realm_route("c", REALM, &[("a", None)]);
+    net.host_route("c", "s1", &["a"]);
+    net
+}
+
+/// A request of the non-DOIC client `n` for `host`, through agent `a`.
+pub(super) fn host_n(net: &mut Net, host: &str) -> Ans {
+    net.send_via("a", Req::host("n", REALM, host))
+}
+
+/// The loss algorithm abating `percent` % of the traffic (RFC 7683 §6).
+pub(super) fn loss(percent: u32) -> Abatement {
+    Abatement::Loss { percent }
+}
+
+/// The overload control state of `agent` for (`APP`, `rt`, `id`).
+pub(super) fn ocs<'n>(net: &'n mut Net, agent: &str, rt: ReportType, id: &str) -> Option<&'n Ocs> {
+    net.agent_mut(agent).core.ocs_entry(APP, rt, id)
+}
