@@ -1,11 +1,14 @@
-//! Fixtures of the rule and lifecycle simulations (RFC 7683 §5, §6.3;
-//! RFC 8581 §6): agent `a` in front of two servers, a DOIC client behind it,
-//! loss reports and the agents' overload control states.
+//! Fixtures shared by the DOIC simulations (RFC 7683 §5, §6.3; RFC 8581
+//! §4.1.1, §6): agent `a` in front of two servers with a DOIC client behind
+//! it, loss reports, trusted peers, answers and the agents' overload control
+//! states.
 
 use super::sim::{APP, Ans, Net, Req};
-use crate::doic::DoicConfig;
+use crate::doic::engine::AnswerView;
+use crate::doic::features::OcSupportedFeatures;
 use crate::doic::ocs::Ocs;
-use crate::doic::report::{Abatement, ReportType};
+use crate::doic::report::{Abatement, OcOlr, ReportType};
+use crate::doic::{DoicConfig, PeerPolicy};
 
 /// The realm of both servers.
 pub(super) const REALM: &str = "realm";
@@ -37,4 +40,31 @@ pub(super) fn loss(percent: u32) -> Abatement {
 /// The overload control state of `agent` for (`APP`, `rt`, `id`).
 pub(super) fn ocs<'n>(net: &'n mut Net, agent: &str, rt: ReportType, id: &str) -> Option<&'n Ocs> {
     net.agent_mut(agent).core.ocs_entry(APP, rt, id)
+}
+
+/// `peer` is trusted and receives reports.
+pub(super) fn trust(cfg: &mut DoicConfig, peer: &str) {
+    cfg.peers.insert(
+        peer.into(),
+        PeerPolicy {
+            trusted: true,
+            receive_reports: true,
+        },
+    );
+}
+
+/// A 2001 answer from `s1` carrying these DOIC AVPs.
+pub(super) fn answer_2001<'a>(
+    features: Option<&'a OcSupportedFeatures>,
+    olrs: &'a [OcOlr],
+) -> AnswerView<'a> {
+    AnswerView {
+        app_id: APP,
+        origin_host: "s1",
+        origin_realm: REALM,
+        result_code: Some(2001),
+        experimental_result_code: None,
+        features,
+        olrs,
+    }
 }

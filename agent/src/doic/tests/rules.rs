@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::fixtures::{REALM, host_n, loss, net, ocs};
+use super::fixtures::{REALM, answer_2001, host_n, loss, net, ocs, trust};
 use super::sim::{APP, Ans, Net, Req, tally};
 use crate::audit::{OcsEvent, Verdict};
 use crate::doic::config::ThrottleResult;
@@ -238,17 +238,6 @@ fn configured_throttle_result_retry_not_allowed() {
     assert_eq!((a.experimental, a.result_code), (Some(5198), None));
 }
 
-/// `peer` is trusted and receives reports.
-fn trust(cfg: &mut DoicConfig, peer: &str) {
-    cfg.peers.insert(
-        peer.into(),
-        PeerPolicy {
-            trusted: true,
-            receive_reports: true,
-        },
-    );
-}
-
 fn core_with(peers: &[&str]) -> Doic {
     let mut cfg = DoicConfig::default();
     for p in peers {
@@ -265,19 +254,6 @@ fn tx(upstream: &str) -> PendingTx<'_> {
         client_peer_report: false,
         dest_realm: REALM.into(),
         upstream: upstream.into(),
-    }
-}
-
-/// A 2001 answer from `s1` carrying these DOIC AVPs.
-fn answer_2001<'a>(features: Option<&'a OcSupportedFeatures>, olrs: &'a [OcOlr]) -> AnswerView<'a> {
-    AnswerView {
-        app_id: APP,
-        origin_host: "s1",
-        origin_realm: REALM,
-        result_code: Some(2001),
-        experimental_result_code: None,
-        features,
-        olrs,
     }
 }
 

@@ -5,24 +5,18 @@
 
 use std::time::{Duration, Instant};
 
+use super::fixtures::{answer_2001, trust};
 use super::sim::APP;
-use crate::doic::engine::AnswerView;
 use crate::doic::features::{OLR_RATE_ALGORITHM, OcSupportedFeatures};
 use crate::doic::report::{OcOlr, ReportType};
 use crate::doic::treatment::{AnswerActions, Candidate, PendingTx, RequestView, Treatment};
-use crate::doic::{Doic, DoicConfig, PeerPolicy};
+use crate::doic::{Doic, DoicConfig};
 
 const REALM: &str = "realm";
 
 fn workers(n: u64) -> Vec<Doic> {
     let mut cfg = DoicConfig::default();
-    cfg.peers.insert(
-        "s1".into(),
-        PeerPolicy {
-            trusted: true,
-            receive_reports: true,
-        },
-    );
+    trust(&mut cfg, "s1");
     (0..n)
         .map(|i| Doic::new("a", cfg.clone(), i + 1, 0).unwrap())
         .collect()
@@ -46,15 +40,7 @@ fn answer(
     features: Option<&OcSupportedFeatures>,
 ) -> AnswerActions {
     let olrs = [olr];
-    let view = AnswerView {
-        app_id: APP,
-        origin_host: "s1",
-        origin_realm: REALM,
-        result_code: Some(2001),
-        experimental_result_code: None,
-        features,
-        olrs: &olrs,
-    };
+    let view = answer_2001(features, &olrs);
     core.on_answer(now, &tx(), "s1", &view)
 }
 
