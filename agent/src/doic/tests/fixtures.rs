@@ -8,6 +8,7 @@ use crate::doic::engine::AnswerView;
 use crate::doic::features::OcSupportedFeatures;
 use crate::doic::ocs::Ocs;
 use crate::doic::report::{Abatement, OcOlr, ReportType};
+use crate::doic::treatment::{Candidate, PendingTx, RequestView};
 use crate::doic::{DoicConfig, PeerPolicy};
 
 /// The realm of both servers.
@@ -66,5 +67,39 @@ pub(super) fn answer_2001<'a>(
         experimental_result_code: None,
         features,
         olrs,
+    }
+}
+
+/// A request (command 272) of the non-DOIC client `n` for host `s1`, with
+/// DRMP priority `drmp` (RFC 7944).
+pub(super) fn request_to_s1(drmp: Option<u8>) -> RequestView<'static> {
+    RequestView {
+        app_id: APP,
+        command_code: 272,
+        from_peer: "n",
+        dest_realm: REALM,
+        dest_host: Some("s1"),
+        features: None,
+        drmp,
+    }
+}
+
+/// The one candidate next hop: peer `s1`, itself the server.
+pub(super) fn via_s1() -> [Candidate<'static>; 1] {
+    [Candidate {
+        peer: "s1",
+        server: Some("s1"),
+    }]
+}
+
+/// The pending transaction of a request of `n` sent to `upstream`.
+pub(super) fn tx(upstream: &str) -> PendingTx<'_> {
+    PendingTx {
+        app_id: APP,
+        client: "n".into(),
+        client_features: None,
+        client_peer_report: false,
+        dest_realm: REALM.into(),
+        upstream: upstream.into(),
     }
 }

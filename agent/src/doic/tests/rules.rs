@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::fixtures::{REALM, answer_2001, host_n, loss, net, ocs, trust};
+use super::fixtures::{
+    REALM, answer_2001, host_n, loss, net, ocs, request_to_s1, trust, tx, via_s1,
+};
 use super::sim::{APP, Ans, Net, Req, tally};
 use crate::audit::{OcsEvent, Verdict};
 use crate::doic::config::ThrottleResult;
@@ -13,7 +15,7 @@ use crate::doic::features::{
     Algorithm, OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM, OcSupportedFeatures,
 };
 use crate::doic::report::{Abatement, OcOlr, ReportType};
-use crate::doic::treatment::{Candidate, PendingTx, RequestView, Treatment};
+use crate::doic::treatment::Treatment;
 use crate::doic::{Doic, DoicConfig, PeerPolicy};
 
 #[test]
@@ -246,17 +248,6 @@ fn core_with(peers: &[&str]) -> Doic {
     Doic::new("a", cfg, 1, 0).unwrap()
 }
 
-fn tx(upstream: &str) -> PendingTx<'_> {
-    PendingTx {
-        app_id: APP,
-        client: "n".into(),
-        client_features: None,
-        client_peer_report: false,
-        dest_realm: REALM.into(),
-        upstream: upstream.into(),
-    }
-}
-
 fn host_olr(seq: u64) -> OcOlr {
     let mut o = OcOlr::new(seq, ReportType::Host);
     o.reduction_percentage = Some(50);
@@ -448,23 +439,12 @@ fn rate_priority_from_drmp_admits_high_priority_first() {
     let olrs = [host_rate_olr(100)];
     let view = answer_2001(Some(&rate), &olrs);
     core.on_answer(t0, &tx("s1"), "s1", &view);
-    let cands = [Candidate {
-        peer: "s1",
-        server: Some("s1"),
-    }];
+    let cands = via_s1();
     let mut passed = [0u32; 2];
     for i in 0..4000u32 {
         let now = t0 + Duration::from_micros(u64::from(i) * 1000);
         let high = i % 2 == 0;
-        let req = RequestView {
-            app_id: APP,
-            command_code: 272,
-            from_peer: "n",
-            dest_realm: REALM,
-            dest_host: Some("s1"),
-            features: None,
-            drmp: Some(if high { 1 } else { 10 }),
-        };
+        let req = request_to_s1(Some(if high { 1 } else { 10 }));
         if matches!(core.treat(now, &req, &cands), Treatment::Forward { .. }) {
             passed[usize::from(high)] += 1;
         }
