@@ -4,6 +4,7 @@
 
 mod reporting;
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,21 @@ fn host_loss_once(s: &Reporter, percent: u32) {
         OLR_DEFAULT_ALGO,
         vec![olr(1, ReportType::Host, percent, Some(60))],
     );
+}
+
+/// The body of `path` on the metrics endpoint `metrics` once it contains
+/// `needle`, polled every 100 ms for at most 5 s (the agent updates its
+/// metrics and audit after it has answered).
+async fn body_with(metrics: SocketAddr, path: &str, needle: &str) -> String {
+    let t0 = Instant::now();
+    loop {
+        let body = http_get(metrics, path).await;
+        if body.contains(needle) {
+            return body;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn count(answers: &[bytes::Bytes], code: u32) -> usize {
@@ -273,15 +289,7 @@ async fn stale_sequence_numbers_are_ignored() {
     let a = exchange(&mut c, 10, 200, 16, None).await;
     assert_eq!(count(&a, 2001), 200);
     // The evidence says why.
-    let t0 = Instant::now();
-    loop {
-        let body = http_get(metrics, "/audit").await;
-        if body.contains("\"verdict\":\"Stale\"") {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    body_with(metrics, "/audit", "\"verdict\":\"Stale\"").await;
     stop(agent);
 }
 
@@ -375,16 +383,9 @@ async fn untrusted_peers_reports_are_stripped_and_ignored() {
     );
     let a = exchange(&mut c, 10, 100, 16, None).await;
     assert_eq!(count(&a, 2001), 100);
-    let t0 = Instant::now();
-    loop {
-        let body = http_get(metrics, "/metrics").await;
-        if body.contains("doic_reports_received_total{outcome=\"untrusted\"} 1") {
-            assert!(!body.contains("doic_ocs_active{"), "{body}");
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let untrusted = "doic_reports_received_total{outcome=\"untrusted\"} 1";
+    let body = body_with(metrics, "/metrics", untrusted).await;
+    assert!(!body.contains("doic_ocs_active{"), "{body}");
     stop(agent);
 }
 
@@ -420,16 +421,9 @@ async fn rate_report_bounds_what_reaches_the_server_and_shows_in_metrics() {
         rate >= 0.9 * offered.min(200.0) - 10.0,
         "rate reaching the server {rate}/s, offered {offered}/s"
     );
-    let t0 = Instant::now();
-    loop {
-        let body = http_get(metrics, "/metrics").await;
-        if body.contains("doic_ocs_active{type=\"host\",target=\"server1.example.net\"} 1") {
-            assert!(body.contains("doic_requests_treated_total{treatment=\"throttled\"}"));
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let active = "doic_ocs_active{type=\"host\",target=\"server1.example.net\"} 1";
+    let body = body_with(metrics, "/metrics", active).await;
+    assert!(body.contains("doic_requests_treated_total{treatment=\"throttled\"}"));
     stop(agent);
 }
 
