@@ -327,8 +327,16 @@ pub fn scan(m: &[u8]) -> Result<Scan, WireError> {
 pub fn put_avp(out: &mut BytesMut, code: u32, data: &[u8]) {
     let m = codec::AvpFlags(codec::AvpFlags::MANDATORY);
     if let Err(e) = codec::put_avp(out, code, m, None, data) {
-        tracing::error!(cause = %e, code, "cannot encode an agent avp");
+        avp_not_written(code, &e);
     }
+}
+
+/// Logs an AVP [`put_avp`] could not write (longer than 2^24 bytes): off
+/// the per-request path.
+#[cold]
+#[inline(never)]
+fn avp_not_written(code: u32, e: &codec::EncodeError) {
+    tracing::error!(cause = %e, code, "cannot encode an agent avp");
 }
 
 /// Starts a message in `out`; returns its start offset for [`finish`].
