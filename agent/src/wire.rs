@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 
 use crate::codec;
 use crate::peer::capx::Capabilities;
@@ -107,23 +107,23 @@ pub struct WireError {
 /// 5011 DIAMETER_UNSUPPORTED_VERSION or 5015 DIAMETER_INVALID_MESSAGE_LENGTH
 /// (framing errors: the stream is lost).
 pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, WireError> {
+    // the version is judged once the whole length field is there
     if buf.len() < 4 {
         return Ok(None);
     }
-    let framing = |result_code, why| WireError {
-        result_code,
-        failed_avp: None,
-        framing: true,
-        why,
-    };
-    if buf[0] != 1 {
-        return Err(framing(5011, "unsupported version"));
-    }
-    let len = usize::from(buf[1]) << 16 | usize::from(buf[2]) << 8 | usize::from(buf[3]);
-    if len < HEADER_LEN || len % 4 != 0 || len > MAX_MESSAGE_LEN {
-        return Err(framing(5015, "invalid message length"));
-    }
-    Ok((buf.len() >= len).then_some(len))
+    codec::frame_len_max(buf, MAX_MESSAGE_LEN).map_err(|e| {
+        let result_code = e.result_code();
+        WireError {
+            result_code,
+            failed_avp: None,
+            framing: true,
+            why: if result_code == 5011 {
+                "unsupported version"
+            } else {
+                "invalid message length"
+            },
+        }
+    })
 }
 
 /// The fixed header fields (RFC 6733 §3).
@@ -220,58 +220,56 @@ pub struct RawAvp {
     pub whole: Span,
 }
 
-/// Iterates the AVPs in `m[start..end]`, checking lengths (5014 with
-/// Failed-AVP on a bad length).
+/// Iterates the AVPs in `m[start..end]` of a framed message `m`, checking
+/// lengths (5014 with Failed-AVP on a bad length). The codec's
+/// [`codec::AvpIter`] parses each AVP; the last AVP of a grouped value may
+/// end unpadded at `end` (its padding is then the enclosing AVP's).
 pub fn avps(
     m: &[u8],
     start: usize,
     end: usize,
 ) -> impl Iterator<Item = Result<RawAvp, WireError>> + '_ {
-    let mut at = start;
+    // Failed-AVP: the AVP header with the length it should have had
+    // (RFC 6733 §7.5 asks for the offending AVP; its header is what can be
+    // trusted).
+    let bad = move |at: usize| WireError {
+        result_code: 5014,
+        failed_avp: Some(Bytes::copy_from_slice(&m[at..(at + 8).min(end)])),
+        framing: false,
+        why: if end - at < 8 {
+            "truncated avp header"
+        } else {
+            "invalid avp length"
+        },
+    };
+    let padded_end = start
+        .saturating_add(end.saturating_sub(start).next_multiple_of(4))
+        .min(m.len());
+    let mut it = codec::AvpIter::with_offset(m.get(start..padded_end).unwrap_or(&[]), start);
     let mut failed = false;
     std::iter::from_fn(move || {
-        if failed || at >= end {
+        if failed {
             return None;
         }
-        let bad = |at: usize, why| {
-            // Failed-AVP: the AVP header with the length it should have had
-            // (RFC 6733 §7.5 asks for the offending AVP; its header is what
-            // can be trusted).
-            let hdr_end = (at + 8).min(end);
-            WireError {
-                result_code: 5014,
-                failed_avp: Some(Bytes::copy_from_slice(&m[at..hdr_end])),
-                framing: false,
-                why,
+        let a = match it.next()? {
+            Ok(a) if a.offset + a.header_len() + a.data.len() <= end => a,
+            Ok(a) => {
+                failed = true;
+                return Some(Err(bad(a.offset)));
+            }
+            Err(e) => {
+                failed = true;
+                return Some(Err(bad(e.offset())));
             }
         };
-        if end - at < 8 {
-            failed = true;
-            return Some(Err(bad(at, "truncated avp header")));
-        }
-        let code = u32::from_be_bytes([m[at], m[at + 1], m[at + 2], m[at + 3]]);
-        let fl = m[at + 4];
-        let len =
-            usize::from(m[at + 5]) << 16 | usize::from(m[at + 6]) << 8 | usize::from(m[at + 7]);
-        let vendor_bit = fl & 0x80 != 0;
-        let hl = if vendor_bit { 12 } else { 8 };
-        if len < hl || at + len > end {
-            failed = true;
-            return Some(Err(bad(at, "invalid avp length")));
-        }
-        let vendor =
-            vendor_bit.then(|| u32::from_be_bytes([m[at + 8], m[at + 9], m[at + 10], m[at + 11]]));
-        let padded = (len + 3) & !3;
-        let next = (at + padded).min(end);
-        let raw = RawAvp {
-            code,
-            flags: fl,
-            vendor,
-            data: ((at + hl) as u32, (at + len) as u32),
-            whole: (at as u32, next as u32),
-        };
-        at = next;
-        Some(Ok(raw))
+        let data = a.offset + a.header_len();
+        Some(Ok(RawAvp {
+            code: a.code,
+            flags: a.flags.0,
+            vendor: a.vendor_id,
+            data: (data as u32, (data + a.data.len()) as u32),
+            whole: (a.offset as u32, (a.offset + a.raw.len()).min(end) as u32),
+        }))
     })
 }
 
@@ -324,23 +322,27 @@ pub fn scan(m: &[u8]) -> Result<Scan, WireError> {
     Ok(s)
 }
 
-/// Writes one AVP (M bit set, no vendor) with padding.
+/// Writes one AVP (M bit set, no vendor) with padding, by the codec's
+/// [`codec::put_avp`].
 pub fn put_avp(out: &mut BytesMut, code: u32, data: &[u8]) {
-    let len = 8 + data.len();
-    out.put_u32(code);
-    out.put_u32(0x4000_0000 | len as u32);
-    out.put_slice(data);
-    out.put_bytes(0, (4 - len % 4) % 4);
+    let m = codec::AvpFlags(codec::AvpFlags::MANDATORY);
+    if let Err(e) = codec::put_avp(out, code, m, None, data) {
+        avp_not_written(code, &e);
+    }
+}
+
+/// Logs an AVP [`put_avp`] could not write (longer than 2^24 bytes): off
+/// the per-request path.
+#[cold]
+#[inline(never)]
+fn avp_not_written(code: u32, e: &codec::EncodeError) {
+    tracing::error!(cause = %e, code, "cannot encode an agent avp");
 }
 
 /// Starts a message in `out`; returns its start offset for [`finish`].
 pub fn begin(out: &mut BytesMut, flags: u8, cmd: u32, app: u32, hbh: u32, e2e: u32) -> usize {
     let start = out.len();
-    out.put_u32(0x0100_0000);
-    out.put_u32(u32::from(flags) << 24 | cmd);
-    out.put_u32(app);
-    out.put_u32(hbh);
-    out.put_u32(e2e);
+    codec_header(cmd, app, flags, hbh, e2e).encode_with_length(0, out);
     start
 }
 
@@ -364,12 +366,11 @@ pub fn put_relayed_request(out: &mut BytesMut, msg: &[u8], host: &str, hbh: u32,
     }
 }
 
-/// The codec header of a framed message (any header the framing accepted).
-fn codec_header(m: &[u8]) -> codec::Header {
-    let h = Head::read(m);
-    let mut c = codec::Header::new(h.cmd, h.app, codec::CommandFlags(h.flags));
-    c.hop_by_hop = h.hbh;
-    c.end_to_end = h.e2e;
+/// A codec header with these fields.
+fn codec_header(cmd: u32, app: u32, flags: u8, hbh: u32, e2e: u32) -> codec::Header {
+    let mut c = codec::Header::new(cmd, app, codec::CommandFlags(flags));
+    c.hop_by_hop = hbh;
+    c.end_to_end = e2e;
     c
 }
 
@@ -397,8 +398,9 @@ pub fn put_error_answer(
     failed_avp: Option<&[u8]>,
     message: &str,
 ) {
-    let mut a =
-        codec::builder::ErrorAnswer::new(&codec_header(req), req, result_code, origin.0, origin.1);
+    let h = Head::read(req);
+    let h = codec_header(h.cmd, h.app, h.flags, h.hbh, h.e2e);
+    let mut a = codec::builder::ErrorAnswer::new(&h, req, result_code, origin.0, origin.1);
     if !message.is_empty() {
         a = a.error_message(message);
     }
@@ -435,9 +437,7 @@ pub fn put_capabilities(
     let m = match answer_to {
         None => codec::builder::cer(&c, hbh, hbh),
         Some((h, rc)) => {
-            let mut req = codec::Header::new(cmd::CER, 0, codec::CommandFlags(h.flags));
-            req.hop_by_hop = h.hbh;
-            req.end_to_end = h.e2e;
+            let req = codec_header(cmd::CER, 0, h.flags, h.hbh, h.e2e);
             codec::builder::cea(&req, rc, &c)
         }
     };
@@ -462,9 +462,7 @@ pub fn put_base(
             codec::builder::dpr(host, realm, cause, hbh, hbh)
         }
         (_, Some(h)) => {
-            let mut req = codec::Header::new(command, 0, codec::CommandFlags(h.flags));
-            req.hop_by_hop = h.hbh;
-            req.end_to_end = h.e2e;
+            let req = codec_header(command, 0, h.flags, h.hbh, h.e2e);
             if command == cmd::DPR {
                 codec::builder::dpa(&req, 2001, host, realm)
             } else {

@@ -4,12 +4,15 @@
 
 mod reporting;
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use doic_agent::agent::Agent;
 use doic_agent::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
 use doic_agent::config::Config;
 use doic_agent::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
+use doic_agent::loadgen::Client;
 use reporting::*;
 
 const S1: &str = "server1.example.net";
@@ -41,15 +44,48 @@ fn report_once(s: &Reporter, vector: u64, olrs: Vec<OcOlr>) {
     });
 }
 
+/// One reporting server `S1` (`trusted` or not) behind an agent with two
+/// workers and the `[doic]` settings `doic`, and a client connected to the
+/// agent.
+async fn one_server(trusted: bool, doic: &str) -> (Reporter, Agent, Client) {
+    let s1 = Reporter::spawn(S1).await;
+    let agent = start(agent_config(&[(&s1, trusted)], Some(doic), 2), 1).await;
+    let c = connect(agent.local_addrs()[0]).await;
+    (s1, agent, c)
+}
+
+/// `s`'s next answer carries a host loss report of `percent` % (sequence
+/// 1, 60 s).
+fn host_loss_once(s: &Reporter, percent: u32) {
+    report_once(
+        s,
+        OLR_DEFAULT_ALGO,
+        vec![olr(1, ReportType::Host, percent, Some(60))],
+    );
+}
+
+/// The body of `path` on the metrics endpoint `metrics` once it contains
+/// `needle`, polled every 100 ms for at most 5 s (the agent updates its
+/// metrics and audit after it has answered).
+async fn body_with(metrics: SocketAddr, path: &str, needle: &str) -> String {
+    let t0 = Instant::now();
+    loop {
+        let body = http_get(metrics, path).await;
+        if body.contains(needle) {
+            return body;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn count(answers: &[bytes::Bytes], code: u32) -> usize {
     answers.iter().filter(|a| code_of(a) == code).count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relayed_requests_carry_the_agents_features_and_source_id() {
-    let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
-    let mut c = connect(agent.local_addrs()[0]).await;
+    let (s1, agent, mut c) = one_server(true, "").await;
     // RFC 8581 §6.1.1: the received SourceID is replaced by the agent's.
     let cf = client_features(OLR_DEFAULT_ALGO | OC_PEER_REPORT);
     let a = exchange(&mut c, 1, 1, 1, Some(&cf)).await;
@@ -85,14 +121,8 @@ async fn relayed_requests_carry_the_agents_features_and_source_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_loss_report_throttles_its_share_for_a_non_doic_client() {
-    let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
-    let mut c = connect(agent.local_addrs()[0]).await;
-    report_once(
-        &s1,
-        OLR_DEFAULT_ALGO,
-        vec![olr(1, ReportType::Host, 50, Some(60))],
-    );
+    let (s1, agent, mut c) = one_server(true, "").await;
+    host_loss_once(&s1, 50);
     let a = exchange(&mut c, 1, 1, 1, None).await;
     assert_eq!(code_of(&a[0]), 2001);
     // RFC 7683 §5.1.2: nothing DOIC goes to a client that did not ask.
@@ -113,14 +143,8 @@ async fn host_loss_report_throttles_its_share_for_a_non_doic_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_takes_effect_on_the_first_request_after_its_answer() {
-    let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
-    let mut c = connect(agent.local_addrs()[0]).await;
-    report_once(
-        &s1,
-        OLR_DEFAULT_ALGO,
-        vec![olr(1, ReportType::Host, 100, Some(60))],
-    );
+    let (s1, agent, mut c) = one_server(true, "").await;
+    host_loss_once(&s1, 100);
     let a = exchange(&mut c, 1, 1, 1, None).await;
     assert_eq!(code_of(&a[0]), 2001);
     let before = s1.requests();
@@ -137,19 +161,8 @@ async fn a_report_takes_effect_on_the_first_request_after_its_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_not_allowed_answers_experimental_result_5198_without_result_code() {
-    let s1 = Reporter::spawn(S1).await;
-    let cfg = agent_config(
-        &[(&s1, true)],
-        Some("throttle_result = \"retry_not_allowed\""),
-        2,
-    );
-    let agent = start(cfg, 1).await;
-    let mut c = connect(agent.local_addrs()[0]).await;
-    report_once(
-        &s1,
-        OLR_DEFAULT_ALGO,
-        vec![olr(1, ReportType::Host, 100, Some(60))],
-    );
+    let (s1, agent, mut c) = one_server(true, "throttle_result = \"retry_not_allowed\"").await;
+    host_loss_once(&s1, 100);
     exchange(&mut c, 1, 1, 1, None).await;
     let a = exchange(&mut c, 2, 10, 1, None).await;
     for m in &a {
@@ -193,11 +206,7 @@ async fn a_retry_after_too_busy_is_treated_again_for_the_alternate() {
     let mut c = connect(agent.local_addrs()[0]).await;
     // S2's next answer carries a 100 % host report; realm traffic reaches it
     // within a few requests (least outstanding, rotating ties).
-    report_once(
-        &s2,
-        OLR_DEFAULT_ALGO,
-        vec![olr(1, ReportType::Host, 100, Some(60))],
-    );
+    host_loss_once(&s2, 100);
     let mut hbh = 1;
     while s2.requests() == 0 {
         exchange(&mut c, hbh, 1, 1, None).await;
@@ -225,9 +234,7 @@ async fn a_retry_after_too_busy_is_treated_again_for_the_alternate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validity_zero_ends_the_abatement() {
-    let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, true)], Some("ramp = 0.0"), 2), 1).await;
-    let mut c = connect(agent.local_addrs()[0]).await;
+    let (s1, agent, mut c) = one_server(true, "ramp = 0.0").await;
     report_once(
         &s1,
         OLR_DEFAULT_ALGO,
@@ -264,10 +271,8 @@ async fn validity_zero_ends_the_abatement() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_sequence_numbers_are_ignored() {
-    let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let (s1, agent, mut c) = one_server(true, "").await;
     let metrics = agent.metrics_addr().unwrap();
-    let mut c = connect(agent.local_addrs()[0]).await;
     report_once(
         &s1,
         OLR_DEFAULT_ALGO,
@@ -284,24 +289,13 @@ async fn stale_sequence_numbers_are_ignored() {
     let a = exchange(&mut c, 10, 200, 16, None).await;
     assert_eq!(count(&a, 2001), 200);
     // The evidence says why.
-    let t0 = Instant::now();
-    loop {
-        let body = http_get(metrics, "/audit").await;
-        if body.contains("\"verdict\":\"Stale\"") {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    body_with(metrics, "/audit", "\"verdict\":\"Stale\"").await;
     stop(agent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_reports_are_honoured_never_relayed_and_forged_ones_ignored() {
-    let s1 = Reporter::spawn(S1).await;
-    let cfg = agent_config(&[(&s1, true)], Some(TRUST_CLIENT), 2);
-    let agent = start(cfg, 1).await;
-    let mut c = connect(agent.local_addrs()[0]).await;
+    let (s1, agent, mut c) = one_server(true, TRUST_CLIENT).await;
     let cf = client_features(OLR_DEFAULT_ALGO | OC_PEER_REPORT);
     let v = OLR_DEFAULT_ALGO | OC_PEER_REPORT;
     // A peer report whose SourceID is not the sending peer: ignored
@@ -339,9 +333,7 @@ async fn peer_reports_are_honoured_never_relayed_and_forged_ones_ignored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_report_is_forwarded_to_a_doic_client_that_then_abates_itself() {
-    let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, true)], Some(TRUST_CLIENT), 2), 1).await;
-    let mut c = connect(agent.local_addrs()[0]).await;
+    let (s1, agent, mut c) = one_server(true, TRUST_CLIENT).await;
     let cf = client_features(OLR_DEFAULT_ALGO);
     report_once(
         &s1,
@@ -377,16 +369,10 @@ async fn host_report_is_forwarded_to_a_doic_client_that_then_abates_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untrusted_peers_reports_are_stripped_and_ignored() {
-    let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, false)], Some(TRUST_CLIENT), 2), 1).await;
+    let (s1, agent, mut c) = one_server(false, TRUST_CLIENT).await;
     let metrics = agent.metrics_addr().unwrap();
-    let mut c = connect(agent.local_addrs()[0]).await;
     let cf = client_features(OLR_DEFAULT_ALGO);
-    report_once(
-        &s1,
-        OLR_DEFAULT_ALGO,
-        vec![olr(1, ReportType::Host, 100, Some(60))],
-    );
+    host_loss_once(&s1, 100);
     let a = exchange(&mut c, 1, 1, 1, Some(&cf)).await;
     // RFC 7683 §10.2/§10.4: not honoured, not forwarded.
     assert!(olrs_of(&a[0]).is_empty());
@@ -397,25 +383,16 @@ async fn untrusted_peers_reports_are_stripped_and_ignored() {
     );
     let a = exchange(&mut c, 10, 100, 16, None).await;
     assert_eq!(count(&a, 2001), 100);
-    let t0 = Instant::now();
-    loop {
-        let body = http_get(metrics, "/metrics").await;
-        if body.contains("doic_reports_received_total{outcome=\"untrusted\"} 1") {
-            assert!(!body.contains("doic_ocs_active{"), "{body}");
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let untrusted = "doic_reports_received_total{outcome=\"untrusted\"} 1";
+    let body = body_with(metrics, "/metrics", untrusted).await;
+    assert!(!body.contains("doic_ocs_active{"), "{body}");
     stop(agent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_report_bounds_what_reaches_the_server_and_shows_in_metrics() {
-    let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let (s1, agent, mut c) = one_server(true, "").await;
     let metrics = agent.metrics_addr().unwrap();
-    let mut c = connect(agent.local_addrs()[0]).await;
     let mut r = OcOlr::new(1, ReportType::Host);
     r.maximum_rate = Some(200);
     r.validity_duration = Some(60);
@@ -444,16 +421,9 @@ async fn rate_report_bounds_what_reaches_the_server_and_shows_in_metrics() {
         rate >= 0.9 * offered.min(200.0) - 10.0,
         "rate reaching the server {rate}/s, offered {offered}/s"
     );
-    let t0 = Instant::now();
-    loop {
-        let body = http_get(metrics, "/metrics").await;
-        if body.contains("doic_ocs_active{type=\"host\",target=\"server1.example.net\"} 1") {
-            assert!(body.contains("doic_requests_treated_total{treatment=\"throttled\"}"));
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5), "{body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let active = "doic_ocs_active{type=\"host\",target=\"server1.example.net\"} 1";
+    let body = body_with(metrics, "/metrics", active).await;
+    assert!(body.contains("doic_requests_treated_total{treatment=\"throttled\"}"));
     stop(agent);
 }
 

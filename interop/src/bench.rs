@@ -150,25 +150,15 @@ impl PathBench {
         }
     }
 
-    /// Seconds per run.
-    #[must_use]
-    pub fn seconds(mut self, s: u32) -> Self {
-        self.seconds = s.max(1);
-        self
-    }
+    setters! {
+        /// Seconds per run.
+        seconds(s: u32) => seconds = s.max(1);
 
-    /// Requests in flight.
-    #[must_use]
-    pub fn concurrency(mut self, c: u32) -> Self {
-        self.concurrency = c.max(1);
-        self
-    }
+        /// Requests in flight.
+        concurrency(c: u32) => concurrency = c.max(1);
 
-    /// Rounds (each round runs every path once).
-    #[must_use]
-    pub fn rounds(mut self, r: u32) -> Self {
-        self.rounds = r.max(1);
-        self
+        /// Rounds (each round runs every path once).
+        rounds(r: u32) => rounds = r.max(1);
     }
 
     /// Adds a path under test, e.g. `("agent", PeerTarget::loopback("agent.example.com", port))`;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::fd::PeerTarget;
-use crate::process::{Daemon, RunDir, free_port, require, support_dir};
+use crate::process::{Daemon, RunDir, port_or_free, require, support_dir};
 
 /// Time for the Erlang VM to start and compile the test_app dictionary.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -115,40 +115,22 @@ impl ErlServer {
         }
     }
 
-    /// Sets the DiameterIdentity.
-    #[must_use]
-    pub fn identity(mut self, id: &str) -> Self {
-        id.clone_into(&mut self.identity);
-        self
-    }
+    setters! {
+        /// Sets the DiameterIdentity.
+        identity(id: &str) => identity = id.to_owned();
 
-    /// Sets the realm.
-    #[must_use]
-    pub fn realm(mut self, realm: &str) -> Self {
-        realm.clone_into(&mut self.realm);
-        self
-    }
+        /// Sets the realm.
+        realm(realm: &str) => realm = realm.to_owned();
 
-    /// Listens on this port (default: a free port).
-    #[must_use]
-    pub fn port(mut self, port: u16) -> Self {
-        self.port = Some(port);
-        self
-    }
+        /// Listens on this port (default: a free port).
+        port(port: u16) => port = Some(port);
 
-    /// Answers with this Result-Code instead of 2001 (e.g. 3004 TOO_BUSY).
-    #[must_use]
-    pub fn result_code(mut self, rc: u32) -> Self {
-        self.result_code = rc;
-        self
-    }
+        /// Answers with this Result-Code instead of 2001 (e.g. 3004 TOO_BUSY).
+        result_code(rc: u32) => result_code = rc;
 
-    /// Adds this OC-OLR to answers of requests that carried
-    /// OC-Supported-Features (RFC 7683 §5.2.3).
-    #[must_use]
-    pub fn olr(mut self, olr: Olr) -> Self {
-        self.olr = Some(olr);
-        self
+        /// Adds this OC-OLR to answers of requests that carried
+        /// OC-Supported-Features (RFC 7683 §5.2.3).
+        olr(olr: Olr) => olr = Some(olr);
     }
 
     /// Adds the OC-OLR to every answer, even to requests without
@@ -165,10 +147,7 @@ impl ErlServer {
     /// Missing Erlang packages, spawn failure, or no `LISTENING` line.
     pub fn start(self) -> Result<ErlNode, Error> {
         let script = escript()?;
-        let port = match self.port {
-            Some(p) => p,
-            None => free_port()?,
-        };
+        let port = port_or_free(self.port)?;
         let dir = RunDir::new("erl-server")?;
         let mut cmd = Command::new("escript");
         cmd.arg(&script)
@@ -193,8 +172,7 @@ impl ErlServer {
         if self.olr_always {
             cmd.arg("--olr-always");
         }
-        let mut daemon = Daemon::spawn("erl-server", cmd, &dir.path().join("erl-server.log"))?;
-        daemon.wait_log("LISTENING", 0, START_TIMEOUT)?;
+        let daemon = dir.spawn_ready("erl-server", cmd, "LISTENING", START_TIMEOUT)?;
         Ok(ErlNode {
             daemon,
             identity: self.identity,
@@ -286,69 +264,35 @@ impl ErlClient {
         }
     }
 
-    /// Sets the RFC 3539 watchdog timer Tw (OTP accepts 6 s and more, and
-    /// adds up to 2 s of jitter either way).
-    #[must_use]
-    pub fn watchdog(mut self, tw: Duration) -> Self {
-        self.watchdog_ms = Some(u32::try_from(tw.as_millis()).unwrap_or(u32::MAX).max(6000));
-        self
-    }
+    setters! {
+        /// Sets the RFC 3539 watchdog timer Tw (OTP accepts 6 s and more, and
+        /// adds up to 2 s of jitter either way).
+        watchdog(tw: Duration) => watchdog_ms = Some(u32::try_from(tw.as_millis()).unwrap_or(u32::MAX).max(6000));
 
-    /// Keeps the connection up this long after the last answer (to observe
-    /// DWR/DWA), then disconnects.
-    #[must_use]
-    pub fn linger(mut self, d: Duration) -> Self {
-        self.linger_ms = u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
-        self
-    }
+        /// Keeps the connection up this long after the last answer (to observe
+        /// DWR/DWA), then disconnects.
+        linger(d: Duration) => linger_ms = u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
 
-    /// Number of requests.
-    #[must_use]
-    pub fn n(mut self, n: u32) -> Self {
-        self.n = n;
-        self
-    }
+        /// Number of requests.
+        n(n: u32) => n = n;
 
-    /// Requests in flight.
-    #[must_use]
-    pub fn concurrency(mut self, c: u32) -> Self {
-        self.concurrency = c.max(1);
-        self
-    }
+        /// Requests in flight.
+        concurrency(c: u32) => concurrency = c.max(1);
 
-    /// The application.
-    #[must_use]
-    pub fn app(mut self, app: App) -> Self {
-        self.app = app;
-        self
-    }
+        /// The application.
+        app(app: App) => app = app;
 
-    /// Sets the client's identity.
-    #[must_use]
-    pub fn identity(mut self, id: &str) -> Self {
-        id.clone_into(&mut self.identity);
-        self
-    }
+        /// Sets the client's identity.
+        identity(id: &str) => identity = id.to_owned();
 
-    /// Destination-Realm of the requests.
-    #[must_use]
-    pub fn dest_realm(mut self, realm: &str) -> Self {
-        realm.clone_into(&mut self.dest_realm);
-        self
-    }
+        /// Destination-Realm of the requests.
+        dest_realm(realm: &str) => dest_realm = realm.to_owned();
 
-    /// Adds Destination-Host to the requests.
-    #[must_use]
-    pub fn dest_host(mut self, host: &str) -> Self {
-        self.dest_host = Some(host.to_owned());
-        self
-    }
+        /// Adds Destination-Host to the requests.
+        dest_host(host: &str) => dest_host = Some(host.to_owned());
 
-    /// Per-request answer timeout.
-    #[must_use]
-    pub fn timeout(mut self, t: Duration) -> Self {
-        self.timeout_ms = u32::try_from(t.as_millis()).unwrap_or(u32::MAX);
-        self
+        /// Per-request answer timeout.
+        timeout(t: Duration) => timeout_ms = u32::try_from(t.as_millis()).unwrap_or(u32::MAX);
     }
 
     /// Adds Proxy-Info to each request and checks answers return it.
@@ -364,12 +308,10 @@ impl ErlClient {
         self.doic_vector(1)
     }
 
-    /// Adds OC-Supported-Features with this OC-Feature-Vector (e.g. 0x15:
-    /// loss, rate and peer report) to each test_app request.
-    #[must_use]
-    pub fn doic_vector(mut self, vector: u64) -> Self {
-        self.doic = Some(vector);
-        self
+    setters! {
+        /// Adds OC-Supported-Features with this OC-Feature-Vector (e.g. 0x15:
+        /// loss, rate and peer report) to each test_app request.
+        doic_vector(vector: u64) => doic = Some(vector);
     }
 
     /// Adds SourceID = the client's identity to its OC-Supported-Features:
@@ -423,7 +365,7 @@ impl ErlClient {
             cmd.args(["--watchdog", &w.to_string()]);
         }
         cmd.args(["--linger", &self.linger_ms.to_string()]);
-        let mut daemon = Daemon::spawn("erl-client", cmd, &dir.path().join("erl-client.log"))?;
+        let mut daemon = dir.spawn("erl-client", cmd)?;
         let per_worker = u64::from(self.n / self.concurrency.max(1) + 1);
         let bound = START_TIMEOUT
             + Duration::from_millis(u64::from(self.linger_ms))

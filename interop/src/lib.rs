@@ -48,6 +48,22 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Builder setters, one per `name(arg: Type) => field = value;` entry: a
+/// `#[must_use] pub fn name(mut self, arg: Type) -> Self` that sets `field`
+/// to `value`, with the entry's doc comment.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($arg:ident: $ty:ty) => $field:ident = $value:expr;)*) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(mut self, $arg: $ty) -> Self {
+                self.$field = $value;
+                self
+            }
+        )*
+    };
+}
+
 pub mod bench;
 pub mod compare;
 pub mod erl;

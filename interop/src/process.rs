@@ -90,6 +90,31 @@ impl RunDir {
         fs::write(&p, contents).map_err(|e| Error::io(&p, e))?;
         Ok(p)
     }
+
+    /// Spawns `cmd` as the daemon `name`, its output in `<dir>/<name>.log`.
+    ///
+    /// # Errors
+    /// As [`Daemon::spawn`].
+    pub fn spawn(&self, name: &str, cmd: Command) -> Result<Daemon, Error> {
+        Daemon::spawn(name, cmd, &self.path.join(format!("{name}.log")))
+    }
+
+    /// [`spawn`](Self::spawn), then waits until the daemon's log shows
+    /// `ready`, at most `timeout`.
+    ///
+    /// # Errors
+    /// As [`Daemon::spawn`] and [`Daemon::wait_log`].
+    pub fn spawn_ready(
+        &self,
+        name: &str,
+        cmd: Command,
+        ready: &str,
+        timeout: Duration,
+    ) -> Result<Daemon, Error> {
+        let mut daemon = self.spawn(name, cmd)?;
+        daemon.wait_log(ready, 0, timeout)?;
+        Ok(daemon)
+    }
 }
 
 impl Drop for RunDir {
@@ -161,6 +186,17 @@ pub fn free_port() -> Result<u16, Error> {
         path: dir,
         source: io::Error::new(io::ErrorKind::AddrInUse, "no free loopback port found"),
     })
+}
+
+/// `port`, or else a [`free_port`].
+///
+/// # Errors
+/// As [`free_port`].
+pub fn port_or_free(port: Option<u16>) -> Result<u16, Error> {
+    match port {
+        Some(p) => Ok(p),
+        None => free_port(),
+    }
 }
 
 /// Polls `check` every 20 ms until it yields a value or `timeout` passes.

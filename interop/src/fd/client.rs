@@ -5,7 +5,10 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{EXT_DIR, FdNode, OPEN_TIMEOUT, PeerTarget, START_TIMEOUT, artefacts, common_conf};
+use super::{
+    EXT_DIR, FdNode, OPEN_TIMEOUT, PeerTarget, START_TIMEOUT, artefacts, common_conf,
+    load_extension,
+};
 use crate::Error;
 use crate::process::RunDir;
 
@@ -43,54 +46,28 @@ impl BenchSpec {
         }
     }
 
-    /// Sets the client's identity.
-    #[must_use]
-    pub fn identity(mut self, id: &str) -> Self {
-        id.clone_into(&mut self.identity);
-        self
-    }
+    setters! {
+        /// Sets the client's identity.
+        identity(id: &str) => identity = id.to_owned();
 
-    /// Sets the client's realm.
-    #[must_use]
-    pub fn realm(mut self, realm: &str) -> Self {
-        realm.clone_into(&mut self.realm);
-        self
-    }
+        /// Sets the client's realm.
+        realm(realm: &str) => realm = realm.to_owned();
 
-    /// Destination-Realm of the requests.
-    #[must_use]
-    pub fn dest_realm(mut self, realm: &str) -> Self {
-        realm.clone_into(&mut self.dest_realm);
-        self
-    }
+        /// Destination-Realm of the requests.
+        dest_realm(realm: &str) => dest_realm = realm.to_owned();
 
-    /// Adds Destination-Host to the requests.
-    #[must_use]
-    pub fn dest_host(mut self, host: &str) -> Self {
-        self.dest_host = Some(host.to_owned());
-        self
-    }
+        /// Adds Destination-Host to the requests.
+        dest_host(host: &str) => dest_host = Some(host.to_owned());
 
-    /// Sending window in seconds (at least 1).
-    #[must_use]
-    pub fn seconds(mut self, s: u32) -> Self {
-        self.seconds = s.max(1);
-        self
-    }
+        /// Sending window in seconds (at least 1).
+        seconds(s: u32) => seconds = s.max(1);
 
-    /// Maximum outstanding requests (at least 1).
-    #[must_use]
-    pub fn concurrency(mut self, c: u32) -> Self {
-        self.concurrency = c.max(1);
-        self
-    }
+        /// Maximum outstanding requests (at least 1).
+        concurrency(c: u32) => concurrency = c.max(1);
 
-    /// Sets the client's RFC 3539 watchdog timer Tw in seconds (`TwTimer`,
-    /// default 30, at least 6).
-    #[must_use]
-    pub fn watchdog(mut self, secs: u32) -> Self {
-        self.tw = secs.max(6);
-        self
+        /// Sets the client's RFC 3539 watchdog timer Tw in seconds (`TwTimer`,
+        /// default 30, at least 6).
+        watchdog(secs: u32) => tw = secs.max(6);
     }
 
     /// Starts the client and the sending window; [`BenchRun::wait`] reads
@@ -145,17 +122,8 @@ impl BenchSpec {
         )?;
         let mut c = common_conf(&self.identity, &self.realm, 0, self.threads, self.tw);
         c.push_str("NoRelay;\n");
-        let _ = writeln!(
-            c,
-            "LoadExtension = \"{}\" : \"{}\";",
-            a.test_app.display(),
-            ta_conf.display()
-        );
-        let _ = writeln!(
-            c,
-            "LoadExtension = \"{EXT_DIR}/rt_default.fdx\" : \"{}\";",
-            rt.display()
-        );
+        load_extension(&mut c, a.test_app.display(), &ta_conf);
+        load_extension(&mut c, format_args!("{EXT_DIR}/rt_default.fdx"), &rt);
         c.push_str(&self.target.connect_peer_line());
         let mut node = FdNode::start("fd-client", &self.identity, &self.realm, 0, &c, dir)?;
         node.wait_peer_open(&self.target.identity, OPEN_TIMEOUT)?;

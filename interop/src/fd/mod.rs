@@ -19,7 +19,7 @@
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -121,6 +121,20 @@ fn common_conf(identity: &str, realm: &str, port: u16, threads: u32, tw: u32) ->
     c
 }
 
+/// Appends a `LoadExtension` line: the extension `ext` with its
+/// configuration file `conf`.
+fn load_extension(c: &mut String, ext: impl std::fmt::Display, conf: &Path) {
+    let _ = writeln!(c, "LoadExtension = \"{ext}\" : \"{}\";", conf.display());
+}
+
+/// Writes the `acl_wl` whitelist (the loopback peers) into `dir` and loads
+/// it.
+fn load_acl(c: &mut String, dir: &RunDir) -> Result<(), Error> {
+    let conf = dir.write("acl_wl.conf", &format!("ALLOW_IPSEC {ACL}\n"))?;
+    load_extension(c, format_args!("{EXT_DIR}/acl_wl.fdx"), &conf);
+    Ok(())
+}
+
 /// A running freeDiameter daemon (server or relay). Dropping it stops it.
 #[derive(Debug)]
 pub struct FdNode {
@@ -149,8 +163,8 @@ impl FdNode {
             .env("LD_PRELOAD", &a.shim)
             .env("DOIC_BIND_V4", "127.0.0.1")
             .env("DOIC_BIND_V6", "::1");
-        let mut daemon = Daemon::spawn(role, cmd, &dir.path().join(format!("{role}.log")))?;
-        daemon.wait_log("freeDiameterd daemon initialized", 0, START_TIMEOUT)?;
+        let daemon =
+            dir.spawn_ready(role, cmd, "freeDiameterd daemon initialized", START_TIMEOUT)?;
         Ok(Self {
             daemon,
             identity: identity.to_owned(),

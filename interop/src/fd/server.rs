@@ -1,12 +1,11 @@
 //! The freeDiameter daemons that listen: the `test_app` echo server and
 //! the `rt_default` routing agent (RFC 6733 §2.8 relay), with their
 //! generated configurations.
-
-use std::fmt::Write as _;
-
-use super::{ACL, EXT_DIR, FdNode, OPEN_TIMEOUT, PeerTarget, artefacts, common_conf};
+use super::{
+    EXT_DIR, FdNode, OPEN_TIMEOUT, PeerTarget, artefacts, common_conf, load_acl, load_extension,
+};
 use crate::Error;
-use crate::process::{RunDir, free_port};
+use crate::process::{RunDir, port_or_free};
 
 /// Starts the freeDiameter `test_app` echo server (`mode = server`,
 /// `NoRelay`): it answers every Test-Request with 2001 and echoes Test-AVP.
@@ -40,25 +39,15 @@ pub struct FdServerBuilder {
 }
 
 impl FdServerBuilder {
-    /// Sets the DiameterIdentity (default `server1.example.net`).
-    #[must_use]
-    pub fn identity(mut self, id: &str) -> Self {
-        id.clone_into(&mut self.identity);
-        self
-    }
+    setters! {
+        /// Sets the DiameterIdentity (default `server1.example.net`).
+        identity(id: &str) => identity = id.to_owned();
 
-    /// Sets the realm (default `example.net`).
-    #[must_use]
-    pub fn realm(mut self, realm: &str) -> Self {
-        realm.clone_into(&mut self.realm);
-        self
-    }
+        /// Sets the realm (default `example.net`).
+        realm(realm: &str) => realm = realm.to_owned();
 
-    /// Listens on this port (default: a free port).
-    #[must_use]
-    pub fn port(mut self, port: u16) -> Self {
-        self.port = Some(port);
-        self
+        /// Listens on this port (default: a free port).
+        port(port: u16) => port = Some(port);
     }
 
     /// Also dials out to `peer` (for a peer that does not dial out itself).
@@ -68,19 +57,13 @@ impl FdServerBuilder {
         self
     }
 
-    /// Number of application threads (default 4).
-    #[must_use]
-    pub fn threads(mut self, n: u32) -> Self {
-        self.threads = n.max(1);
-        self
-    }
+    setters! {
+        /// Number of application threads (default 4).
+        threads(n: u32) => threads = n.max(1);
 
-    /// Sets the RFC 3539 watchdog timer Tw in seconds (`TwTimer`, default
-    /// 30; freeDiameter enforces at least 6 and adds jitter of up to 2 s).
-    #[must_use]
-    pub fn watchdog(mut self, secs: u32) -> Self {
-        self.tw = secs.max(6);
-        self
+        /// Sets the RFC 3539 watchdog timer Tw in seconds (`TwTimer`, default
+        /// 30; freeDiameter enforces at least 6 and adds jitter of up to 2 s).
+        watchdog(secs: u32) => tw = secs.max(6);
     }
 
     /// Writes the configuration and starts the daemon; returns once it is
@@ -90,26 +73,13 @@ impl FdServerBuilder {
     /// Missing artefacts, spawn failure, or the daemon not initialising.
     pub fn start(self) -> Result<FdNode, Error> {
         let dir = RunDir::new("fd-server")?;
-        let port = match self.port {
-            Some(p) => p,
-            None => free_port()?,
-        };
+        let port = port_or_free(self.port)?;
         let ta = artefacts()?.test_app;
-        dir.write("acl_wl.conf", &format!("ALLOW_IPSEC {ACL}\n"))?;
         let ta_conf = dir.write("test_app.conf", "mode = server;\nbenchmark;\n")?;
         let mut c = common_conf(&self.identity, &self.realm, port, self.threads, self.tw);
         c.push_str("NoRelay;\n");
-        let _ = writeln!(
-            c,
-            "LoadExtension = \"{EXT_DIR}/acl_wl.fdx\" : \"{}\";",
-            dir.path().join("acl_wl.conf").display()
-        );
-        let _ = writeln!(
-            c,
-            "LoadExtension = \"{}\" : \"{}\";",
-            ta.display(),
-            ta_conf.display()
-        );
+        load_acl(&mut c, &dir)?;
+        load_extension(&mut c, ta.display(), &ta_conf);
         for p in &self.connect {
             c.push_str(&p.connect_peer_line());
         }
@@ -152,40 +122,22 @@ pub struct FdRelayBuilder {
 }
 
 impl FdRelayBuilder {
-    /// Sets the DiameterIdentity (default `relay1.example.com`).
-    #[must_use]
-    pub fn identity(mut self, id: &str) -> Self {
-        id.clone_into(&mut self.identity);
-        self
-    }
+    setters! {
+        /// Sets the DiameterIdentity (default `relay1.example.com`).
+        identity(id: &str) => identity = id.to_owned();
 
-    /// Sets the realm (default `example.com`).
-    #[must_use]
-    pub fn realm(mut self, realm: &str) -> Self {
-        realm.clone_into(&mut self.realm);
-        self
-    }
+        /// Sets the realm (default `example.com`).
+        realm(realm: &str) => realm = realm.to_owned();
 
-    /// Listens on this port (default: a free port).
-    #[must_use]
-    pub fn port(mut self, port: u16) -> Self {
-        self.port = Some(port);
-        self
-    }
+        /// Listens on this port (default: a free port).
+        port(port: u16) => port = Some(port);
 
-    /// Number of application threads (default 4).
-    #[must_use]
-    pub fn threads(mut self, n: u32) -> Self {
-        self.threads = n.max(1);
-        self
-    }
+        /// Number of application threads (default 4).
+        threads(n: u32) => threads = n.max(1);
 
-    /// Sets the RFC 3539 watchdog timer Tw in seconds (`TwTimer`, default
-    /// 30; freeDiameter enforces at least 6 and adds jitter of up to 2 s).
-    #[must_use]
-    pub fn watchdog(mut self, secs: u32) -> Self {
-        self.tw = secs.max(6);
-        self
+        /// Sets the RFC 3539 watchdog timer Tw in seconds (`TwTimer`, default
+        /// 30; freeDiameter enforces at least 6 and adds jitter of up to 2 s).
+        watchdog(secs: u32) => tw = secs.max(6);
     }
 
     /// Starts the relay and waits until its connection to the upstream peer
@@ -196,11 +148,7 @@ impl FdRelayBuilder {
     /// within [`OPEN_TIMEOUT`].
     pub fn start(self) -> Result<FdNode, Error> {
         let dir = RunDir::new("fd-relay")?;
-        let port = match self.port {
-            Some(p) => p,
-            None => free_port()?,
-        };
-        dir.write("acl_wl.conf", &format!("ALLOW_IPSEC {ACL}\n"))?;
+        let port = port_or_free(self.port)?;
         let rt = dir.write(
             "rt_default.conf",
             &format!(
@@ -209,16 +157,8 @@ impl FdRelayBuilder {
             ),
         )?;
         let mut c = common_conf(&self.identity, &self.realm, port, self.threads, self.tw);
-        let _ = writeln!(
-            c,
-            "LoadExtension = \"{EXT_DIR}/acl_wl.fdx\" : \"{}\";",
-            dir.path().join("acl_wl.conf").display()
-        );
-        let _ = writeln!(
-            c,
-            "LoadExtension = \"{EXT_DIR}/rt_default.fdx\" : \"{}\";",
-            rt.display()
-        );
+        load_acl(&mut c, &dir)?;
+        load_extension(&mut c, format_args!("{EXT_DIR}/rt_default.fdx"), &rt);
         c.push_str(&self.upstream.connect_peer_line());
         let mut node = FdNode::start("fd-relay", &self.identity, &self.realm, port, &c, dir)?;
         node.wait_peer_open(&self.upstream.identity, OPEN_TIMEOUT)?;

@@ -4,52 +4,24 @@
 
 use std::time::Duration;
 
+use super::fixtures::{REALM, host_n, loss, net, ocs};
 use super::sim::{APP, Net, Req};
 use crate::audit::{OcsEvent, Verdict};
-use crate::doic::DoicConfig;
 use crate::doic::ocs::Phase;
 use crate::doic::report::{Abatement, ReportType};
-
-const REALM: &str = "realm";
-
-fn net() -> Net {
-    let mut net = Net::new();
-    net.server("s1", REALM);
-    net.server("s2", REALM);
-    net.agent("a", DoicConfig::default(), &["s1", "s2", "c"], false);
-    net.realm_route("a", REALM, &[("s1", Some("s1")), ("s2", Some("s2"))]);
-    net.agent("c", DoicConfig::default(), &["a"], true);
-    net.realm_route("c", REALM, &[("a", None)]);
-    net.host_route("c", "s1", &["a"]);
-    net
-}
-
-fn host_n(net: &mut Net, host: &str) -> super::sim::Ans {
-    net.send_via("a", Req::host("n", REALM, host))
-}
 
 #[test]
 fn answer_without_olr_changes_nothing() {
     // RFC 7683 §5.2.1.3: absence of OLR means no change.
     let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        7,
-        Abatement::Loss { percent: 100 },
-        60,
-    );
+    net.overload("s1", ReportType::Host, 7, loss(100), 60);
     net.send(Req::realm("c", REALM));
     net.server_mut("s1").reports.clear();
     // Realm traffic (not affected by a host report for DR requests to s2).
     for _ in 0..20 {
         net.send_via("a", Req::realm("n", REALM));
     }
-    let o = net
-        .agent_mut("a")
-        .core
-        .ocs_entry(APP, ReportType::Host, "s1")
-        .unwrap();
+    let o = ocs(&mut net, "a", ReportType::Host, "s1").unwrap();
     assert_eq!(
         (o.sequence, o.abatement),
         (7, Abatement::Loss { percent: 100 })
@@ -61,31 +33,13 @@ fn answer_without_olr_changes_nothing() {
 fn sequence_update_and_stale_reports_through_the_agent() {
     // RFC 7683 §5.2.1.3: greater sequence updates, equal/smaller ignored.
     let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        5,
-        Abatement::Loss { percent: 10 },
-        60,
-    );
+    net.overload("s1", ReportType::Host, 5, loss(10), 60);
     host_n(&mut net, "s1");
-    net.overload(
-        "s1",
-        ReportType::Host,
-        6,
-        Abatement::Loss { percent: 100 },
-        60,
-    );
+    net.overload("s1", ReportType::Host, 6, loss(100), 60);
     host_n(&mut net, "s1");
     assert_eq!(host_n(&mut net, "s1").code(), 5012);
     // A report with the old sequence (e.g. from a restarted node's backlog).
-    net.overload(
-        "s1",
-        ReportType::Host,
-        5,
-        Abatement::Loss { percent: 0 },
-        60,
-    );
+    net.overload("s1", ReportType::Host, 5, loss(0), 60);
     // Host-routed requests are all throttled; use realm traffic to reach s1.
     net.realm_route("a", REALM, &[("s1", None)]);
     net.send_via("a", Req::realm("n", REALM));
@@ -107,13 +61,7 @@ fn expiry_probes_then_ramps_to_full_traffic() {
     // RFC 7683 §5.2.2 / §6.3: after a 100 % report times out, end in a
     // controlled fashion: probes, then a ramp (docs/doic.md).
     let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 100 },
-        2,
-    );
+    net.overload("s1", ReportType::Host, 1, loss(100), 2);
     host_n(&mut net, "s1");
     net.server_mut("s1").reports.clear();
     let per_100ms = |net: &mut Net, secs: u64| -> Vec<u32> {
@@ -173,29 +121,13 @@ fn expiry_probes_then_ramps_to_full_traffic() {
 #[test]
 fn probes_continue_while_the_target_still_reports() {
     let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 100 },
-        1,
-    );
+    net.overload("s1", ReportType::Host, 1, loss(100), 1);
     host_n(&mut net, "s1");
     net.advance(Duration::from_secs(2));
     // The probe's answer carries a new 100 % report: active again.
-    net.overload(
-        "s1",
-        ReportType::Host,
-        2,
-        Abatement::Loss { percent: 100 },
-        30,
-    );
+    net.overload("s1", ReportType::Host, 2, loss(100), 30);
     assert_eq!(host_n(&mut net, "s1").code(), 2001, "probe");
-    let o = net
-        .agent_mut("a")
-        .core
-        .ocs_entry(APP, ReportType::Host, "s1")
-        .unwrap();
+    let o = ocs(&mut net, "a", ReportType::Host, "s1").unwrap();
     assert_eq!((o.sequence, o.phase), (2, Phase::Active));
     assert_eq!(host_n(&mut net, "s1").code(), 5012);
 }
@@ -205,26 +137,10 @@ fn zero_validity_ends_with_a_ramp() {
     // RFC 7683 §5.2.1.3 / RFC 8581 §6.2.5: validity 0 expires the OCS; the
     // ending is controlled.
     let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 60 },
-        30,
-    );
+    net.overload("s1", ReportType::Host, 1, loss(60), 30);
     host_n(&mut net, "s1");
-    net.overload(
-        "s1",
-        ReportType::Host,
-        2,
-        Abatement::Loss { percent: 60 },
-        0,
-    );
+    net.overload("s1", ReportType::Host, 2, loss(60), 0);
     while host_n(&mut net, "s1").code() != 2001 {}
-    let o = net
-        .agent_mut("a")
-        .core
-        .ocs_entry(APP, ReportType::Host, "s1")
-        .unwrap();
+    let o = ocs(&mut net, "a", ReportType::Host, "s1").unwrap();
     assert!(matches!(o.phase, Phase::Ramping { from, .. } if (from - 0.6).abs() < 1e-9));
 }

@@ -4,6 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::fixtures::{
+    REALM, answer_2001, host_n, loss, net, ocs, request_to_s1, trust, tx, via_s1,
+};
 use super::sim::{APP, Ans, Net, Req, tally};
 use crate::audit::{OcsEvent, Verdict};
 use crate::doic::config::ThrottleResult;
@@ -12,28 +15,8 @@ use crate::doic::features::{
     Algorithm, OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM, OcSupportedFeatures,
 };
 use crate::doic::report::{Abatement, OcOlr, ReportType};
-use crate::doic::treatment::{Candidate, PendingTx, RequestView, Treatment};
+use crate::doic::treatment::Treatment;
 use crate::doic::{Doic, DoicConfig, PeerPolicy};
-
-const REALM: &str = "realm";
-
-/// Agent `a` in front of `s1`, `s2`; DOIC client `c`; non-DOIC clients use
-/// `send_via("a", ..)`.
-fn net() -> Net {
-    let mut net = Net::new();
-    net.server("s1", REALM);
-    net.server("s2", REALM);
-    net.agent("a", DoicConfig::default(), &["s1", "s2", "c"], false);
-    net.realm_route("a", REALM, &[("s1", Some("s1")), ("s2", Some("s2"))]);
-    net.agent("c", DoicConfig::default(), &["a"], true);
-    net.realm_route("c", REALM, &[("a", None)]);
-    net.host_route("c", "s1", &["a"]);
-    net
-}
-
-fn host_n(net: &mut Net, host: &str) -> Ans {
-    net.send_via("a", Req::host("n", REALM, host))
-}
 
 #[test]
 fn agent_inserts_features_for_non_doic_client() {
@@ -65,23 +48,12 @@ fn relayed_request_source_id_is_replaced() {
 fn no_doic_avp_in_answer_to_request_without_one() {
     // RFC 7683 §5.1.2 (and §5.1.3 for the agent as reacting node).
     let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 10 },
-        30,
-    );
+    net.overload("s1", ReportType::Host, 1, loss(10), 30);
     let a = host_n(&mut net, "s1");
     assert_eq!(a.features, None);
     assert!(a.olrs.is_empty());
     // The agent still acted on the report for the client (reacting node).
-    assert!(
-        net.agent_mut("a")
-            .core
-            .ocs_entry(APP, ReportType::Host, "s1")
-            .is_some()
-    );
+    assert!(ocs(&mut net, "a", ReportType::Host, "s1").is_some());
 }
 
 #[test]
@@ -103,20 +75,8 @@ fn untrusted_peer_reports_are_stripped_and_ignored() {
     let mut net = net();
     net.server("evil", REALM);
     net.host_route("c", "evil", &["a"]);
-    net.overload(
-        "evil",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 100 },
-        30,
-    );
-    net.overload(
-        "evil",
-        ReportType::Realm,
-        1,
-        Abatement::Loss { percent: 100 },
-        30,
-    );
+    net.overload("evil", ReportType::Host, 1, loss(100), 30);
+    net.overload("evil", ReportType::Realm, 1, loss(100), 30);
     let a = net.send(Req::host("c", REALM, "evil"));
     assert!(a.olrs.is_empty(), "stripped: {:?}", a.olrs);
     let core = &net.agent_mut("a").core;
@@ -131,13 +91,7 @@ fn untrusted_peer_reports_are_stripped_and_ignored() {
 fn peer_report_with_foreign_source_id_is_ignored() {
     // RFC 8581 §6.2.3: SourceID not the peer's DiameterIdentity: MUST ignore.
     let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Peer,
-        1,
-        Abatement::Loss { percent: 100 },
-        30,
-    );
+    net.overload("s1", ReportType::Peer, 1, loss(100), 30);
     let s1 = net.server_mut("s1");
     s1.reports.get_mut(&2).unwrap().source_id = Some("elsewhere".into());
     host_n(&mut net, "s1");
@@ -149,40 +103,17 @@ fn peer_report_with_foreign_source_id_is_ignored() {
         Verdict::NotFromPeer
     );
     // With the right SourceID it is accepted and acted on.
-    net.overload(
-        "s1",
-        ReportType::Peer,
-        2,
-        Abatement::Loss { percent: 100 },
-        30,
-    );
+    net.overload("s1", ReportType::Peer, 2, loss(100), 30);
     host_n(&mut net, "s1");
-    assert!(
-        net.agent_mut("a")
-            .core
-            .ocs_entry(APP, ReportType::Peer, "s1")
-            .is_some()
-    );
+    assert!(ocs(&mut net, "a", ReportType::Peer, "s1").is_some());
 }
 
 #[test]
 fn peer_reports_are_never_relayed() {
     // RFC 8581 §6.2.5: an agent MUST strip the peer-report OC-OLR.
     let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Peer,
-        1,
-        Abatement::Loss { percent: 20 },
-        30,
-    );
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 20 },
-        30,
-    );
+    net.overload("s1", ReportType::Peer, 1, loss(20), 30);
+    net.overload("s1", ReportType::Host, 1, loss(20), 30);
     let a = net.send(Req::host("c", REALM, "s1"));
     assert!(a.reports(ReportType::Peer).is_empty());
     assert_eq!(
@@ -190,12 +121,7 @@ fn peer_reports_are_never_relayed() {
         1,
         "the host report is forwarded"
     );
-    assert!(
-        net.agent_mut("c")
-            .core
-            .ocs_entry(APP, ReportType::Peer, "s1")
-            .is_none()
-    );
+    assert!(ocs(&mut net, "c", ReportType::Peer, "s1").is_none());
     // RFC 7683 §5.2.1.3 / RFC 8581 §6.2.5: every report of the answer is
     // processed by the agent.
     let core = &net.agent_mut("a").core;
@@ -219,13 +145,7 @@ fn reports_only_to_peers_authorized_and_supporting_them() {
     net.host_route("c3", "s1", &["a"]);
     let mut cfg = DoicConfig::default();
     for p in ["s1", "s2", "c", "c2"] {
-        cfg.peers.insert(
-            p.into(),
-            PeerPolicy {
-                trusted: true,
-                receive_reports: true,
-            },
-        );
+        trust(&mut cfg, p);
     }
     cfg.peers.insert(
         "c3".into(),
@@ -241,13 +161,7 @@ fn reports_only_to_peers_authorized_and_supporting_them() {
         Some(Abatement::Loss { percent: 1 }),
         Duration::from_secs(60),
     );
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 1 },
-        60,
-    );
+    net.overload("s1", ReportType::Host, 1, loss(1), 60);
     let counts = |a: &Ans| {
         (
             a.reports(ReportType::Host).len(),
@@ -278,20 +192,8 @@ fn treatment_order_host_then_peer_counting_first_step() {
     // of traffic toward s1 is removed, not 65 %.
     let mut net = net();
     net.host_route("a", "s1", &["s1"]);
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 30 },
-        60,
-    );
-    net.overload(
-        "s1",
-        ReportType::Peer,
-        1,
-        Abatement::Loss { percent: 50 },
-        60,
-    );
+    net.overload("s1", ReportType::Host, 1, loss(30), 60);
+    net.overload("s1", ReportType::Peer, 1, loss(50), 60);
     host_n(&mut net, "s1");
     let n = 40_000;
     let answers: Vec<Ans> = (0..n).map(|_| host_n(&mut net, "s1")).collect();
@@ -308,13 +210,7 @@ fn treatment_order_host_then_peer_counting_first_step() {
 fn peer_report_diverts_realm_traffic_before_throttling() {
     // RFC 8581 §6.2.5: diversion preferred, throttling only without capacity.
     let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Peer,
-        1,
-        Abatement::Loss { percent: 100 },
-        60,
-    );
+    net.overload("s1", ReportType::Peer, 1, loss(100), 60);
     net.send_via("a", Req::realm("n", REALM));
     let answers: Vec<Ans> = (0..100)
         .map(|_| net.send_via("a", Req::realm("n", REALM)))
@@ -338,13 +234,7 @@ fn configured_throttle_result_retry_not_allowed() {
         ..DoicConfig::default()
     };
     net.agent("a", cfg, &["s1"], false);
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 100 },
-        30,
-    );
+    net.overload("s1", ReportType::Host, 1, loss(100), 30);
     host_n(&mut net, "s1");
     let a = host_n(&mut net, "s1");
     assert_eq!((a.experimental, a.result_code), (Some(5198), None));
@@ -353,32 +243,32 @@ fn configured_throttle_result_retry_not_allowed() {
 fn core_with(peers: &[&str]) -> Doic {
     let mut cfg = DoicConfig::default();
     for p in peers {
-        cfg.peers.insert(
-            (*p).into(),
-            PeerPolicy {
-                trusted: true,
-                receive_reports: true,
-            },
-        );
+        trust(&mut cfg, p);
     }
     Doic::new("a", cfg, 1, 0).unwrap()
-}
-
-fn tx(upstream: &str) -> PendingTx<'_> {
-    PendingTx {
-        app_id: APP,
-        client: "n".into(),
-        client_features: None,
-        client_peer_report: false,
-        dest_realm: REALM.into(),
-        upstream: upstream.into(),
-    }
 }
 
 fn host_olr(seq: u64) -> OcOlr {
     let mut o = OcOlr::new(seq, ReportType::Host);
     o.reduction_percentage = Some(50);
     o
+}
+
+/// A host report (sequence 1) of the rate algorithm: `rate` requests/s.
+fn host_rate_olr(rate: u32) -> OcOlr {
+    OcOlr {
+        maximum_rate: Some(rate),
+        reduction_percentage: None,
+        ..host_olr(1)
+    }
+}
+
+/// OC-Supported-Features offering the rate algorithm only (RFC 8582 §5).
+fn rate_only() -> OcSupportedFeatures {
+    OcSupportedFeatures {
+        feature_vector: Some(OLR_RATE_ALGORITHM),
+        ..OcSupportedFeatures::default()
+    }
 }
 
 #[test]
@@ -415,15 +305,7 @@ fn reports_only_from_the_pending_requests_peer_and_realm() {
     let mut core = core_with(&["s1", "s2"]);
     let now = Instant::now();
     let olrs = [host_olr(1)];
-    let view = AnswerView {
-        app_id: APP,
-        origin_host: "s1",
-        origin_realm: REALM,
-        result_code: Some(2001),
-        experimental_result_code: None,
-        features: None,
-        olrs: &olrs,
-    };
+    let view = answer_2001(None, &olrs);
     core.on_answer(now, &tx("s2"), "s1", &view);
     assert!(
         core.ocs().is_empty(),
@@ -456,26 +338,15 @@ fn forged_report_flood_is_bounded() {
         max_ocs: 64,
         ..DoicConfig::default()
     };
-    cfg.peers.insert(
-        "s1".into(),
-        PeerPolicy {
-            trusted: true,
-            receive_reports: true,
-        },
-    );
+    trust(&mut cfg, "s1");
     let mut core = Doic::new("a", cfg, 1, 0).unwrap();
     let now = Instant::now();
     let olrs = [host_olr(1)];
     for i in 0..10_000 {
         let host = format!("h{i}");
         let view = AnswerView {
-            app_id: APP,
             origin_host: &host,
-            origin_realm: REALM,
-            result_code: Some(2001),
-            experimental_result_code: None,
-            features: None,
-            olrs: &olrs,
+            ..answer_2001(None, &olrs)
         };
         core.on_answer(now, &tx("s1"), "s1", &view);
     }
@@ -498,15 +369,7 @@ fn algorithm_selection_must_be_single_and_offered() {
         feature_vector: Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM),
         ..OcSupportedFeatures::default()
     };
-    let view = AnswerView {
-        app_id: APP,
-        origin_host: "s1",
-        origin_realm: REALM,
-        result_code: Some(2001),
-        experimental_result_code: None,
-        features: Some(&both),
-        olrs: &olrs,
-    };
+    let view = answer_2001(Some(&both), &olrs);
     core.on_answer(now, &tx("s1"), "s1", &view);
     assert!(core.ocs().is_empty());
     assert!(matches!(
@@ -518,24 +381,11 @@ fn algorithm_selection_must_be_single_and_offered() {
         algorithms: vec![Algorithm::Loss],
         ..DoicConfig::default()
     };
-    cfg.peers.insert(
-        "s1".into(),
-        PeerPolicy {
-            trusted: true,
-            receive_reports: true,
-        },
-    );
+    trust(&mut cfg, "s1");
     let mut loss_only = Doic::new("a", cfg, 1, 0).unwrap();
     assert_eq!(loss_only.vector() & OLR_RATE_ALGORITHM, 0);
-    let rate = OcSupportedFeatures {
-        feature_vector: Some(OLR_RATE_ALGORITHM),
-        ..OcSupportedFeatures::default()
-    };
-    let rate_olr = [OcOlr {
-        maximum_rate: Some(10),
-        reduction_percentage: None,
-        ..host_olr(1)
-    }];
+    let rate = rate_only();
+    let rate_olr = [host_rate_olr(10)];
     let view = AnswerView {
         features: Some(&rate),
         olrs: &rate_olr,
@@ -585,42 +435,16 @@ fn rate_priority_from_drmp_admits_high_priority_first() {
     // requests get the band between TAU1 and TAU2.
     let mut core = core_with(&["s1"]);
     let t0 = Instant::now();
-    let rate = OcSupportedFeatures {
-        feature_vector: Some(OLR_RATE_ALGORITHM),
-        ..OcSupportedFeatures::default()
-    };
-    let olrs = [OcOlr {
-        maximum_rate: Some(100),
-        reduction_percentage: None,
-        ..host_olr(1)
-    }];
-    let view = AnswerView {
-        app_id: APP,
-        origin_host: "s1",
-        origin_realm: REALM,
-        result_code: Some(2001),
-        experimental_result_code: None,
-        features: Some(&rate),
-        olrs: &olrs,
-    };
+    let rate = rate_only();
+    let olrs = [host_rate_olr(100)];
+    let view = answer_2001(Some(&rate), &olrs);
     core.on_answer(t0, &tx("s1"), "s1", &view);
-    let cands = [Candidate {
-        peer: "s1",
-        server: Some("s1"),
-    }];
+    let cands = via_s1();
     let mut passed = [0u32; 2];
     for i in 0..4000u32 {
         let now = t0 + Duration::from_micros(u64::from(i) * 1000);
         let high = i % 2 == 0;
-        let req = RequestView {
-            app_id: APP,
-            command_code: 272,
-            from_peer: "n",
-            dest_realm: REALM,
-            dest_host: Some("s1"),
-            features: None,
-            drmp: Some(if high { 1 } else { 10 }),
-        };
+        let req = request_to_s1(Some(if high { 1 } else { 10 }));
         if matches!(core.treat(now, &req, &cands), Treatment::Forward { .. }) {
             passed[usize::from(high)] += 1;
         }
@@ -635,13 +459,7 @@ fn rate_priority_from_drmp_admits_high_priority_first() {
 fn evidence_counters_add_up() {
     // Seed 003: matched = passed + diverted + throttled + delegated, per version.
     let mut net = net();
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 40 },
-        60,
-    );
+    net.overload("s1", ReportType::Host, 1, loss(40), 60);
     net.send(Req::realm("c", REALM));
     for _ in 0..500 {
         host_n(&mut net, "s1");
@@ -649,13 +467,7 @@ fn evidence_counters_add_up() {
         net.send(Req::host("c", REALM, "s1"));
     }
     // A new version closes the counters of the previous one into the trail.
-    net.overload(
-        "s1",
-        ReportType::Host,
-        2,
-        Abatement::Loss { percent: 10 },
-        60,
-    );
+    net.overload("s1", ReportType::Host, 2, loss(10), 60);
     host_n(&mut net, "s1");
     let core = &net.agent_mut("a").core;
     let closed = core
@@ -686,13 +498,7 @@ fn agent_made_answers_carry_its_doic_avps() {
     // peer, and nothing toward a request without OC-Supported-Features.
     let mut net = net();
     net.host_route("a", "s1", &["s1"]);
-    net.overload(
-        "s1",
-        ReportType::Peer,
-        1,
-        Abatement::Loss { percent: 100 },
-        60,
-    );
+    net.overload("s1", ReportType::Peer, 1, loss(100), 60);
     host_n(&mut net, "s1");
     let now = net.now();
     net.agent_mut("a").core.set_own_peer_report(
@@ -729,13 +535,7 @@ fn one_server_host_report_is_applied_once_to_realm_traffic() {
     net.server("s1", REALM);
     net.agent("a", DoicConfig::default(), &["s1"], false);
     net.realm_route("a", REALM, &[("s1", Some("s1"))]);
-    net.overload(
-        "s1",
-        ReportType::Host,
-        1,
-        Abatement::Loss { percent: 50 },
-        60,
-    );
+    net.overload("s1", ReportType::Host, 1, loss(50), 60);
     let n = 20_000;
     let answers: Vec<Ans> = (0..n)
         .map(|_| net.send_via("a", Req::realm("n", REALM)))

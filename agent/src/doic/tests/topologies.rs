@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::fixtures;
 use super::sim::{APP, Ans, Net, Req, tally};
 use crate::doic::DoicConfig;
 use crate::doic::features::{OC_PEER_REPORT, OLR_DEFAULT_ALGO};
@@ -17,13 +18,7 @@ fn count(answers: &[Ans], pred: impl Fn(&Ans) -> bool) -> usize {
 #[test]
 fn single_agent_client_throttles_on_agent_peer_report() {
     // RFC 8581 §4.1.1 Figure 2: c -- a -- {s1, s2}; a is overloaded.
-    let mut net = Net::new();
-    net.server("s1", REALM);
-    net.server("s2", REALM);
-    net.agent("a", DoicConfig::default(), &["c", "s1", "s2"], false);
-    net.realm_route("a", REALM, &[("s1", Some("s1")), ("s2", Some("s2"))]);
-    net.agent("c", DoicConfig::default(), &["a"], true);
-    net.realm_route("c", REALM, &[("a", None)]);
+    let mut net = fixtures::net();
     let now = net.now();
     net.agent_mut("a").core.set_own_peer_report(
         now,

@@ -5,38 +5,19 @@
 
 use std::time::{Duration, Instant};
 
+use super::fixtures::{answer_2001, request_to_s1, trust, tx, via_s1};
 use super::sim::APP;
-use crate::doic::engine::AnswerView;
 use crate::doic::features::{OLR_RATE_ALGORITHM, OcSupportedFeatures};
 use crate::doic::report::{OcOlr, ReportType};
-use crate::doic::treatment::{AnswerActions, Candidate, PendingTx, RequestView, Treatment};
-use crate::doic::{Doic, DoicConfig, PeerPolicy};
-
-const REALM: &str = "realm";
+use crate::doic::treatment::{AnswerActions, Treatment};
+use crate::doic::{Doic, DoicConfig};
 
 fn workers(n: u64) -> Vec<Doic> {
     let mut cfg = DoicConfig::default();
-    cfg.peers.insert(
-        "s1".into(),
-        PeerPolicy {
-            trusted: true,
-            receive_reports: true,
-        },
-    );
+    trust(&mut cfg, "s1");
     (0..n)
         .map(|i| Doic::new("a", cfg.clone(), i + 1, 0).unwrap())
         .collect()
-}
-
-fn tx() -> PendingTx<'static> {
-    PendingTx {
-        app_id: APP,
-        client: "n".into(),
-        client_features: None,
-        client_peer_report: false,
-        dest_realm: REALM.into(),
-        upstream: "s1".into(),
-    }
 }
 
 fn answer(
@@ -46,33 +27,13 @@ fn answer(
     features: Option<&OcSupportedFeatures>,
 ) -> AnswerActions {
     let olrs = [olr];
-    let view = AnswerView {
-        app_id: APP,
-        origin_host: "s1",
-        origin_realm: REALM,
-        result_code: Some(2001),
-        experimental_result_code: None,
-        features,
-        olrs: &olrs,
-    };
-    core.on_answer(now, &tx(), "s1", &view)
+    let view = answer_2001(features, &olrs);
+    core.on_answer(now, &tx("s1"), "s1", &view)
 }
 
 fn forwarded(core: &mut Doic, now: Instant) -> bool {
-    let req = RequestView {
-        app_id: APP,
-        command_code: 272,
-        from_peer: "n",
-        dest_realm: REALM,
-        dest_host: Some("s1"),
-        features: None,
-        drmp: None,
-    };
-    let c = [Candidate {
-        peer: "s1",
-        server: Some("s1"),
-    }];
-    matches!(core.treat(now, &req, &c), Treatment::Forward { .. })
+    let req = request_to_s1(None);
+    matches!(core.treat(now, &req, &via_s1()), Treatment::Forward { .. })
 }
 
 #[test]
