@@ -133,6 +133,14 @@ impl Router {
             })
     }
 
+    /// The route of `realm` for `application`, else for the relay
+    /// application (any).
+    fn realm_route(&self, realm: &str, application: u32) -> Result<&Route, RouteError> {
+        self.route_for(realm, application)
+            .or_else(|| self.route_for(realm, RELAY_APPLICATION_ID))
+            .ok_or(RouteError::NoRoute)
+    }
+
     /// True when the table has a route for `realm` and `application`.
     #[must_use]
     pub fn has_route(&self, realm: &str, application: u32) -> bool {
@@ -169,11 +177,13 @@ impl Router {
                 Err(RouteError::NoRoute)
             };
         }
-        let route = self
-            .route_for(realm, application)
-            .or_else(|| self.route_for(realm, RELAY_APPLICATION_ID))
-            .ok_or(RouteError::NoRoute)?;
-        Self::pick(route, view, tried, &[], rotate)
+        Self::pick(
+            self.realm_route(realm, application)?,
+            view,
+            tried,
+            &[],
+            rotate,
+        )
     }
 
     /// The first `N` next hops of a request in order of preference: what
@@ -202,10 +212,7 @@ impl Router {
                 out[0] = self.choose(view, destination_host, realm, application, tried, rotate)?;
                 return Ok((out, 1));
             }
-            None => self
-                .route_for(realm, application)
-                .or_else(|| self.route_for(realm, RELAY_APPLICATION_ID))
-                .ok_or(RouteError::NoRoute)?,
+            None => self.realm_route(realm, application)?,
         };
         let mut chosen = [PeerId::default(); 16];
         let max = N.min(chosen.len());

@@ -228,20 +228,9 @@ fn bench_ebpf() -> anyhow::Result<()> {
         run("mount", &["-t", "bpf", "bpf", "/sys/fs/bpf"])?;
     }
     let dir = format!("/sys/fs/bpf/doic-bench-{}", std::process::id());
-    run(
-        "cargo",
-        &[
-            "build",
-            "--release",
-            "-p",
-            "bench",
-            "--bin",
-            "ebpf-prog-run",
-        ],
-    )?;
+    let bin = bench_bin("ebpf-prog-run")?;
     bench_attempts(|| {
-        let mut cmd =
-            std::process::Command::new(crate::util::root().join("target/release/ebpf-prog-run"));
+        let mut cmd = std::process::Command::new(&bin);
         cmd.arg(&dir);
         cmd
     })?;
@@ -297,18 +286,7 @@ fn interop() -> anyhow::Result<()> {
 fn bench_ebpf_relay() -> anyhow::Result<()> {
     require_root("bench-ebpf-relay")?;
     setup::ebpf()?;
-    run(
-        "cargo",
-        &[
-            "build",
-            "--release",
-            "-p",
-            "bench",
-            "--bin",
-            "bench-relay-ab",
-        ],
-    )?;
-    let bin = crate::util::root().join("target/release/bench-relay-ab");
+    let bin = bench_bin("bench-relay-ab")?;
     // The agent's default attachment (`auto`: TC ingress on `lo`, plus TC
     // egress), gated at 3 %; the median sits about a point inside, so it gets
     // the benchmarks' attempts.
@@ -333,13 +311,9 @@ fn bench_ebpf_relay() -> anyhow::Result<()> {
 
 fn bench_relay() -> anyhow::Result<()> {
     crate::peers::install()?;
-    run(
-        "cargo",
-        &["build", "--release", "-p", "bench", "--bin", "bench-relay"],
-    )?;
+    let bin = bench_bin("bench-relay")?;
     bench_attempts(|| {
-        let mut cmd =
-            std::process::Command::new(crate::util::root().join("target/release/bench-relay"));
+        let mut cmd = std::process::Command::new(&bin);
         cmd.args(["--seconds", "4", "--rounds", "5", "--require", "0.8"]);
         cmd.env("DOIC_PEERS_DIR", crate::peers::dir());
         cmd
@@ -377,13 +351,9 @@ fn fuzz() -> anyhow::Result<()> {
 }
 
 fn bench_codec() -> anyhow::Result<()> {
-    run(
-        "cargo",
-        &["build", "--release", "-p", "bench", "--bin", "codec-check"],
-    )?;
+    let bin = bench_bin("codec-check")?;
     bench_attempts(|| {
-        let mut cmd =
-            std::process::Command::new(crate::util::root().join("target/release/codec-check"));
+        let mut cmd = std::process::Command::new(&bin);
         cmd.arg("--check");
         cmd
     })
@@ -448,21 +418,19 @@ fn bench_doic() -> anyhow::Result<()> {
     // side (bench/src/bin/bench-relay-ab.rs): end-to-end throughput and the
     // relay worker's capacity within 5 %; timed on a shared machine, so it
     // gets the benchmarks' attempts.
-    run(
-        "cargo",
-        &[
-            "build",
-            "--release",
-            "-p",
-            "bench",
-            "--bin",
-            "bench-relay-ab",
-        ],
-    )?;
+    let bin = bench_bin("bench-relay-ab")?;
     bench_attempts(|| {
-        let mut cmd =
-            std::process::Command::new(crate::util::root().join("target/release/bench-relay-ab"));
+        let mut cmd = std::process::Command::new(&bin);
         cmd.args(["--subject", "doic", "--cycles", "8", "--tolerance", "0.05"]);
         cmd
     })
+}
+
+/// Builds the release binary `name` of the bench crate; its path.
+fn bench_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    run(
+        "cargo",
+        &["build", "--release", "-p", "bench", "--bin", name],
+    )?;
+    Ok(crate::util::root().join("target/release").join(name))
 }

@@ -373,24 +373,26 @@ impl OwnLoad {
             return;
         }
         let abatement = prev.report.abatement;
-        let sequence = self.next_sequence(now);
-        let report = self.report(sequence, Duration::ZERO, abatement);
-        self.reports.insert(
-            peer.clone(),
-            OwnReport {
-                peer,
-                report,
-                until: now + self.params.validity,
-            },
-        );
-        self.generation += 1;
+        self.put(now, peer, Duration::ZERO, abatement);
     }
 
     /// Puts a new version of the report for `peer`.
     fn publish(&mut self, now: Instant, peer: Option<String>, abatement: Abatement) {
+        self.put(now, peer, self.params.validity, abatement);
+    }
+
+    /// A new version (new sequence) of the report for `peer`, with
+    /// `validity` (zero ends it), kept for the configured validity.
+    fn put(
+        &mut self,
+        now: Instant,
+        peer: Option<String>,
+        validity: Duration,
+        abatement: Abatement,
+    ) {
         let sequence = self.next_sequence(now);
-        let report = self.report(sequence, self.params.validity, abatement);
-        tracing::debug!(peer = ?peer, ?abatement, sequence, "own peer report");
+        let report = self.report(sequence, validity, abatement);
+        tracing::debug!(peer = ?peer, ?abatement, sequence, ?validity, "own peer report");
         self.reports.insert(
             peer.clone(),
             OwnReport {

@@ -11,11 +11,16 @@ const REALM: &str = "realm";
 
 /// Client C (DOIC), non-DOIC client N, agent A, servers S1..S3.
 fn network() -> Net {
+    network_with(DoicConfig::default())
+}
+
+/// [`network`] with agent A configured by `a`.
+fn network_with(a: DoicConfig) -> Net {
     let mut net = Net::new();
     for s in ["s1", "s2", "s3"] {
         net.server(s, REALM);
     }
-    net.agent("a", DoicConfig::default(), &["s1", "s2", "s3", "c"], false);
+    net.agent("a", a, &["s1", "s2", "s3", "c"], false);
     net.realm_route(
         "a",
         REALM,
@@ -276,23 +281,10 @@ fn seed002_realm_report_ends_when_capacity_returns() {
 /// both states, abating realm traffic once.
 #[test]
 fn one_olr_per_answer_still_delivers_every_report_one_at_a_time() {
-    let mut net = Net::new();
-    for s in ["s1", "s2", "s3"] {
-        net.server(s, REALM);
-    }
-    let cfg = DoicConfig {
+    let mut net = network_with(DoicConfig {
         olrs_per_answer: Some(1),
         ..DoicConfig::default()
-    };
-    net.agent("a", cfg, &["s1", "s2", "s3", "c"], false);
-    net.realm_route(
-        "a",
-        REALM,
-        &[("s1", Some("s1")), ("s2", Some("s2")), ("s3", Some("s3"))],
-    );
-    net.agent_mut("a").round_robin = true;
-    net.agent("c", DoicConfig::default(), &["a"], true);
-    net.realm_route("c", REALM, &[("a", None)]);
+    });
     net.overload(
         "s1",
         ReportType::Host,
