@@ -117,6 +117,28 @@ pub struct Server {
     behaviour: Arc<std::sync::RwLock<ServerBehaviour>>,
 }
 
+/// Accepts connections on `listener` until `stop` is set (checked every
+/// 50 ms), serving each with its own task.
+pub fn accept_until<F, Fut>(listener: TcpListener, stop: Arc<AtomicBool>, serve: F)
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                () = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if stop.load(Ordering::Relaxed) { break }
+                    continue;
+                }
+            };
+            let Ok((stream, _)) = accepted else { continue };
+            tokio::spawn(serve(stream));
+        }
+    });
+}
+
 impl Server {
     /// Binds `addr` and serves every connection on the current runtime.
     ///
@@ -133,20 +155,10 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let behaviour = Arc::new(std::sync::RwLock::new(behaviour));
         let (s, st, b) = (stats.clone(), stop.clone(), behaviour.clone());
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    a = listener.accept() => a,
-                    () = tokio::time::sleep(Duration::from_millis(50)) => {
-                        if st.load(Ordering::Relaxed) { break }
-                        continue;
-                    }
-                };
-                let Ok((stream, _)) = accepted else { continue };
-                let (s, st, b, id) = (s.clone(), st.clone(), b.clone(), id.clone());
-                tokio::spawn(async move {
-                    let _ = serve_conn(stream, id, s, st, b).await;
-                });
+        accept_until(listener, stop.clone(), move |stream| {
+            let (s, st, b, id) = (s.clone(), st.clone(), b.clone(), id.clone());
+            async move {
+                let _ = serve_conn(stream, id, s, st, b).await;
             }
         });
         Ok(Server {
@@ -239,13 +251,10 @@ async fn serve_conn(
                         stats.retransmitted.fetch_add(1, Ordering::Relaxed);
                     }
                     if b.answer_requests {
-                        let scan = wire::scan(&m).ok();
                         let at = out.len();
                         let rc = b.result_code;
                         match b.experimental_result {
-                            None => {
-                                wire::put_error_answer(&mut out, &m, scan.as_ref(), o, rc, None, "")
-                            }
+                            None => wire::put_error_answer(&mut out, &m, o, rc, None, ""),
                             Some((vendor, code)) => {
                                 put_experimental_answer(&mut out, &m, o, vendor, code)
                             }
@@ -503,8 +512,7 @@ impl Client {
                             report.got_dpr = true;
                         }
                         _ => {
-                            let scan = wire::scan(&m).ok();
-                            wire::put_error_answer(&mut out, &m, scan.as_ref(), o, 3001, None, "");
+                            wire::put_error_answer(&mut out, &m, o, 3001, None, "");
                         }
                     }
                     continue;

@@ -192,12 +192,10 @@ pub(crate) fn dispatch_to(
 /// Builds the agent's own answer to `msg` with `result_code`.
 #[must_use]
 pub(crate) fn local_answer(shared: &Shared, msg: &[u8], result_code: u32, why: &str) -> Bytes {
-    let scan = wire::scan(msg).ok();
     let mut out = BytesMut::with_capacity(256);
     wire::put_error_answer(
         &mut out,
         msg,
-        scan.as_ref(),
         (
             &shared.config.node.origin_host,
             &shared.config.node.origin_realm,

@@ -388,11 +388,9 @@ fn put_message(out: &mut BytesMut, m: &codec::Message) {
 /// when the request has one, Origin-Host, Origin-Realm, Result-Code,
 /// Error-Message, Failed-AVP when given, and the request's Proxy-Info AVPs
 /// in order. The E bit is set for 3xxx protocol errors; the P bit is copied.
-/// `_scan` is accepted for callers that already scanned the request.
 pub fn put_error_answer(
     out: &mut BytesMut,
     req: &[u8],
-    _scan: Option<&Scan>,
     origin: (&str, &str),
     result_code: u32,
     failed_avp: Option<&[u8]>,
@@ -640,7 +638,6 @@ mod tests {
         put_error_answer(
             &mut out,
             &m,
-            Some(&s),
             ("a.example.com", "example.com"),
             3002,
             None,

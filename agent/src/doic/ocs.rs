@@ -488,11 +488,7 @@ impl OcsTable {
     /// Counts a request sent under this OCS after a [`OcsTable::probe`] let
     /// it through: matched and passed.
     pub fn count_passed(&mut self, key: (u32, ReportType, &str)) {
-        if let Some(o) = self
-            .map
-            .get_mut(&(key.0, key.1))
-            .and_then(|m| m.get_mut(key.2))
-        {
+        if let Some(o) = self.get_mut(key.0, key.1, key.2) {
             o.counts.matched += 1;
             o.counts.passed += 1;
         }
@@ -500,11 +496,7 @@ impl OcsTable {
 
     /// Records the outcome of a matched request.
     pub fn count(&mut self, key: (u32, ReportType, &str), outcome: Outcome) {
-        if let Some(o) = self
-            .map
-            .get_mut(&(key.0, key.1))
-            .and_then(|m| m.get_mut(key.2))
-        {
+        if let Some(o) = self.get_mut(key.0, key.1, key.2) {
             let c = &mut o.counts;
             match outcome {
                 Outcome::Passed => c.passed += 1,
@@ -518,10 +510,7 @@ impl OcsTable {
     /// RFC 8581 §5 bookkeeping on a peer OCS: a request bound for the peer went
     /// through the host/realm step and was (or was not) throttled there.
     pub fn note_first_step(&mut self, app_id: u32, peer: &str, throttled: bool) {
-        if let Some(o) = self
-            .map
-            .get_mut(&(app_id, ReportType::Peer))
-            .and_then(|m| m.get_mut(peer))
+        if let Some(o) = self.get_mut(app_id, ReportType::Peer, peer)
             && o.phase == Phase::Active
         {
             o.seen_first_step += 1;

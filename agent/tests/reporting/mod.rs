@@ -74,20 +74,10 @@ impl Reporter {
         let stop = Arc::new(AtomicBool::new(false));
         let id = Identity::new(host, "example.net");
         let (s, sc, st) = (seen.clone(), script.clone(), stop.clone());
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    a = listener.accept() => a,
-                    () = tokio::time::sleep(Duration::from_millis(50)) => {
-                        if st.load(Ordering::Relaxed) { break }
-                        continue;
-                    }
-                };
-                let Ok((stream, _)) = accepted else { continue };
-                let (s, sc, st, id) = (s.clone(), sc.clone(), st.clone(), id.clone());
-                tokio::spawn(async move {
-                    let _ = serve(stream, id, s, sc, st).await;
-                });
+        doic_agent::loadgen::accept_until(listener, stop.clone(), move |stream| {
+            let (s, sc, st, id) = (s.clone(), sc.clone(), st.clone(), id.clone());
+            async move {
+                let _ = serve(stream, id, s, sc, st).await;
             }
         });
         Reporter {
@@ -208,7 +198,7 @@ fn scripted_answer(req: &[u8], o: (&str, &str), s: &Script) -> Bytes {
     } else {
         s.result_code.unwrap_or(2001)
     };
-    wire::put_error_answer(&mut a, req, None, o, rc, None, "");
+    wire::put_error_answer(&mut a, req, o, rc, None, "");
     let mut b = MessageBuf::new(a).unwrap();
     if let Some(code) = s.experimental {
         b.remove_avps(|x| x.vendor_id.is_none() && x.code == code::RESULT_CODE)

@@ -71,20 +71,12 @@ impl Conn {
     }
 
     /// Writes the agent's own answer to a request from this peer (cold
-    /// path: the request is scanned again for Session-Id and Proxy-Info).
+    /// path: the codec's error answer reads Session-Id and Proxy-Info from
+    /// the request).
     pub(super) fn answer_error(&mut self, req: &[u8], code: u32, failed: Option<&[u8]>, why: &str) {
-        let scan = wire::scan(req).ok();
         let o = self.origin();
         let (h, r) = (o.0.to_owned(), o.1.to_owned());
-        wire::put_error_answer(
-            &mut self.out,
-            req,
-            scan.as_ref(),
-            (&h, &r),
-            code,
-            failed,
-            why,
-        );
+        wire::put_error_answer(&mut self.out, req, (&h, &r), code, failed, why);
         if let Some((_, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_out, code);
         }
