@@ -6,3 +6,4 @@ pub mod bucket;
 pub mod codec;
 pub mod relay;
 pub mod relay_ab;
+pub mod speed;

@@ -40,7 +40,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-ebpf",
-        about: "per-packet cost of the kernel program against an empty XDP program; fails above target (root)",
+        about: "per-packet cost of the kernel program against an empty XDP program; fails above target in ns and at the reference speed (root)",
         run: bench_ebpf,
     },
     Stage {
@@ -65,7 +65,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-codec",
-        about: "time the codec (relay fast path, full walk, encode); fails when three runs in a row miss a target",
+        about: "time the codec (relay fast path, full walk, encode) against a copy anchor; fails when three runs in a row miss a target in ns and at the reference speed",
         run: bench_codec,
     },
     Stage {
