@@ -38,6 +38,7 @@ fn once(s: &Reporter, vector: u64, olr: OcOlr) {
         once: true,
         experimental: None,
         result_code: None,
+        vanish_after: None,
     });
 }
 

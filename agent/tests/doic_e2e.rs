@@ -41,6 +41,7 @@ fn report_once(s: &Reporter, vector: u64, olrs: Vec<OcOlr>) {
         once: true,
         experimental: None,
         result_code: None,
+        vanish_after: None,
     });
 }
 
@@ -81,6 +82,19 @@ async fn body_with(metrics: SocketAddr, path: &str, needle: &str) -> String {
 
 fn count(answers: &[bytes::Bytes], code: u32) -> usize {
     answers.iter().filter(|a| code_of(a) == code).count()
+}
+
+/// Sends realm-routed requests one at a time, from Hop-by-Hop `hbh`, until
+/// the fresh server `s` has received one (least outstanding, rotating ties:
+/// within a few requests). Returns the next Hop-by-Hop Identifier.
+async fn reach(c: &mut Client, s: &Reporter, mut hbh: u32) -> u32 {
+    let first = hbh;
+    while s.requests() == 0 {
+        exchange(c, hbh, 1, 1, None).await;
+        hbh += 1;
+        assert!(hbh - first < 100, "{} never reached", s.host);
+    }
+    hbh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,15 +218,9 @@ async fn a_retry_after_too_busy_is_treated_again_for_the_alternate() {
     let s2 = Reporter::spawn(S2).await;
     let agent = start(agent_config(&[(&s1, true), (&s2, true)], Some(""), 2), 2).await;
     let mut c = connect(agent.local_addrs()[0]).await;
-    // S2's next answer carries a 100 % host report; realm traffic reaches it
-    // within a few requests (least outstanding, rotating ties).
+    // S2's next answer carries a 100 % host report.
     host_loss_once(&s2, 100);
-    let mut hbh = 1;
-    while s2.requests() == 0 {
-        exchange(&mut c, hbh, 1, 1, None).await;
-        hbh += 1;
-        assert!(hbh < 100, "S2 never reached");
-    }
+    reach(&mut c, &s2, 1).await;
     // From now on S1 is too busy for everything.
     s1.set(Script {
         result_code: Some(3004),
@@ -230,6 +238,88 @@ async fn a_retry_after_too_busy_is_treated_again_for_the_alternate() {
     );
     assert_eq!(count(&a, 5012), 20, "throttled by the agent on the retry");
     stop(agent);
+}
+
+/// RFC 8581 §5 for the third kind of reroute: the connection to the chosen
+/// next hop vanishes with requests pending on it. S1 takes `K` requests,
+/// answers none and closes its connection; the agent moves them to the
+/// alternate S2 (`relay::fail_over` from the connection's end, RFC 6733
+/// §5.5.4) and treats each again for S2, under S2's `report` (sent with
+/// feature vector `vector`) in force: none reaches S2, each is answered by
+/// the agent with `code` (RFC 7683 §8), and every request gets exactly one
+/// answer.
+async fn vanished_connection_reroute(report: OcOlr, vector: u64, code: u32) {
+    const K: u64 = 3;
+    let s1 = Reporter::spawn(S1).await;
+    let s2 = Reporter::spawn(S2).await;
+    let agent = start(agent_config(&[(&s1, true), (&s2, true)], Some(""), 2), 2).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    report_once(&s2, vector, vec![report]);
+    reach(&mut c, &s2, 1).await;
+    s1.set(Script {
+        vanish_after: Some(K),
+        ..Script::default()
+    });
+    let at_s2 = s2.requests();
+    let (hbh0, n) = (1000, 40);
+    // One answer per request, in time (`exchange` asserts both): nothing is
+    // lost with the connection.
+    let a = exchange(&mut c, hbh0, n, 8, None).await;
+    let vanished = s1.seen.vanished.lock().unwrap().clone();
+    assert_eq!(
+        vanished.len() as u64,
+        K,
+        "S1 left {K} requests unanswered and closed"
+    );
+    for e2e in vanished {
+        // `request` sets End-to-End = Hop-by-Hop ^ 0x5555_0000; relays keep it.
+        let i = (e2e ^ 0x5555_0000).wrapping_sub(hbh0) as usize;
+        assert!(i < n as usize, "end-to-end {e2e:#x} not sent here");
+        let r = doic_agent::codec::Routing::scan(&a[i]).unwrap();
+        assert_eq!(
+            code_of(&a[i]),
+            code,
+            "request {i}, pending at S1 when it vanished"
+        );
+        assert_eq!(r.origin_host(), Some(AGENT.as_bytes()));
+    }
+    assert_eq!(
+        s2.requests(),
+        at_s2,
+        "no rerouted request reaches S2 while its report is in force"
+    );
+    // The others: throttled by their first treatment, or answered by S1 on
+    // its next connection.
+    assert_eq!(count(&a, code) + count(&a, 2001), n as usize);
+    // They moved as pending requests of the closed connection.
+    let failovers: u64 = agent
+        .shared()
+        .table
+        .all()
+        .iter()
+        .filter(|(_, p)| p.host == S1)
+        .map(|(_, p)| p.stats.failovers.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    assert!(failovers >= K, "{failovers} failovers from S1");
+    stop(agent);
+}
+
+/// A host report of the alternate (100 %): the rerouted requests meet
+/// S2's host OCS; the destination is overloaded, 5012 (RFC 7683 §8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reroute_from_a_vanished_connection_meets_the_alternates_host_report() {
+    let report = olr(1, ReportType::Host, 100, Some(60));
+    vanished_connection_reroute(report, OLR_DEFAULT_ALGO, 5012).await;
+}
+
+/// A peer report of the alternate (100 %, RFC 8581): the rerouted requests
+/// meet S2's peer OCS with no other candidate left; only the next hop is
+/// overloaded, 3004 (RFC 7683 §8, RFC 8581 §6.2.5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reroute_from_a_vanished_connection_meets_the_alternates_peer_report() {
+    let mut report = olr(1, ReportType::Peer, 100, Some(60));
+    report.source_id = Some(S2.into());
+    vanished_connection_reroute(report, OLR_DEFAULT_ALGO | OC_PEER_REPORT, 3004).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

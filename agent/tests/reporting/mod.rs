@@ -43,6 +43,11 @@ pub struct Script {
     pub experimental: Option<u32>,
     /// Answer with this Result-Code instead of 2001 (e.g. 3004).
     pub result_code: Option<u32>,
+    /// Answer no application request and close the connection once
+    /// [`Seen::vanished`] holds this many (the next hop vanishes with
+    /// requests pending at it). One shot: the script then answers again, on
+    /// the next connection.
+    pub vanish_after: Option<u64>,
 }
 
 /// What the server saw.
@@ -54,6 +59,9 @@ pub struct Seen {
     pub last_features: Mutex<Vec<OcSupportedFeatures>>,
     /// Requests that carried no OC-Supported-Features.
     pub without_features: AtomicU64,
+    /// End-to-End Identifiers of the requests left unanswered when the
+    /// connection vanished ([`Script::vanish_after`]).
+    pub vanished: Mutex<Vec<u32>>,
 }
 
 /// A scripted reporting server.
@@ -158,6 +166,16 @@ async fn serve(
                     *seen.last_features.lock().unwrap() = feats;
                     let s = {
                         let mut g = script.lock().unwrap();
+                        if let Some(n) = g.vanish_after {
+                            let mut v = seen.vanished.lock().unwrap();
+                            v.push(h.e2e);
+                            if v.len() as u64 >= n {
+                                // Closed with requests pending at the agent.
+                                g.vanish_after = None;
+                                return Ok(());
+                            }
+                            continue;
+                        }
                         let s = g.clone();
                         if g.once {
                             g.olrs.clear();
