@@ -139,7 +139,7 @@ impl Conn {
         self.rotate = self.rotate.wrapping_add(1);
         let decision = match &self.shared.overload {
             None => crate::overload::Decision::Relay,
-            Some(ov) => match crate::overload::idle_forward(ov, head.app, &routing) {
+            Some(ov) => match crate::overload::idle_forward(ov, &msg, head.app, &routing, &from) {
                 Some(d) => d,
                 None => crate::overload::treat_request(
                     &self.shared,
@@ -177,7 +177,9 @@ impl Conn {
                 Some(tx),
                 Some(((peer, slot), pinned)),
             ),
-            crate::overload::Decision::Plain { tx } => (msg, Some(tx), None),
+            crate::overload::Decision::Plain { tx, msg: rewritten } => {
+                (rewritten.unwrap_or(msg), Some(tx), None)
+            }
             crate::overload::Decision::Relay => (msg, None, None),
         };
         let r = Relayed {
