@@ -286,9 +286,9 @@ pub(crate) enum Decision {
     Plain {
         /// Transaction state for the answer.
         tx: TxState,
-        /// The request without the client's OC-Supported-Features, when it
-        /// had one (`None`: send it as received).
-        msg: Option<Bytes>,
+        /// The bytes of the client's OC-Supported-Features, when it sent
+        /// one: left out on the way upstream ([`crate::peer::table::Relayed::cut`]).
+        cut: Option<(u32, u32)>,
     },
 }
 
@@ -325,7 +325,8 @@ pub(crate) struct RequestIn<'a> {
 /// §5.1.1) is read without allocating ([`client_features`]): its feature
 /// vector and peer-report support go into the [`TxState`] as
 /// [`Doic::treat`] records them, and its OC-Supported-Features are cut out
-/// of the forwarded request ([`without_avp`]; the agent's own follow the
+/// of the forwarded request as it is written (the bytes `remove_avps`
+/// leaves; the agent's own follow the
 /// Route-Record, RFC 7683 §5.1.3, RFC 8581 §6.1.1). `None`: the full
 /// treatment is needed (overload state, or an AVP this reading does not
 /// take: several OC-Supported-Features, a malformed or foreign SourceID).
@@ -345,7 +346,7 @@ pub(crate) fn idle_forward(
                     client_features: None,
                     client_peer_report: false,
                 },
-                msg: None,
+                cut: None,
             });
     };
     let client = client_features(&raw, from)?;
@@ -356,9 +357,11 @@ pub(crate) fn idle_forward(
     let tx = with_core(ov, |core, _| {
         core.forward_client_if_idle(app_id, from, client)
     })??;
+    let start = u32::try_from(raw.offset).ok()?;
+    let end = u32::try_from(raw.offset + raw.raw.len()).ok()?;
     Some(Decision::Plain {
         tx,
-        msg: Some(without_avp(msg, raw.offset, raw.raw.len())?),
+        cut: Some((start, end)),
     })
 }
 
@@ -400,7 +403,9 @@ pub(crate) fn client_features(raw: &RawAvp<'_>, from: &str) -> Option<(u64, bool
 
 /// `msg` without the `len` bytes of the top-level AVP at `offset`, its
 /// Message Length set: the bytes [`MessageBuf::remove_avps`] leaves when
-/// that AVP is the only one removed, in one copy.
+/// that AVP is the only one removed, in one copy (what
+/// `wire::put_relayed_request_cut` writes before the Route-Record).
+#[cfg(test)]
 #[must_use]
 pub(crate) fn without_avp(msg: &[u8], offset: usize, len: usize) -> Option<Bytes> {
     let end = offset.checked_add(len)?;
@@ -417,7 +422,8 @@ pub(crate) fn without_avp(msg: &[u8], offset: usize, len: usize) -> Option<Bytes
 
 /// `msg` with `avp` (whole, padded) appended and its Message Length set: the
 /// bytes [`MessageBuf::append_avp`] gives for the same AVP, in one copy.
-fn with_avp(msg: &[u8], avp: &[u8]) -> Bytes {
+#[must_use]
+pub(crate) fn with_avp(msg: &[u8], avp: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(msg.len() + avp.len());
     out.extend_from_slice(msg);
     out.extend_from_slice(avp);
@@ -648,6 +654,33 @@ fn throttle_answer(
     out.freeze()
 }
 
+/// The idle answer to a DOIC client: when `tx` is a DOIC client's, the
+/// answer carries no OC-Supported-Features and no OC-OLR, and this worker's
+/// core is idle with no peer report of the agent's own
+/// ([`Doic::idle_answer_peer_algo`]), nothing is judged or advanced and the
+/// answer only gains the agent's OC-Supported-Features (RFC 7683 §5.1.2,
+/// RFC 8581 §6.1.2): that AVP, encoded once, and whether the request may be
+/// retried elsewhere (not after 5198). `None`: [`treat_answer`] is needed.
+pub(crate) fn idle_client_answer(
+    ov: &Overload,
+    tx: &TxState,
+    routing: &Routing<'_>,
+) -> Option<(Bytes, bool)> {
+    let vector = tx.client_features?;
+    if routing.oc_supported_features().is_some() || routing.oc_olrs().next().is_some() {
+        return None;
+    }
+    let peer_algo = with_core(ov, |core, _| core.idle_answer_peer_algo(vector))??;
+    let avp = match (tx.client_peer_report, peer_algo) {
+        (false, _) => &ov.answer_avps[0],
+        (true, crate::doic::Algorithm::Loss) => &ov.answer_avps[1],
+        (true, crate::doic::Algorithm::Rate) => &ov.answer_avps[2],
+    };
+    let retry = routing.experimental_result_code().map(|(_, c)| c)
+        != Some(crate::doic::treatment::DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY);
+    Some((avp.clone(), retry))
+}
+
 /// Handles an answer from `from_peer` to a request from `client` for
 /// `dest_realm` treated with `tx`: reports judged and applied, the answer
 /// rewritten for the client. Returns the answer to send downstream and
@@ -660,23 +693,8 @@ pub(crate) fn treat_answer(
     msg: &Bytes,
     routing: &Routing<'_>,
 ) -> (Option<Bytes>, bool) {
-    if let Some(vector) = tx.client_features
-        && routing.oc_supported_features().is_none()
-        && routing.oc_olrs().next().is_none()
-        && let Some(peer_algo) =
-            with_core(ov, |core, _| core.idle_answer_peer_algo(vector)).flatten()
-    {
-        // A DOIC client, nothing to judge or advance: the agent's
-        // OC-Supported-Features, encoded once, appended (what `on_answer`
-        // and `apply_answer` give).
-        let avp = match (tx.client_peer_report, peer_algo) {
-            (false, _) => &ov.answer_avps[0],
-            (true, crate::doic::Algorithm::Loss) => &ov.answer_avps[1],
-            (true, crate::doic::Algorithm::Rate) => &ov.answer_avps[2],
-        };
-        let retry = routing.experimental_result_code().map(|(_, c)| c)
-            != Some(crate::doic::treatment::DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY);
-        return (Some(with_avp(msg, avp)), retry);
+    if let Some((avp, retry)) = idle_client_answer(ov, tx, routing) {
+        return (Some(with_avp(msg, &avp)), retry);
     }
     if tx.client_features.is_none()
         && routing.oc_supported_features().is_none()
@@ -1006,11 +1024,23 @@ mod tests {
                 let routing = Routing::scan(&msg).unwrap();
                 let Some(Decision::Plain {
                     tx,
-                    msg: Some(fast_msg),
+                    cut: Some((a, b)),
                 }) = idle_forward(&ov, &msg, 4, &routing, "client")
                 else {
                     panic!("no fast path for {cf:?}");
                 };
+                // As the connection writes it (`put_relayed_request_cut`),
+                // and as `without_avp` gives it.
+                let mut written = BytesMut::new();
+                crate::wire::put_relayed_request_cut(
+                    &mut written,
+                    &msg,
+                    (a as usize, b as usize),
+                    "client",
+                    9,
+                    false,
+                );
+                let fast_msg = without_avp(&msg, a as usize, (b - a) as usize).unwrap();
                 let received =
                     OcSupportedFeatures::from_raw(&routing.oc_supported_features().unwrap())
                         .unwrap();
@@ -1032,7 +1062,11 @@ mod tests {
                 };
                 let mut buf = MessageBuf::new(BytesMut::from(&msg[..])).unwrap();
                 assert_eq!(buf.remove_avps(is_features).unwrap(), 1);
-                assert_eq!(fast_msg, buf.freeze(), "forwarded request for {cf:?}");
+                let full_msg = buf.freeze();
+                assert_eq!(fast_msg, full_msg, "forwarded request for {cf:?}");
+                let mut full_written = BytesMut::new();
+                crate::wire::put_relayed_request(&mut full_written, &full_msg, "client", 9, false);
+                assert_eq!(written, full_written, "written request for {cf:?}");
                 assert_eq!(tx, full_tx.to_state(), "transaction state for {cf:?}");
                 assert_eq!(tx.client_features.is_some(), trusted);
 
