@@ -180,6 +180,17 @@ impl Overload {
         &self.features_avp
     }
 
+    /// The agent's OC-Supported-Features toward a DOIC client in an answer
+    /// that selects nothing, encoded: `which` as [`idle_client_answer`]
+    /// gives it (0: the client without peer reports; 1, 2: with them, and
+    /// OC-Peer-Algo loss or rate). Empty for another value.
+    #[must_use]
+    pub fn answer_features_avp(&self, which: u8) -> &[u8] {
+        self.answer_avps
+            .get(usize::from(which))
+            .map_or(&[][..], |b| &b[..])
+    }
+
     /// The effective configuration.
     #[must_use]
     pub fn config(&self) -> &DoicConfig {
@@ -661,24 +672,25 @@ fn throttle_answer(
 /// answer only gains the agent's OC-Supported-Features (RFC 7683 §5.1.2,
 /// RFC 8581 §6.1.2): that AVP, encoded once, and whether the request may be
 /// retried elsewhere (not after 5198). `None`: [`treat_answer`] is needed.
+/// The AVP is given as its index for [`Overload::answer_features_avp`].
 pub(crate) fn idle_client_answer(
     ov: &Overload,
     tx: &TxState,
     routing: &Routing<'_>,
-) -> Option<(Bytes, bool)> {
+) -> Option<(u8, bool)> {
     let vector = tx.client_features?;
     if routing.oc_supported_features().is_some() || routing.oc_olrs().next().is_some() {
         return None;
     }
     let peer_algo = with_core(ov, |core, _| core.idle_answer_peer_algo(vector))??;
-    let avp = match (tx.client_peer_report, peer_algo) {
-        (false, _) => &ov.answer_avps[0],
-        (true, crate::doic::Algorithm::Loss) => &ov.answer_avps[1],
-        (true, crate::doic::Algorithm::Rate) => &ov.answer_avps[2],
+    let which = match (tx.client_peer_report, peer_algo) {
+        (false, _) => 0,
+        (true, crate::doic::Algorithm::Loss) => 1,
+        (true, crate::doic::Algorithm::Rate) => 2,
     };
     let retry = routing.experimental_result_code().map(|(_, c)| c)
         != Some(crate::doic::treatment::DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY);
-    Some((avp.clone(), retry))
+    Some((which, retry))
 }
 
 /// Handles an answer from `from_peer` to a request from `client` for
@@ -693,8 +705,8 @@ pub(crate) fn treat_answer(
     msg: &Bytes,
     routing: &Routing<'_>,
 ) -> (Option<Bytes>, bool) {
-    if let Some((avp, retry)) = idle_client_answer(ov, tx, routing) {
-        return (Some(with_avp(msg, &avp)), retry);
+    if let Some((which, retry)) = idle_client_answer(ov, tx, routing) {
+        return (Some(with_avp(msg, ov.answer_features_avp(which))), retry);
     }
     if tx.client_features.is_none()
         && routing.oc_supported_features().is_none()

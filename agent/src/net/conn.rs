@@ -654,13 +654,15 @@ impl Conn {
             }
             ToConn::AnswerWith {
                 msg,
-                avp,
+                features,
                 hbh,
                 code,
             } => {
                 let start = self.out.len();
                 self.out.extend_from_slice(&msg);
-                self.out.extend_from_slice(&avp);
+                if let Some(ov) = &self.shared.overload {
+                    self.out.extend_from_slice(ov.answer_features_avp(features));
+                }
                 wire::finish(&mut self.out, start);
                 wire::set_hbh(&mut self.out[start..], hbh);
                 self.inflight_down = self.inflight_down.saturating_sub(1);

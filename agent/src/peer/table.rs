@@ -33,14 +33,14 @@ pub enum ToConn {
         /// for the counters.
         code: u32,
     },
-    /// [`ToConn::Answer`] with one more AVP at its end (the agent's
-    /// OC-Supported-Features toward a DOIC client, encoded once): written
-    /// without copying the answer first.
+    /// [`ToConn::Answer`] with the agent's OC-Supported-Features toward a
+    /// DOIC client at its end, written without copying the answer first.
     AnswerWith {
         /// The answer as received upstream.
         msg: Bytes,
-        /// The whole AVP (header, value, padding) to append.
-        avp: Bytes,
+        /// Which of the agent's encoded OC-Supported-Features
+        /// ([`crate::overload::Overload::answer_features_avp`]).
+        features: u8,
         /// The Hop-by-Hop Identifier the downstream peer used.
         hbh: u32,
         /// As in [`ToConn::Answer`].

@@ -250,11 +250,11 @@ impl Conn {
         if let Some(ov) = &self.shared.overload
             && let Some(tx) = p.r.doic.as_ref()
             && let Some(scan) = routing.as_ref()
-            && let Some((avp, retry)) = crate::overload::idle_client_answer(ov, tx, scan)
+            && let Some((features, retry)) = crate::overload::idle_client_answer(ov, tx, scan)
         {
             // A DOIC client and nothing to judge: the agent's features are
             // appended as the answer is written (`ToConn::AnswerWith`).
-            (append, retry_ok) = (Some(avp), retry);
+            (append, retry_ok) = (Some(features), retry);
         } else if let Some(ov) = &self.shared.overload
             && let Some(tx) = p.r.doic.as_ref()
             && let Some(scan) = routing.as_ref()
@@ -275,8 +275,10 @@ impl Conn {
                 match relay::dispatch(&self.shared, r, None, self.rotate) {
                     Ok(()) => return,
                     Err((r, _)) => {
-                        if let Some(avp) = append {
-                            msg = crate::overload::with_avp(&msg, &avp);
+                        if let Some(f) = append
+                            && let Some(ov) = &self.shared.overload
+                        {
+                            msg = crate::overload::with_avp(&msg, ov.answer_features_avp(f));
                         }
                         let _ = r.reply.send(ToConn::Answer {
                             msg,
@@ -289,9 +291,9 @@ impl Conn {
             }
         }
         let _ = p.r.reply.send(match append {
-            Some(avp) => ToConn::AnswerWith {
+            Some(features) => ToConn::AnswerWith {
                 msg,
-                avp,
+                features,
                 hbh: p.r.hbh,
                 code,
             },
