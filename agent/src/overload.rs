@@ -360,7 +360,21 @@ pub(crate) fn idle_forward(
                 cut: None,
             });
     };
-    let client = client_features(&raw, from)?;
+    idle_forward_client(ov, msg, app_id, &raw, from)
+}
+
+/// [`idle_forward`] for a DOIC client's request (`raw`: its
+/// OC-Supported-Features), out of line so that the path without them stays
+/// as small as it was.
+#[inline(never)]
+fn idle_forward_client(
+    ov: &Overload,
+    msg: &Bytes,
+    app_id: u32,
+    raw: &RawAvp<'_>,
+    from: &str,
+) -> Option<Decision> {
+    let client = client_features(raw, from)?;
     let rest = msg.get(raw.offset + raw.raw.len()..)?;
     if AvpIter::new(rest).any(|a| a.is_ok_and(|a| is_features(&a))) {
         return None;
@@ -599,7 +613,7 @@ pub(crate) fn retreat(
     let prior = r.doic.and_then(|t| {
         t.client_features.map(|v| OcSupportedFeatures {
             source_id: t.client_peer_report.then(|| r.from.to_string()),
-            ..crate::doic::treatment::features_of(v)
+            ..crate::doic::treatment::features_of(v.get())
         })
     });
     treat_request(
@@ -678,7 +692,7 @@ pub(crate) fn idle_client_answer(
     tx: &TxState,
     routing: &Routing<'_>,
 ) -> Option<(u8, bool)> {
-    let vector = tx.client_features?;
+    let vector = tx.client_features?.get();
     if routing.oc_supported_features().is_some() || routing.oc_olrs().next().is_some() {
         return None;
     }
@@ -893,6 +907,17 @@ pub fn audit_json(ov: &Overload) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The transaction state that travels with every relayed request stays
+    /// small, and a kept vector of 0 is loss (RFC 7683 §6.1).
+    #[test]
+    fn transaction_state_is_small_and_keeps_loss() {
+        assert_eq!(std::mem::size_of::<Option<TxState>>(), 16);
+        assert_eq!(
+            crate::doic::treatment::kept_vector(0).get(),
+            crate::doic::features::OLR_DEFAULT_ALGO
+        );
+    }
 
     /// The AVP appended to relayed requests is the one the core decides
     /// (RFC 7683 §5.1.3, RFC 8581 §6.1.1), for every algorithm setting.

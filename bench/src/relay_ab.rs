@@ -396,12 +396,18 @@ pub fn serve_side(
         Subject::Doic => (
             vec![
                 crate::relay::start_agent(&agent_toml(server.addr, ""))?,
+                // The DOIC client is trusted for DOIC (RFC 7683 §10.4); the
+                // plain comparison keeps the bare section.
                 crate::relay::start_agent(&agent_toml(
                     server.addr,
-                    &format!(
-                        "[doic]\n[doic.peers.\"{}\"]\ntrusted = true\n",
-                        crate::relay::CLIENT_HOST
-                    ),
+                    &if doic_client {
+                        format!(
+                            "[doic]\n[doic.peers.\"{}\"]\ntrusted = true\n",
+                            crate::relay::CLIENT_HOST
+                        )
+                    } else {
+                        "[doic]\n".to_owned()
+                    },
                 ))?,
             ],
             1,

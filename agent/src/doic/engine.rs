@@ -450,12 +450,13 @@ impl Doic {
             return None;
         }
         let policy = self.cfg.peer(from_peer);
-        let client_features = (policy.trusted && policy.receive_reports).then_some(vector);
+        let client_features = (policy.trusted && policy.receive_reports)
+            .then(|| super::treatment::kept_vector(vector));
         Some(TxState {
             app_id,
             client_features,
             client_peer_report: self.cfg.peer_report
-                && client_features.is_some_and(|v| v & features::OC_PEER_REPORT != 0)
+                && client_features.is_some_and(|v| v.get() & features::OC_PEER_REPORT != 0)
                 && source_is_sender,
         })
     }

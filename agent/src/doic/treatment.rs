@@ -3,6 +3,7 @@
 //! Experimental-Result 5198 of seed 004).
 
 use std::borrow::Cow;
+use std::num::NonZeroU64;
 
 use super::config::ThrottleResult;
 use super::features::OcSupportedFeatures;
@@ -142,7 +143,10 @@ impl PendingTx<'_> {
     pub fn to_state(&self) -> TxState {
         TxState {
             app_id: self.app_id,
-            client_features: self.client_features.as_ref().map(|f| f.features()),
+            client_features: self
+                .client_features
+                .as_ref()
+                .map(|f| kept_vector(f.features())),
             client_peer_report: self.client_peer_report,
         }
     }
@@ -156,8 +160,10 @@ pub struct TxState {
     pub app_id: u32,
     /// The OC-Feature-Vector of the client's OC-Supported-Features (absent
     /// vector: loss only, RFC 7683 §5.1.1), when it is a DOIC node trusted
-    /// for DOIC ([`PendingTx::client_features`]); `None` otherwise.
-    pub client_features: Option<u64>,
+    /// for DOIC ([`PendingTx::client_features`]); `None` otherwise. Kept by
+    /// [`kept_vector`] (non-zero: the state stays 16 bytes, it travels with
+    /// every relayed request).
+    pub client_features: Option<NonZeroU64>,
     /// [`PendingTx::client_peer_report`].
     pub client_peer_report: bool,
 }
@@ -175,11 +181,25 @@ impl TxState {
         PendingTx {
             app_id: self.app_id,
             client: Cow::Borrowed(client),
-            client_features: self.client_features.map(|v| Cow::Owned(features_of(v))),
+            client_features: self
+                .client_features
+                .map(|v| Cow::Owned(features_of(v.get()))),
             client_peer_report: self.client_peer_report,
             dest_realm: Cow::Borrowed(dest_realm),
             upstream: Cow::Borrowed(upstream),
         }
+    }
+}
+
+/// A client's OC-Feature-Vector as a [`TxState`] keeps it: a vector of 0 as
+/// loss (bit 1, OLR_DEFAULT_ALGO), which supports the same algorithms (loss
+/// is always supported, RFC 7683 §6.1; no other bit is set) and is all the
+/// answer needs once peer-report support is recorded.
+#[must_use]
+pub const fn kept_vector(vector: u64) -> NonZeroU64 {
+    match NonZeroU64::new(vector) {
+        Some(v) => v,
+        None => NonZeroU64::MIN,
     }
 }
 
