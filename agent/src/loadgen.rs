@@ -344,6 +344,8 @@ pub struct Client {
     id: Identity,
     inbuf: BytesMut,
     next: u32,
+    /// OC-Supported-Features put in every request, encoded ([`Client::announce_doic`]).
+    features: Option<Bytes>,
     /// Result-Code of the CEA.
     pub cea_result: u32,
 }
@@ -369,6 +371,7 @@ impl Client {
             id,
             inbuf: BytesMut::with_capacity(256 * 1024),
             next: 1,
+            features: None,
             cea_result: 0,
         };
         let m = tokio::time::timeout(Duration::from_secs(5), c.read_message())
@@ -410,6 +413,27 @@ impl Client {
         self.stream.write_all(b).await
     }
 
+    /// Makes the client a DOIC reacting node (RFC 7683 §5.1.1, RFC 8581
+    /// §6.1.1): every request it sends from now on carries
+    /// OC-Supported-Features with the loss, rate and peer-report bits and
+    /// its own identity as SourceID.
+    pub fn announce_doic(&mut self) {
+        let f = crate::codec::doic::OcSupportedFeatures {
+            feature_vector: Some(
+                crate::dictionary::doic::OLR_DEFAULT_ALGO
+                    | crate::dictionary::doic::OLR_RATE_ALGORITHM
+                    | crate::dictionary::doic::OC_PEER_REPORT,
+            ),
+            source_id: Some(self.id.host.clone()),
+            peer_algo: None,
+        };
+        let mut out = BytesMut::with_capacity(64);
+        // An AVP of three small children always encodes.
+        if f.to_avp().encode(&mut out).is_ok() {
+            self.features = Some(out.freeze());
+        }
+    }
+
     /// Appends one test request with Hop-by-Hop `hbh` to `out`.
     pub fn put_request(&self, out: &mut BytesMut, t: &Traffic, hbh: u32) {
         let s = wire::begin(
@@ -434,6 +458,9 @@ impl Client {
         out.put_u32(0xc000_0010);
         out.put_u32(999_999);
         out.put_u32(hbh);
+        if let Some(f) = &self.features {
+            out.extend_from_slice(f);
+        }
         wire::finish(out, s);
     }
 

@@ -28,7 +28,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::agent::Shared;
 use crate::audit::Totals;
-use crate::codec::avp::Avp;
+use crate::codec::avp::{Avp, AvpIter, RawAvp};
 use crate::codec::relay::{MessageBuf, Routing};
 use crate::codec::{CommandFlags, Header, builder};
 use crate::dictionary::code;
@@ -108,6 +108,11 @@ pub struct Overload {
     own: own::OwnState,
     /// The agent's OC-Supported-Features for requests, encoded once.
     features_avp: Bytes,
+    /// The agent's OC-Supported-Features toward a DOIC client in an answer
+    /// that selects nothing (loss), encoded once for each case: the client
+    /// without peer reports, with them and OC-Peer-Algo loss, with them and
+    /// OC-Peer-Algo rate ([`Doic::idle_answer_peer_algo`]).
+    answer_avps: [Bytes; 3],
 }
 
 impl Overload {
@@ -133,7 +138,30 @@ impl Overload {
         {
             tracing::error!(cause = %e, "cannot encode the agent's OC-Supported-Features");
         }
+        // RFC 7683 §5.1.2, RFC 8581 §6.1.2: what `Doic::on_answer` adds for a
+        // DOIC client when nothing is selected upstream.
+        let answer_avp = |peer_report: bool, peer_algo: crate::doic::Algorithm| {
+            let f = crate::doic::features::answer_features(
+                Some(&OcSupportedFeatures::default()),
+                peer_report,
+                crate::doic::Algorithm::Loss,
+                peer_algo,
+                identity,
+            )
+            .unwrap_or_default();
+            let mut out = BytesMut::with_capacity(64);
+            if let Err(e) = f.to_avp().encode(&mut out) {
+                tracing::error!(cause = %e, "cannot encode the agent's answer OC-Supported-Features");
+            }
+            out.freeze()
+        };
+        let answer_avps = [
+            answer_avp(false, crate::doic::Algorithm::Loss),
+            answer_avp(true, crate::doic::Algorithm::Loss),
+            answer_avp(true, crate::doic::Algorithm::Rate),
+        ];
         Some(Self {
+            answer_avps,
             features_avp: features_avp.freeze(),
             own: own::OwnState::new(identity, cfg.own_capacity, origin, base_ms),
             cfg,
@@ -150,6 +178,17 @@ impl Overload {
     #[must_use]
     pub fn features_avp(&self) -> &[u8] {
         &self.features_avp
+    }
+
+    /// The agent's OC-Supported-Features toward a DOIC client in an answer
+    /// that selects nothing, encoded: `which` as [`idle_client_answer`]
+    /// gives it (0: the client without peer reports; 1, 2: with them, and
+    /// OC-Peer-Algo loss or rate). Empty for another value.
+    #[must_use]
+    pub fn answer_features_avp(&self, which: u8) -> &[u8] {
+        self.answer_avps
+            .get(usize::from(which))
+            .map_or(&[][..], |b| &b[..])
     }
 
     /// The effective configuration.
@@ -253,12 +292,14 @@ pub(crate) enum Decision {
     },
     /// Not for the core (no candidate, DOIC off): the relay routes as usual.
     Relay,
-    /// No overload state and a client that sent no OC-Supported-Features:
-    /// the relay routes as usual, keeping `tx` (the agent's features go up,
-    /// the answer is looked at).
+    /// No overload state: the relay routes as usual, keeping `tx` (the
+    /// agent's features go up, the answer is looked at).
     Plain {
         /// Transaction state for the answer.
         tx: TxState,
+        /// The bytes of the client's OC-Supported-Features, when it sent
+        /// one: left out on the way upstream ([`crate::peer::table::Relayed::cut`]).
+        cut: Option<(u32, u32)>,
     },
 }
 
@@ -287,24 +328,132 @@ pub(crate) struct RequestIn<'a> {
 }
 
 /// The common case, decided without the core's full treatment: no overload
-/// state on this worker and a request without OC-Supported-Features (the
-/// agent is the reacting node for its client, RFC 7683 §5.1.3). Every
-/// request would then go to the router's first choice ([`Doic::treat`]
-/// forwards to candidate 0), so the relay routes it as without DOIC. Counted
-/// as forwarded.
-pub(crate) fn idle_forward(ov: &Overload, app_id: u32, routing: &Routing<'_>) -> Option<Decision> {
-    if routing.oc_supported_features().is_some() {
+/// state on this worker. Every request would then go to the router's first
+/// choice ([`Doic::treat`] forwards to candidate 0), so the relay routes it
+/// as without DOIC; counted as forwarded. A request without
+/// OC-Supported-Features keeps a plain [`TxState`] (the agent is the
+/// reacting node, RFC 7683 §5.1.3). A DOIC client's request (RFC 7683
+/// §5.1.1) is read without allocating ([`client_features`]): its feature
+/// vector and peer-report support go into the [`TxState`] as
+/// [`Doic::treat`] records them, and its OC-Supported-Features are cut out
+/// of the forwarded request as it is written (the bytes `remove_avps`
+/// leaves; the agent's own follow the
+/// Route-Record, RFC 7683 §5.1.3, RFC 8581 §6.1.1). `None`: the full
+/// treatment is needed (overload state, or an AVP this reading does not
+/// take: several OC-Supported-Features, a malformed or foreign SourceID).
+pub(crate) fn idle_forward(
+    ov: &Overload,
+    msg: &Bytes,
+    app_id: u32,
+    routing: &Routing<'_>,
+    from: &str,
+) -> Option<Decision> {
+    let Some(raw) = routing.oc_supported_features() else {
+        return with_core(ov, |core, _| core.forward_if_idle())
+            .unwrap_or(false)
+            .then_some(Decision::Plain {
+                tx: TxState {
+                    app_id,
+                    client_features: None,
+                    client_peer_report: false,
+                },
+                cut: None,
+            });
+    };
+    idle_forward_client(ov, msg, app_id, &raw, from)
+}
+
+/// [`idle_forward`] for a DOIC client's request (`raw`: its
+/// OC-Supported-Features), out of line so that the path without them stays
+/// as small as it was.
+#[inline(never)]
+fn idle_forward_client(
+    ov: &Overload,
+    msg: &Bytes,
+    app_id: u32,
+    raw: &RawAvp<'_>,
+    from: &str,
+) -> Option<Decision> {
+    let client = client_features(raw, from)?;
+    let rest = msg.get(raw.offset + raw.raw.len()..)?;
+    if AvpIter::new(rest).any(|a| a.is_ok_and(|a| is_features(&a))) {
         return None;
     }
-    with_core(ov, |core, _| core.forward_if_idle())
-        .unwrap_or(false)
-        .then_some(Decision::Plain {
-            tx: TxState {
-                app_id,
-                client_features: None,
-                client_peer_report: false,
-            },
-        })
+    let tx = with_core(ov, |core, _| {
+        core.forward_client_if_idle(app_id, from, client)
+    })??;
+    let start = u32::try_from(raw.offset).ok()?;
+    let end = u32::try_from(raw.offset + raw.raw.len()).ok()?;
+    Some(Decision::Plain {
+        tx,
+        cut: Some((start, end)),
+    })
+}
+
+/// The OC-Feature-Vector of a received OC-Supported-Features (absent: loss,
+/// as [`OcSupportedFeatures::features`]) and whether its SourceID is
+/// `from`, read in place; `None` for anything [`OcSupportedFeatures::from_raw`]
+/// could refuse or read otherwise (a child of the wrong length, a SourceID
+/// that is not `from`), left to the full treatment.
+#[must_use]
+pub(crate) fn client_features(raw: &RawAvp<'_>, from: &str) -> Option<(u64, bool)> {
+    let (mut vector, mut peer_algo, mut source) = (None, false, None);
+    for c in raw.children() {
+        let c = c.ok()?;
+        if c.vendor_id.is_some() {
+            continue;
+        }
+        match c.code {
+            code::OC_FEATURE_VECTOR if vector.is_none() => {
+                vector = Some(u64::from_be_bytes(c.data.try_into().ok()?));
+            }
+            code::OC_PEER_ALGO if !peer_algo => {
+                let _: [u8; 8] = c.data.try_into().ok()?;
+                peer_algo = true;
+            }
+            code::SOURCE_ID if source.is_none() => {
+                if from.is_empty() || c.data != from.as_bytes() {
+                    return None;
+                }
+                source = Some(true);
+            }
+            _ => {}
+        }
+    }
+    Some((
+        vector.unwrap_or(crate::doic::features::OLR_DEFAULT_ALGO),
+        source.unwrap_or(false),
+    ))
+}
+
+/// `msg` without the `len` bytes of the top-level AVP at `offset`, its
+/// Message Length set: the bytes [`MessageBuf::remove_avps`] leaves when
+/// that AVP is the only one removed, in one copy (what
+/// `wire::put_relayed_request_cut` writes before the Route-Record).
+#[cfg(test)]
+#[must_use]
+pub(crate) fn without_avp(msg: &[u8], offset: usize, len: usize) -> Option<Bytes> {
+    let end = offset.checked_add(len)?;
+    let (head, tail) = (msg.get(..offset)?, msg.get(end..)?);
+    if offset < crate::codec::HEADER_LEN {
+        return None;
+    }
+    let mut out = BytesMut::with_capacity(msg.len() - len);
+    out.extend_from_slice(head);
+    out.extend_from_slice(tail);
+    crate::wire::finish(&mut out, 0);
+    Some(out.freeze())
+}
+
+/// `msg` with `avp` (whole, padded) appended and its Message Length set: the
+/// bytes [`MessageBuf::append_avp`] gives for the same AVP, in one copy.
+#[must_use]
+pub(crate) fn with_avp(msg: &[u8], avp: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(msg.len() + avp.len());
+    out.extend_from_slice(msg);
+    out.extend_from_slice(avp);
+    crate::wire::finish(&mut out, 0);
+    out.freeze()
 }
 
 /// Treats one request (RFC 8581 §5 order) and applies the decision to its
@@ -459,6 +608,14 @@ pub(crate) fn retreat(
     let Ok(realm) = std::str::from_utf8(&r.realm) else {
         return Decision::Relay;
     };
+    // The client's features as first recorded: its vector, and its own
+    // identity as SourceID when it supports peer reports (RFC 8581 §6.1.2).
+    let prior = r.doic.and_then(|t| {
+        t.client_features.map(|v| OcSupportedFeatures {
+            source_id: t.client_peer_report.then(|| r.from.to_string()),
+            ..crate::doic::treatment::features_of(v.get())
+        })
+    });
     treat_request(
         shared,
         ov,
@@ -471,7 +628,7 @@ pub(crate) fn retreat(
             dest_host,
             excluded: &r.tried,
             rotate,
-            prior: r.doic.as_ref().and_then(|t| t.client_features.as_deref()),
+            prior: prior.as_ref(),
         },
     )
 }
@@ -522,6 +679,34 @@ fn throttle_answer(
     out.freeze()
 }
 
+/// The idle answer to a DOIC client: when `tx` is a DOIC client's, the
+/// answer carries no OC-Supported-Features and no OC-OLR, and this worker's
+/// core is idle with no peer report of the agent's own
+/// ([`Doic::idle_answer_peer_algo`]), nothing is judged or advanced and the
+/// answer only gains the agent's OC-Supported-Features (RFC 7683 §5.1.2,
+/// RFC 8581 §6.1.2): that AVP, encoded once, and whether the request may be
+/// retried elsewhere (not after 5198). `None`: [`treat_answer`] is needed.
+/// The AVP is given as its index for [`Overload::answer_features_avp`].
+pub(crate) fn idle_client_answer(
+    ov: &Overload,
+    tx: &TxState,
+    routing: &Routing<'_>,
+) -> Option<(u8, bool)> {
+    let vector = tx.client_features?.get();
+    if routing.oc_supported_features().is_some() || routing.oc_olrs().next().is_some() {
+        return None;
+    }
+    let peer_algo = with_core(ov, |core, _| core.idle_answer_peer_algo(vector))??;
+    let which = match (tx.client_peer_report, peer_algo) {
+        (false, _) => 0,
+        (true, crate::doic::Algorithm::Loss) => 1,
+        (true, crate::doic::Algorithm::Rate) => 2,
+    };
+    let retry = routing.experimental_result_code().map(|(_, c)| c)
+        != Some(crate::doic::treatment::DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY);
+    Some((which, retry))
+}
+
 /// Handles an answer from `from_peer` to a request from `client` for
 /// `dest_realm` treated with `tx`: reports judged and applied, the answer
 /// rewritten for the client. Returns the answer to send downstream and
@@ -534,6 +719,9 @@ pub(crate) fn treat_answer(
     msg: &Bytes,
     routing: &Routing<'_>,
 ) -> (Option<Bytes>, bool) {
+    if let Some((which, retry)) = idle_client_answer(ov, tx, routing) {
+        return (Some(with_avp(msg, ov.answer_features_avp(which))), retry);
+    }
     if tx.client_features.is_none()
         && routing.oc_supported_features().is_none()
         && routing.oc_olrs().next().is_none()
@@ -719,7 +907,17 @@ pub fn audit_json(ov: &Overload) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::avp::AvpIter;
+
+    /// The transaction state that travels with every relayed request stays
+    /// small, and a kept vector of 0 is loss (RFC 7683 §6.1).
+    #[test]
+    fn transaction_state_is_small_and_keeps_loss() {
+        assert_eq!(std::mem::size_of::<Option<TxState>>(), 16);
+        assert_eq!(
+            crate::doic::treatment::kept_vector(0).get(),
+            crate::doic::features::OLR_DEFAULT_ALGO
+        );
+    }
 
     /// The AVP appended to relayed requests is the one the core decides
     /// (RFC 7683 §5.1.3, RFC 8581 §6.1.1), for every algorithm setting.
@@ -762,5 +960,225 @@ mod tests {
                 core.request_features()
             );
         }
+    }
+
+    /// A DOIC client's request: OC-Supported-Features between other AVPs.
+    fn client_request(features: &OcSupportedFeatures) -> Bytes {
+        crate::codec::Message::request(272, 4, true)
+            .with(Avp::str(code::SESSION_ID, "client;1"))
+            .with(Avp::str(code::ORIGIN_HOST, "client"))
+            .with(features.to_avp())
+            .with(Avp::str(code::DESTINATION_REALM, "realm"))
+            .with(Avp::u32(code::RESULT_CODE, 7))
+            .to_bytes()
+            .unwrap()
+            .freeze()
+    }
+
+    /// The client feature sets the fast path must read as the full
+    /// treatment does (RFC 7683 §5.1.1, RFC 8581 §6.1.2).
+    fn client_feature_sets() -> Vec<OcSupportedFeatures> {
+        use crate::doic::features::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
+        let f = |v: Option<u64>, s: Option<&str>, pa: Option<u64>| OcSupportedFeatures {
+            feature_vector: v,
+            source_id: s.map(str::to_owned),
+            peer_algo: pa,
+        };
+        vec![
+            f(
+                Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT),
+                Some("client"),
+                None,
+            ),
+            f(
+                Some(OLR_DEFAULT_ALGO | OC_PEER_REPORT),
+                Some("client"),
+                None,
+            ),
+            f(Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM), None, None),
+            f(Some(OLR_DEFAULT_ALGO | OC_PEER_REPORT), None, None),
+            f(
+                Some(OLR_RATE_ALGORITHM | OC_PEER_REPORT),
+                Some("client"),
+                Some(OLR_DEFAULT_ALGO),
+            ),
+            f(None, None, None),
+        ]
+    }
+
+    fn doic_cfg(peer_algo: crate::doic::Algorithm, trusted: bool) -> DoicConfig {
+        let mut cfg = DoicConfig {
+            algorithms: vec![crate::doic::Algorithm::Loss, crate::doic::Algorithm::Rate],
+            peer_report: true,
+            peer_algo,
+            ..DoicConfig::default()
+        };
+        cfg.peers.insert(
+            "client".into(),
+            crate::doic::config::PeerPolicy {
+                trusted,
+                receive_reports: true,
+            },
+        );
+        cfg
+    }
+
+    /// The idle fast path for a DOIC client ([`idle_forward`], then
+    /// [`treat_answer`]) gives the bytes and transaction state of the full
+    /// treatment ([`Doic::treat`] with `remove_avps`, then
+    /// [`Doic::on_answer`] with `apply_answer`): the client's features cut
+    /// out of the forwarded request (RFC 7683 §5.1.3, RFC 8581 §6.1.1), the
+    /// agent's own OC-Supported-Features in the answer with loss selected
+    /// and, toward a peer-report client, SourceID and OC-Peer-Algo (RFC 7683
+    /// §5.1.2, RFC 8581 §6.1.2).
+    #[test]
+    fn idle_doic_client_fast_path_is_byte_identical_to_full_treatment() {
+        let answer = crate::codec::Message::new(272, 4, CommandFlags::default())
+            .with(Avp::str(code::SESSION_ID, "client;1"))
+            .with(Avp::u32(code::RESULT_CODE, 2001))
+            .with(Avp::str(code::ORIGIN_HOST, "server"))
+            .with(Avp::str(code::ORIGIN_REALM, "realm"))
+            .to_bytes()
+            .unwrap()
+            .freeze();
+        let cands = [Candidate {
+            peer: "server",
+            server: Some("server"),
+        }];
+        let mut checked = 0;
+        for (peer_algo, trusted) in [
+            (crate::doic::Algorithm::Rate, true),
+            (crate::doic::Algorithm::Loss, true),
+            (crate::doic::Algorithm::Rate, false),
+        ] {
+            let cfg = doic_cfg(peer_algo, trusted);
+            let ov = Overload::new("agent", Some(cfg.clone()), 1).unwrap();
+            // This thread's core is made from `ov` on first use.
+            CORE.with(|c| *c.borrow_mut() = None);
+            let mut full = Doic::new("agent", cfg, 1, 1).unwrap();
+            for cf in client_feature_sets() {
+                let msg = client_request(&cf);
+                let routing = Routing::scan(&msg).unwrap();
+                let Some(Decision::Plain {
+                    tx,
+                    cut: Some((a, b)),
+                }) = idle_forward(&ov, &msg, 4, &routing, "client")
+                else {
+                    panic!("no fast path for {cf:?}");
+                };
+                // As the connection writes it (`put_relayed_request_cut`),
+                // and as `without_avp` gives it.
+                let mut written = BytesMut::new();
+                crate::wire::put_relayed_request_cut(
+                    &mut written,
+                    &msg,
+                    (a as usize, b as usize),
+                    "client",
+                    9,
+                    false,
+                );
+                let fast_msg = without_avp(&msg, a as usize, (b - a) as usize).unwrap();
+                let received =
+                    OcSupportedFeatures::from_raw(&routing.oc_supported_features().unwrap())
+                        .unwrap();
+                let view = RequestView {
+                    app_id: 4,
+                    command_code: 272,
+                    from_peer: "client",
+                    dest_realm: "realm",
+                    dest_host: None,
+                    features: Some(&received),
+                    drmp: None,
+                };
+                let Treatment::Forward {
+                    index: 0,
+                    tx: full_tx,
+                } = full.treat(ov.origin, &view, &cands)
+                else {
+                    panic!("full treatment did not forward");
+                };
+                let mut buf = MessageBuf::new(BytesMut::from(&msg[..])).unwrap();
+                assert_eq!(buf.remove_avps(is_features).unwrap(), 1);
+                let full_msg = buf.freeze();
+                assert_eq!(fast_msg, full_msg, "forwarded request for {cf:?}");
+                let mut full_written = BytesMut::new();
+                crate::wire::put_relayed_request(&mut full_written, &full_msg, "client", 9, false);
+                assert_eq!(written, full_written, "written request for {cf:?}");
+                assert_eq!(tx, full_tx.to_state(), "transaction state for {cf:?}");
+                assert_eq!(tx.client_features.is_some(), trusted);
+
+                let scan = Routing::scan(&answer).unwrap();
+                let (fast_answer, retry) =
+                    treat_answer(&ov, &tx, ("client", "realm"), "server", &answer, &scan);
+                let pending = full_tx.to_state();
+                let act = full.on_answer(
+                    ov.origin,
+                    &pending.pending("client", "realm", "server"),
+                    "server",
+                    &AnswerView {
+                        app_id: 4,
+                        origin_host: "server",
+                        origin_realm: "realm",
+                        result_code: Some(2001),
+                        experimental_result_code: None,
+                        features: None,
+                        olrs: &[],
+                    },
+                );
+                assert_eq!(retry, act.retry_on_alternate);
+                let full_answer = if act.add_features.is_some() || act.strip {
+                    let mut buf = MessageBuf::new(BytesMut::from(&answer[..])).unwrap();
+                    apply_answer(&mut buf, &act).unwrap();
+                    Some(buf.freeze())
+                } else {
+                    None
+                };
+                assert_eq!(fast_answer, full_answer, "answer for {cf:?}");
+                assert_eq!(fast_answer.is_some(), trusted, "RFC 7683 §5.1.2");
+                checked += 1;
+            }
+            let counted = with_core(&ov, |core, _| core.audit().totals).unwrap();
+            assert_eq!(counted, full.audit().totals);
+        }
+        assert_eq!(checked, 18);
+    }
+
+    /// Feature AVPs the fast path does not read are left to the full
+    /// treatment: a SourceID naming another node (RFC 8581 §6.1.2), a child
+    /// of the wrong length (RFC 7683 §7.2), two OC-Supported-Features.
+    #[test]
+    fn unusual_client_features_take_the_full_treatment() {
+        let ov = Overload::new(
+            "agent",
+            Some(doic_cfg(crate::doic::Algorithm::Rate, true)),
+            1,
+        )
+        .unwrap();
+        CORE.with(|c| *c.borrow_mut() = None);
+        let other = OcSupportedFeatures {
+            feature_vector: Some(1),
+            source_id: Some("elsewhere".into()),
+            peer_algo: None,
+        };
+        let short = Avp::grouped(
+            code::OC_SUPPORTED_FEATURES,
+            vec![Avp::u32(code::OC_FEATURE_VECTOR, 1)],
+        );
+        let twice = crate::codec::Message::request(272, 4, true)
+            .with(Avp::str(code::ORIGIN_HOST, "client"))
+            .with(OcSupportedFeatures::default().to_avp())
+            .with(OcSupportedFeatures::default().to_avp());
+        let short = crate::codec::Message::request(272, 4, true).with(short);
+        for msg in [
+            client_request(&other),
+            short.to_bytes().unwrap().freeze(),
+            twice.to_bytes().unwrap().freeze(),
+        ] {
+            let routing = Routing::scan(&msg).unwrap();
+            assert!(idle_forward(&ov, &msg, 4, &routing, "client").is_none());
+        }
+        // Nothing was counted: the full treatment will count them.
+        let counted = with_core(&ov, |core, _| core.audit().totals).unwrap();
+        assert_eq!(counted.requests, 0);
     }
 }

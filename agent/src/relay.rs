@@ -61,7 +61,9 @@ pub(crate) fn dispatch(
                 tx,
             } => {
                 if let Some(m) = msg {
+                    // The client's features are already out of it.
                     r.msg = m;
+                    r.cut = None;
                 }
                 // The client's features stay those first recorded.
                 if let Some(prev) = r.doic.as_mut() {

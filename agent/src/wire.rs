@@ -366,6 +366,27 @@ pub fn put_relayed_request(out: &mut BytesMut, msg: &[u8], host: &str, hbh: u32,
     }
 }
 
+/// [`put_relayed_request`] for `msg` without its bytes `cut.0..cut.1` (a
+/// whole top-level AVP), in one pass.
+pub fn put_relayed_request_cut(
+    out: &mut BytesMut,
+    msg: &[u8],
+    cut: (usize, usize),
+    host: &str,
+    hbh: u32,
+    retransmit: bool,
+) {
+    let start = out.len();
+    out.extend_from_slice(msg.get(..cut.0).unwrap_or(msg));
+    out.extend_from_slice(msg.get(cut.1..).unwrap_or_default());
+    put_avp(out, avp::ROUTE_RECORD, host.as_bytes());
+    finish(out, start);
+    set_hbh(&mut out[start..], hbh);
+    if retransmit {
+        set_retransmit(&mut out[start..]);
+    }
+}
+
 /// A codec header with these fields.
 fn codec_header(cmd: u32, app: u32, flags: u8, hbh: u32, e2e: u32) -> codec::Header {
     let mut c = codec::Header::new(cmd, app, codec::CommandFlags(flags));

@@ -12,6 +12,9 @@ use doic_agent::config::Config;
 use doic_agent::loadgen::{Client, Identity, Pace, Report, TEST_APP, Traffic};
 use doic_agent::peer::table::state;
 
+/// The load client's DiameterIdentity.
+pub const CLIENT_HOST: &str = "client1.example.org";
+
 /// Starts the agent from TOML text and waits (15 s at most) until one of its
 /// peers is OKAY, so measurements never include the capabilities exchange.
 ///
@@ -62,13 +65,31 @@ pub fn measure_from(
     seconds: u64,
     at_start: impl FnOnce(),
 ) -> anyhow::Result<Report> {
+    measure_as(rt, addr, (pace, seconds), false, at_start)
+}
+
+/// [`measure_from`], the client a DOIC reacting node when `doic_client`
+/// (OC-Supported-Features in every request, [`Client::announce_doic`]).
+///
+/// # Errors
+/// As [`measure`].
+pub fn measure_as(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    (pace, seconds): (Pace, u64),
+    doic_client: bool,
+    at_start: impl FnOnce(),
+) -> anyhow::Result<Report> {
     rt.block_on(async {
         let mut c = Client::connect(
             addr,
-            Identity::new("client1.example.org", "example.org"),
+            Identity::new(CLIENT_HOST, "example.org"),
             vec![TEST_APP],
         )
         .await?;
+        if doic_client {
+            c.announce_doic();
+        }
         anyhow::ensure!(c.cea_result == 2001, "CEA {} from {addr}", c.cea_result);
         let t = Traffic {
             destination_realm: "example.net".into(),

@@ -363,7 +363,18 @@ fn extra_copies(agent: &Agent, n: usize) -> anyhow::Result<Vec<Telemetry>> {
 ///
 /// # Errors
 /// A failed start, attach or measurement (the parent sees the side exit).
-pub fn serve_side(subject: Subject, mode: &str, outstanding: usize) -> anyhow::Result<()> {
+///
+/// With `doic_client` the load client sends OC-Supported-Features in every
+/// request (a DOIC reacting node, RFC 7683 §5.1.1), and the agent with
+/// `[doic]` trusts it for DOIC (RFC 7683 §10.4), so it takes the whole
+/// DOIC client path: its features replaced upstream, the agent's own in
+/// every answer. The agent without `[doic]` relays the AVP untouched.
+pub fn serve_side(
+    subject: Subject,
+    mode: &str,
+    outstanding: usize,
+    doic_client: bool,
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -385,7 +396,19 @@ pub fn serve_side(subject: Subject, mode: &str, outstanding: usize) -> anyhow::R
         Subject::Doic => (
             vec![
                 crate::relay::start_agent(&agent_toml(server.addr, ""))?,
-                crate::relay::start_agent(&agent_toml(server.addr, "[doic]\n"))?,
+                // The DOIC client is trusted for DOIC (RFC 7683 §10.4); the
+                // plain comparison keeps the bare section.
+                crate::relay::start_agent(&agent_toml(
+                    server.addr,
+                    &if doic_client {
+                        format!(
+                            "[doic]\n[doic.peers.\"{}\"]\ntrusted = true\n",
+                            crate::relay::CLIENT_HOST
+                        )
+                    } else {
+                        "[doic]\n".to_owned()
+                    },
+                ))?,
             ],
             1,
         ),
@@ -429,10 +452,15 @@ pub fn serve_side(subject: Subject, mode: &str, outstanding: usize) -> anyhow::R
                 let measured = &agents[current];
                 let addr = measured.local_addrs()[0];
                 let mut at_start = (0.0, 0.0, 0.0);
-                let r =
-                    crate::relay::measure_from(&rt, addr, Pace::Closed(outstanding), s, || {
+                let r = crate::relay::measure_as(
+                    &rt,
+                    addr,
+                    (Pace::Closed(outstanding), s),
+                    doic_client,
+                    || {
                         at_start = (cpu_ns(), bpf_run_ns(), relay_cpu_ns(measured));
-                    })?;
+                    },
+                )?;
                 let n = r.answered.max(1) as f64;
                 let sample = Sample {
                     rate: r.rate(),
@@ -475,7 +503,7 @@ impl Side {
         netns: &str,
         subject: Subject,
         mode: &str,
-        outstanding: usize,
+        (outstanding, doic_client): (usize, bool),
         cpu: Option<usize>,
         cgroup: Option<&std::path::Path>,
     ) -> anyhow::Result<Self> {
@@ -483,6 +511,9 @@ impl Side {
         cmd.args(["--side", netns, "--mode", mode])
             .args(["--subject", &subject.to_string()])
             .args(["--outstanding", &outstanding.to_string()]);
+        if doic_client {
+            cmd.arg("--doic-client");
+        }
         if let Some(c) = cpu {
             cmd.args(["--cpu", &c.to_string()]);
         }

@@ -16,7 +16,7 @@ use super::realm::RealmSynth;
 use super::report::{Abatement, OcOlr, Report, ReportType};
 use super::treatment::{
     AnswerActions, Candidate, Cause, DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY, DIAMETER_TOO_BUSY,
-    PendingTx, Replica, RequestView, ThrottleAnswer, Treatment,
+    PendingTx, Replica, RequestView, ThrottleAnswer, Treatment, TxState,
 };
 use crate::audit::{Audit, ReportRecord, Verdict};
 
@@ -430,6 +430,59 @@ impl Doic {
         self.audit.totals.requests += 1;
         self.audit.totals.forwarded += 1;
         true
+    }
+
+    /// [`Doic::forward_if_idle`] for a request that carried
+    /// OC-Supported-Features: counted as forwarded to the first candidate
+    /// when the core [`Doic::is_idle`], with the transaction state
+    /// [`Doic::treat`] would keep (`None` otherwise). `client` is the
+    /// received OC-Feature-Vector (absent: loss, [`OcSupportedFeatures::features`])
+    /// and whether its SourceID is `from_peer`'s identity: RFC 7683 §10.4
+    /// (DOIC AVPs of peers not trusted for DOIC are ignored), RFC 8581 §6.1.2
+    /// (peer-report support).
+    pub fn forward_client_if_idle(
+        &mut self,
+        app_id: u32,
+        from_peer: &str,
+        (vector, source_is_sender): (u64, bool),
+    ) -> Option<TxState> {
+        if !self.forward_if_idle() {
+            return None;
+        }
+        let policy = self.cfg.peer(from_peer);
+        let client_features = (policy.trusted && policy.receive_reports)
+            .then(|| super::treatment::kept_vector(vector));
+        Some(TxState {
+            app_id,
+            client_features,
+            client_peer_report: self.cfg.peer_report
+                && client_features.is_some_and(|v| v.get() & features::OC_PEER_REPORT != 0)
+                && source_is_sender,
+        })
+    }
+
+    /// What [`Doic::on_answer`] does with an answer that carries no
+    /// OC-Supported-Features and no OC-OLR, for a DOIC client whose
+    /// OC-Feature-Vector is `client_vector`, when the core [`Doic::is_idle`]
+    /// and holds no peer report of the agent's own: nothing to judge or
+    /// advance, and the agent's OC-Supported-Features added (RFC 7683
+    /// §5.1.2, loss selected since the answer selects nothing; RFC 8581
+    /// §6.1.2, OC-Peer-Algo the configured algorithm if the client offered
+    /// it, else loss). Returns that OC-Peer-Algo, or `None` when the full
+    /// [`Doic::on_answer`] is needed.
+    #[must_use]
+    pub fn idle_answer_peer_algo(&self, client_vector: u64) -> Option<Algorithm> {
+        if !self.is_idle() || self.own_peer_report.is_some() || !self.own_peer_reports.is_empty() {
+            return None;
+        }
+        let wanted = self.cfg.peer_algo;
+        Some(
+            if features::supports(&super::treatment::features_of(client_vector), wanted) {
+                wanted
+            } else {
+                Algorithm::Loss
+            },
+        )
     }
 
     /// Whether no overload state exists (no OCS, no own realm state): every

@@ -3,6 +3,7 @@
 //! Experimental-Result 5198 of seed 004).
 
 use std::borrow::Cow;
+use std::num::NonZeroU64;
 
 use super::config::ThrottleResult;
 use super::features::OcSupportedFeatures;
@@ -133,8 +134,11 @@ pub struct PendingTx<'a> {
 }
 
 impl PendingTx<'_> {
-    /// What the relay must keep beyond the request itself (owned; no
-    /// allocation for a client that is not a DOIC node).
+    /// What the relay must keep beyond the request itself (`Copy`: no
+    /// allocation). Of the client's OC-Supported-Features only what the
+    /// answer needs is kept: its feature vector (the algorithms it supports,
+    /// [`super::features::supports`]); whether its SourceID named it is in
+    /// `client_peer_report`.
     #[must_use]
     pub fn to_state(&self) -> TxState {
         TxState {
@@ -142,7 +146,7 @@ impl PendingTx<'_> {
             client_features: self
                 .client_features
                 .as_ref()
-                .map(|f| Box::new(f.clone().into_owned())),
+                .map(|f| kept_vector(f.features())),
             client_peer_report: self.client_peer_report,
         }
     }
@@ -150,12 +154,16 @@ impl PendingTx<'_> {
 
 /// The part of a [`PendingTx`] that is not in the request: kept by the relay
 /// with the forwarded request.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TxState {
     /// Application-ID.
     pub app_id: u32,
-    /// The client's OC-Supported-Features ([`PendingTx::client_features`]).
-    pub client_features: Option<Box<OcSupportedFeatures>>,
+    /// The OC-Feature-Vector of the client's OC-Supported-Features (absent
+    /// vector: loss only, RFC 7683 §5.1.1), when it is a DOIC node trusted
+    /// for DOIC ([`PendingTx::client_features`]); `None` otherwise. Kept by
+    /// [`kept_vector`] (non-zero: the state stays 16 bytes, it travels with
+    /// every relayed request).
+    pub client_features: Option<NonZeroU64>,
     /// [`PendingTx::client_peer_report`].
     pub client_peer_report: bool,
 }
@@ -173,11 +181,37 @@ impl TxState {
         PendingTx {
             app_id: self.app_id,
             client: Cow::Borrowed(client),
-            client_features: self.client_features.as_deref().map(Cow::Borrowed),
+            client_features: self
+                .client_features
+                .map(|v| Cow::Owned(features_of(v.get()))),
             client_peer_report: self.client_peer_report,
             dest_realm: Cow::Borrowed(dest_realm),
             upstream: Cow::Borrowed(upstream),
         }
+    }
+}
+
+/// A client's OC-Feature-Vector as a [`TxState`] keeps it: a vector of 0 as
+/// loss (bit 1, OLR_DEFAULT_ALGO), which supports the same algorithms (loss
+/// is always supported, RFC 7683 §6.1; no other bit is set) and is all the
+/// answer needs once peer-report support is recorded.
+#[must_use]
+pub const fn kept_vector(vector: u64) -> NonZeroU64 {
+    match NonZeroU64::new(vector) {
+        Some(v) => v,
+        None => NonZeroU64::MIN,
+    }
+}
+
+/// The client's OC-Supported-Features as kept in a [`TxState`]: its
+/// feature vector (no SourceID: the string would allocate, and only
+/// `client_peer_report` needs it).
+#[must_use]
+pub const fn features_of(vector: u64) -> OcSupportedFeatures {
+    OcSupportedFeatures {
+        feature_vector: Some(vector),
+        source_id: None,
+        peer_algo: None,
     }
 }
 

@@ -652,6 +652,25 @@ impl Conn {
                 }
                 self.check_drained();
             }
+            ToConn::AnswerWith {
+                msg,
+                features,
+                hbh,
+                code,
+            } => {
+                let start = self.out.len();
+                self.out.extend_from_slice(&msg);
+                if let Some(ov) = &self.shared.overload {
+                    self.out.extend_from_slice(ov.answer_features_avp(features));
+                }
+                wire::finish(&mut self.out, start);
+                wire::set_hbh(&mut self.out[start..], hbh);
+                self.inflight_down = self.inflight_down.saturating_sub(1);
+                if let Some((_, slot)) = &self.peer {
+                    PeerSlot::count(&slot.stats.answers_out, code);
+                }
+                self.check_drained();
+            }
             ToConn::Close => {
                 self.close.get_or_insert("election lost");
             }

@@ -33,6 +33,19 @@ pub enum ToConn {
         /// for the counters.
         code: u32,
     },
+    /// [`ToConn::Answer`] with the agent's OC-Supported-Features toward a
+    /// DOIC client at its end, written without copying the answer first.
+    AnswerWith {
+        /// The answer as received upstream.
+        msg: Bytes,
+        /// Which of the agent's encoded OC-Supported-Features
+        /// ([`crate::overload::Overload::answer_features_avp`]).
+        features: u8,
+        /// The Hop-by-Hop Identifier the downstream peer used.
+        hbh: u32,
+        /// As in [`ToConn::Answer`].
+        code: u32,
+    },
     /// Close the connection now (it lost the §5.6.4 election).
     Close,
 }
@@ -65,6 +78,10 @@ pub struct Relayed {
     /// OC-Supported-Features ([`crate::overload::Overload::features_avp`])
     /// then follow the Route-Record on the way out (RFC 7683 §5.1.3).
     pub doic: Option<crate::doic::TxState>,
+    /// Bytes of `msg` left out on the way upstream: the client's
+    /// OC-Supported-Features (start, end), replaced by the agent's (RFC 7683
+    /// §5.1.3, RFC 8581 §6.1.1) without copying the request first.
+    pub cut: Option<(u32, u32)>,
 }
 
 /// What the table knows of a peer's connection.

@@ -3,7 +3,10 @@
 //! kernel telemetry program (`ebpf`, the default: attached as the agent does)
 //! or overload control (`doic`: an agent with `[doic]` and no overload,
 //! against its twin without; both are in each side and the load client is
-//! pointed at one or the other).
+//! pointed at one or the other). With `--doic-client` the load client is a
+//! DOIC reacting node (OC-Supported-Features in every request, trusted by
+//! the DOIC agent): the relay's DOIC client path, which the agent without
+//! `[doic]` relays untouched.
 //!
 //! Two identical relays (built-in load client, agent with one worker,
 //! built-in server, as `bench-relay --builtin`) run simultaneously, each in
@@ -71,6 +74,11 @@ struct Args {
     /// Largest accepted distance of the A/A median from 1.
     #[arg(long, default_value_t = 0.01)]
     aa_limit: f64,
+    /// The load client is a DOIC reacting node: OC-Supported-Features (loss,
+    /// rate, peer report, its own SourceID) in every request, and the agent
+    /// with `[doic]` trusts it (RFC 7683 §5.1.1, §10.4).
+    #[arg(long)]
+    doic_client: bool,
     /// Extra copies of the program in the subject side (TC ingress + egress).
     #[arg(long, default_value_t = 0)]
     extra: usize,
@@ -141,7 +149,7 @@ fn start_sides(args: &Args, ns: &[Netns; 2], limits: &[CpuLimit]) -> anyhow::Res
             &ns[i].name,
             args.subject,
             &args.mode,
-            args.outstanding,
+            (args.outstanding, args.doic_client),
             cpu,
             cgroup,
         )
@@ -193,7 +201,12 @@ fn main() -> anyhow::Result<()> {
         if let Some(c) = args.cpu {
             bench::relay_ab::pin(c)?;
         }
-        return bench::relay_ab::serve_side(args.subject, &args.mode, args.outstanding);
+        return bench::relay_ab::serve_side(
+            args.subject,
+            &args.mode,
+            args.outstanding,
+            args.doic_client,
+        );
     }
     anyhow::ensure!(
         args.cycles >= 6,
@@ -211,8 +224,13 @@ fn main() -> anyhow::Result<()> {
     };
     let mut sides = start_sides(&args, &ns, &limits)?;
     println!(
-        "bench-relay-ab: subject {}; {} cycles x 4 rounds x {} s; two relays side by side, one namespace each (closed loop {} outstanding, 1 worker), pin {}, CPU limit {} per side; mode {}, {} extra copies, bpf stats {}",
+        "bench-relay-ab: subject {}{}; {} cycles x 4 rounds x {} s; two relays side by side, one namespace each (closed loop {} outstanding, 1 worker), pin {}, CPU limit {} per side; mode {}, {} extra copies, bpf stats {}",
         args.subject,
+        if args.doic_client {
+            " (DOIC client: OC-Supported-Features in every request)"
+        } else {
+            ""
+        },
         args.cycles,
         args.seconds,
         args.outstanding,

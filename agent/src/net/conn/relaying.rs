@@ -49,7 +49,17 @@ impl Conn {
         }
         let hbh = self.alloc_hbh();
         let start = self.out.len();
-        wire::put_relayed_request(&mut self.out, &r.msg, &r.from, hbh, r.retransmit);
+        match r.cut {
+            Some((a, b)) => wire::put_relayed_request_cut(
+                &mut self.out,
+                &r.msg,
+                (a as usize, b as usize),
+                &r.from,
+                hbh,
+                r.retransmit,
+            ),
+            None => wire::put_relayed_request(&mut self.out, &r.msg, &r.from, hbh, r.retransmit),
+        }
         if r.doic.is_some()
             && let Some(ov) = &self.shared.overload
         {
@@ -139,7 +149,7 @@ impl Conn {
         self.rotate = self.rotate.wrapping_add(1);
         let decision = match &self.shared.overload {
             None => crate::overload::Decision::Relay,
-            Some(ov) => match crate::overload::idle_forward(ov, head.app, &routing) {
+            Some(ov) => match crate::overload::idle_forward(ov, &msg, head.app, &routing, &from) {
                 Some(d) => d,
                 None => crate::overload::treat_request(
                     &self.shared,
@@ -158,6 +168,7 @@ impl Conn {
                 ),
             },
         };
+        let mut cut = None;
         let (msg, doic, to) = match decision {
             crate::overload::Decision::Answer { msg, code } => {
                 self.out.extend_from_slice(&msg);
@@ -177,7 +188,10 @@ impl Conn {
                 Some(tx),
                 Some(((peer, slot), pinned)),
             ),
-            crate::overload::Decision::Plain { tx } => (msg, Some(tx), None),
+            crate::overload::Decision::Plain { tx, cut: c } => {
+                cut = c;
+                (msg, Some(tx), None)
+            }
             crate::overload::Decision::Relay => (msg, None, None),
         };
         let r = Relayed {
@@ -191,6 +205,7 @@ impl Conn {
             app: head.app,
             from,
             doic,
+            cut,
         };
         let sent = match to {
             Some((to, pinned)) => relay::dispatch_to(&self.shared, r, to, pinned, self.rotate),
@@ -231,7 +246,16 @@ impl Conn {
         let code = rc.or(erc).unwrap_or(0);
         let mut retry_ok = true;
         let mut rewritten = None;
+        let mut append = None;
         if let Some(ov) = &self.shared.overload
+            && let Some(tx) = p.r.doic.as_ref()
+            && let Some(scan) = routing.as_ref()
+            && let Some((features, retry)) = crate::overload::idle_client_answer(ov, tx, scan)
+        {
+            // A DOIC client and nothing to judge: the agent's features are
+            // appended as the answer is written (`ToConn::AnswerWith`).
+            (append, retry_ok) = (Some(features), retry);
+        } else if let Some(ov) = &self.shared.overload
             && let Some(tx) = p.r.doic.as_ref()
             && let Some(scan) = routing.as_ref()
         {
@@ -241,7 +265,7 @@ impl Conn {
             (rewritten, retry_ok) =
                 crate::overload::treat_answer(ov, tx, (&p.r.from, realm), from_peer, &msg, scan);
         }
-        let msg = rewritten.unwrap_or(msg);
+        let mut msg = rewritten.unwrap_or(msg);
         if let Some((id, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_in, code);
             if retry_ok && relay::answer_fate(rc, erc, p.r.pinned) == AnswerFate::Retry {
@@ -251,6 +275,11 @@ impl Conn {
                 match relay::dispatch(&self.shared, r, None, self.rotate) {
                     Ok(()) => return,
                     Err((r, _)) => {
+                        if let Some(f) = append
+                            && let Some(ov) = &self.shared.overload
+                        {
+                            msg = crate::overload::with_avp(&msg, ov.answer_features_avp(f));
+                        }
                         let _ = r.reply.send(ToConn::Answer {
                             msg,
                             hbh: r.hbh,
@@ -261,10 +290,18 @@ impl Conn {
                 }
             }
         }
-        let _ = p.r.reply.send(ToConn::Answer {
-            msg,
-            hbh: p.r.hbh,
-            code,
+        let _ = p.r.reply.send(match append {
+            Some(features) => ToConn::AnswerWith {
+                msg,
+                features,
+                hbh: p.r.hbh,
+                code,
+            },
+            None => ToConn::Answer {
+                msg,
+                hbh: p.r.hbh,
+                code,
+            },
         });
         self.check_drained();
     }
