@@ -687,6 +687,9 @@ fn throttle_answer(
 /// RFC 8581 §6.1.2): that AVP, encoded once, and whether the request may be
 /// retried elsewhere (not after 5198). `None`: [`treat_answer`] is needed.
 /// The AVP is given as its index for [`Overload::answer_features_avp`].
+/// Out of line: the path without client features only tests
+/// `tx.client_features` before calling it.
+#[inline(never)]
 pub(crate) fn idle_client_answer(
     ov: &Overload,
     tx: &TxState,
@@ -719,7 +722,9 @@ pub(crate) fn treat_answer(
     msg: &Bytes,
     routing: &Routing<'_>,
 ) -> (Option<Bytes>, bool) {
-    if let Some((which, retry)) = idle_client_answer(ov, tx, routing) {
+    if tx.client_features.is_some()
+        && let Some((which, retry)) = idle_client_answer(ov, tx, routing)
+    {
         return (Some(with_avp(msg, ov.answer_features_avp(which))), retry);
     }
     if tx.client_features.is_none()

@@ -368,6 +368,7 @@ pub fn put_relayed_request(out: &mut BytesMut, msg: &[u8], host: &str, hbh: u32,
 
 /// [`put_relayed_request`] for `msg` without its bytes `cut.0..cut.1` (a
 /// whole top-level AVP), in one pass.
+#[inline(never)]
 pub fn put_relayed_request_cut(
     out: &mut BytesMut,
     msg: &[u8],

@@ -570,6 +570,25 @@ impl Conn {
         self.check_drained();
     }
 
+    /// [`ToConn::AnswerWith`]: the answer with the agent's encoded
+    /// OC-Supported-Features `features` appended as it is written. Out of
+    /// line, away from the path of every other answer.
+    #[inline(never)]
+    fn write_answer_with(&mut self, msg: &[u8], features: u8, hbh: u32, code: u32) {
+        let start = self.out.len();
+        self.out.extend_from_slice(msg);
+        if let Some(ov) = &self.shared.overload {
+            self.out.extend_from_slice(ov.answer_features_avp(features));
+        }
+        wire::finish(&mut self.out, start);
+        wire::set_hbh(&mut self.out[start..], hbh);
+        self.inflight_down = self.inflight_down.saturating_sub(1);
+        if let Some((_, slot)) = &self.peer {
+            PeerSlot::count(&slot.stats.answers_out, code);
+        }
+        self.check_drained();
+    }
+
     fn check_drained(&mut self) {
         if self.closing_since.is_some() && self.pending.is_empty() && self.inflight_down == 0 {
             self.fsm.handle_drained();
@@ -657,20 +676,7 @@ impl Conn {
                 features,
                 hbh,
                 code,
-            } => {
-                let start = self.out.len();
-                self.out.extend_from_slice(&msg);
-                if let Some(ov) = &self.shared.overload {
-                    self.out.extend_from_slice(ov.answer_features_avp(features));
-                }
-                wire::finish(&mut self.out, start);
-                wire::set_hbh(&mut self.out[start..], hbh);
-                self.inflight_down = self.inflight_down.saturating_sub(1);
-                if let Some((_, slot)) = &self.peer {
-                    PeerSlot::count(&slot.stats.answers_out, code);
-                }
-                self.check_drained();
-            }
+            } => self.write_answer_with(&msg, features, hbh, code),
             ToConn::Close => {
                 self.close.get_or_insert("election lost");
             }

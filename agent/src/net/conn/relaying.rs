@@ -249,6 +249,7 @@ impl Conn {
         let mut append = None;
         if let Some(ov) = &self.shared.overload
             && let Some(tx) = p.r.doic.as_ref()
+            && tx.client_features.is_some()
             && let Some(scan) = routing.as_ref()
             && let Some((features, retry)) = crate::overload::idle_client_answer(ov, tx, scan)
         {
