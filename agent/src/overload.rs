@@ -713,7 +713,8 @@ pub(crate) fn idle_client_answer(
 /// Handles an answer from `from_peer` to a request from `client` for
 /// `dest_realm` treated with `tx`: reports judged and applied, the answer
 /// rewritten for the client. Returns the answer to send downstream and
-/// whether the request may be retried on an alternate path.
+/// whether the request may be retried on an alternate path. The relay asks
+/// [`idle_client_answer`] first for a DOIC client's transaction.
 pub(crate) fn treat_answer(
     ov: &Overload,
     tx: &TxState,
@@ -722,11 +723,6 @@ pub(crate) fn treat_answer(
     msg: &Bytes,
     routing: &Routing<'_>,
 ) -> (Option<Bytes>, bool) {
-    if tx.client_features.is_some()
-        && let Some((which, retry)) = idle_client_answer(ov, tx, routing)
-    {
-        return (Some(with_avp(msg, ov.answer_features_avp(which))), retry);
-    }
     if tx.client_features.is_none()
         && routing.oc_supported_features().is_none()
         && routing.oc_olrs().next().is_none()
@@ -1113,8 +1109,17 @@ mod tests {
                 assert_eq!(tx.client_features.is_some(), trusted);
 
                 let scan = Routing::scan(&answer).unwrap();
-                let (fast_answer, retry) =
-                    treat_answer(&ov, &tx, ("client", "realm"), "server", &answer, &scan);
+                // As the relay does: the idle answer when it applies, else
+                // the treatment.
+                let idle = idle_client_answer(&ov, &tx, &scan);
+                assert_eq!(idle.is_some(), trusted, "idle answer path for {cf:?}");
+                let (fast_answer, retry) = match idle {
+                    Some((which, retry)) => (
+                        Some(with_avp(&answer, ov.answer_features_avp(which))),
+                        retry,
+                    ),
+                    None => treat_answer(&ov, &tx, ("client", "realm"), "server", &answer, &scan),
+                };
                 let pending = full_tx.to_state();
                 let act = full.on_answer(
                     ov.origin,
