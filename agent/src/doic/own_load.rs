@@ -24,8 +24,8 @@
 //! when it was last unconstrained (at the onset of overload, for a peer that
 //! abates from the start). Each sending peer first gets 1 request/s (a rate
 //! of 0 would stop it entirely, RFC 8582 §7.2.1), the rest of the capacity
-//! is divided in proportion to demand and rounded down, so the allocations
-//! never add up to more than the capacity (unless there are more sending
+//! is divided in proportion to demand by largest remainder, so the
+//! allocations add up to exactly the capacity (unless there are more sending
 //! peers than requests per second of capacity, where each keeps 1/s).
 //! Proportional shares keep every peer's relative load as it was, need no
 //! knowledge of the peers beyond what is measured, and, unlike equal
@@ -428,29 +428,46 @@ impl OwnLoad {
 }
 
 /// Splits `capacity` among peers in proportion to their demand, each at
-/// least 1, rounded down (the sum is at most `capacity` when there are at
-/// most `capacity` peers).
+/// least 1. The shares above that 1 are apportioned by largest remainder
+/// (Hamilton's method): each peer first gets the floor of its exact share,
+/// then the units the floors left over go one each to the peers with the
+/// largest fractional parts. So the sum is exactly `capacity` whenever
+/// there are at most `capacity` peers and some demand, and a float product
+/// such as `99.0 * d / d` that lands just below an integer costs no unit.
 #[must_use]
 pub fn split<'a>(capacity: u32, demands: &[(&'a str, f64)]) -> Vec<(&'a str, u32)> {
     let n = u32::try_from(demands.len()).unwrap_or(u32::MAX);
-    let rest = f64::from(capacity.saturating_sub(n));
+    let rest = capacity.saturating_sub(n);
     let total: f64 = demands.iter().map(|(_, d)| d.max(0.0)).sum();
+    if total <= 0.0 || rest == 0 {
+        return demands.iter().map(|(p, _)| (*p, 1)).collect();
+    }
+    let exact: Vec<f64> = demands
+        .iter()
+        .map(|(_, d)| f64::from(rest) * d.max(0.0) / total)
+        .collect();
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "0..=rest by construction"
+    )]
+    let mut shares: Vec<u32> = exact
+        .iter()
+        .map(|e| e.floor().min(f64::from(rest)) as u32)
+        .collect();
+    let given: u32 = shares.iter().sum();
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (fa, fb) = (exact[a] - exact[a].floor(), exact[b] - exact[b].floor());
+        fb.total_cmp(&fa).then(a.cmp(&b))
+    });
+    for &i in order.iter().take(rest.saturating_sub(given) as usize) {
+        shares[i] += 1;
+    }
     demands
         .iter()
-        .map(|(p, d)| {
-            let share = if total > 0.0 {
-                (rest * d.max(0.0) / total).floor()
-            } else {
-                0.0
-            };
-            #[expect(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                reason = "0..=capacity by construction"
-            )]
-            let share = share as u32;
-            (*p, 1 + share)
-        })
+        .zip(shares)
+        .map(|((p, _), s)| (*p, 1 + s))
         .collect()
 }
 

@@ -89,12 +89,27 @@ fn every_sending_peer_gets_at_least_one_request_per_second() {
     let (mut c, t0) = ctl(100);
     c.handle_load(t0, &rates(&[("big", 10_000.0), ("tiny", 0.5)]));
     assert_eq!(rate_of(&c, "tiny"), 1);
-    assert_eq!(rate_of(&c, "big"), 98);
+    // 1 + 1 + 98 by largest remainder: the whole capacity is allocated.
+    assert_eq!(rate_of(&c, "big"), 99);
     // More peers than capacity: each keeps 1/s (0 would stop them).
     let d = [("a", 5.0), ("b", 5.0), ("c", 5.0)];
     assert_eq!(split(2, &d), vec![("a", 1), ("b", 1), ("c", 1)]);
     let s = split(10, &[("a", 0.0), ("b", 0.0)]);
     assert_eq!(s, vec![("a", 1), ("b", 1)]);
+}
+
+#[test]
+fn one_peer_gets_the_whole_capacity_whatever_its_rate() {
+    // 99.0 * d / d is 98.99... for some d: flooring alone gave 99 of 100.
+    for d in [
+        765.207_077_218_265_1,
+        1_486.305_261_275_823,
+        2_835.812_086_661_767,
+        1.0,
+        0.1,
+    ] {
+        assert_eq!(split(100, &[("c", d)]), vec![("c", 100)], "demand {d}");
+    }
 }
 
 #[test]
@@ -114,7 +129,10 @@ fn allocations_never_exceed_capacity_for_any_load() {
         let s = split(cap, &d);
         let sum: u64 = s.iter().map(|(_, a)| u64::from(*a)).sum();
         assert!(s.iter().all(|(_, a)| *a >= 1));
-        if n <= u64::from(cap) {
+        let some_demand = d.iter().any(|(_, v)| *v > 0.0);
+        if n <= u64::from(cap) && some_demand {
+            assert_eq!(sum, u64::from(cap), "cap {cap} n {n}: all of it allocated");
+        } else if n <= u64::from(cap) {
             assert!(sum <= u64::from(cap), "cap {cap} n {n} sum {sum}");
         } else {
             assert_eq!(sum, n);
