@@ -633,23 +633,6 @@ pub(crate) fn retreat(
     )
 }
 
-/// True when this worker's core holds a host or peer OCS in force for
-/// `host` and `app_id` at `now` (RFC 7683 §5.2.1.1, RFC 8581 §6.2.3): the
-/// relay then sends no retry there.
-pub(crate) fn peer_overloaded(ov: &Overload, app_id: u32, host: &str, now: Instant) -> bool {
-    with_core(ov, |core, _| {
-        [crate::doic::ReportType::Host, crate::doic::ReportType::Peer]
-            .into_iter()
-            .filter_map(|rt| core.ocs_entry(app_id, rt, host))
-            .any(|o| {
-                o.phase == crate::doic::ocs::Phase::Active
-                    && now < o.expires_at
-                    && o.abatement != Abatement::Loss { percent: 0 }
-            })
-    })
-    .unwrap_or(false)
-}
-
 fn is_features(a: &crate::codec::avp::RawAvp<'_>) -> bool {
     a.vendor_id.is_none() && a.code == code::OC_SUPPORTED_FEATURES
 }

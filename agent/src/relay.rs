@@ -253,8 +253,9 @@ pub(crate) fn fail_over(
 
 /// A realm-routed request `r` was answered 3004 TOO_BUSY by `from` at
 /// `now` (RFC 7683 §8): it goes to the next candidate when the retry budget
-/// allows it, and never to a peer known to be overloaded (one that answered
-/// 3004 lately, or, with DOIC, one with a host or peer OCS in force).
+/// allows it, and never to a peer that answered 3004 lately. With DOIC,
+/// [`dispatch`] treats the retry again for its new next hop (RFC 8581 §5):
+/// an OCS in force there abates retries as it abates every request.
 ///
 /// # Errors
 /// The request back when it is not retried: its 3004 goes to the client as
@@ -276,17 +277,7 @@ pub(crate) fn retry_too_busy(
         tracing::trace!(hop_by_hop = r.hbh, "retry budget spent, 3004 forwarded");
         return Err(r);
     }
-    let mut excluded = gate.overloaded_into(now, &mut r.tried);
-    if let Some(ov) = &shared.overload {
-        for (id, slot) in shared.table.all() {
-            if !r.tried.contains(&id)
-                && crate::overload::peer_overloaded(ov, r.app, &slot.host, now)
-            {
-                r.tried.push(id);
-                excluded += 1;
-            }
-        }
-    }
+    let excluded = gate.overloaded_into(now, &mut r.tried);
     match dispatch(shared, r, None, rotate) {
         Ok(()) => {
             gate.stats.too_busy.fetch_add(1, Ordering::Relaxed);

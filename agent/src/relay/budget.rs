@@ -13,10 +13,16 @@
 //!   `budget_percent` of the requests relayed, or `min_retries_per_second`
 //!   when that is larger (so light traffic can always retry);
 //! - a retry is never sent to a peer known to be overloaded: one that
-//!   answered 3004 within the last `overloaded_seconds`.
+//!   answered 3004 within the last `overloaded_seconds` (a DOIC OCS in force
+//!   abates retries through the second treatment, RFC 8581 §5, in
+//!   `relay::dispatch`).
 //!
 //! Over the budget the 3004 goes to the client as it came (RFC 7683 §8: the
-//! client decides). A failover after a connection loss or watchdog SUSPECT
+//! client decides). RFC 6733 §7.1.3 says a node receiving 3004 SHOULD try
+//! an alternate peer; the budget keeps that SHOULD for light traffic and
+//! the first retries of a burst, and drops it where RFC 7683 §8 warns that
+//! "retrying would consume valuable resources during an occurrence of
+//! overload". A failover after a connection loss or watchdog SUSPECT
 //! is not refused (the pending requests were accepted and their peer can no
 //! longer answer: each moves once, at most the pending table, whatever the
 //! load), but it is counted, so that 3004 retries give way meanwhile.
