@@ -58,6 +58,8 @@ pub struct Shared {
     pub kernel: crate::telemetry::Kernel,
     /// DOIC state shared by the workers; `None` when overload control is off.
     pub overload: Option<crate::overload::Overload>,
+    /// The retry budget of 3004 retries and failovers (`[retry]`).
+    pub retry: crate::relay::budget::RetryGate,
     workers: Vec<WorkerSlot>,
     next_worker: AtomicUsize,
 }
@@ -238,8 +240,10 @@ impl Agent {
         let router = Router::from_config(&config, |h| table.by_host(h));
         let overload =
             crate::overload::Overload::new(&config.node.origin_host, config.doic_effective(), n);
+        let retry = crate::relay::budget::RetryGate::new(&config.retry);
         let shared = Arc::new(Shared {
             overload,
+            retry,
             config,
             table,
             router,

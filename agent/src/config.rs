@@ -75,6 +75,9 @@ pub struct Config {
     /// means the agent relays without DOIC.
     #[serde(default)]
     pub doic: Option<crate::doic::DoicConfig>,
+    /// The retry budget (`[retry]`); absent means its defaults.
+    #[serde(default)]
+    pub retry: crate::relay::budget::RetryConfig,
 }
 
 /// `[node]`: the agent itself.
@@ -377,6 +380,7 @@ impl Config {
                 ));
             }
         }
+        self.retry.check().map_err(|(key, why)| bad(key, why))?;
         if let Some(section) = &self.ebpf {
             section.check(self).map_err(|(key, why)| bad(key, why))?;
         }
@@ -618,6 +622,26 @@ peers = ["nobody.example.net"]
         .unwrap_err()
         .to_string();
         assert!(e.contains("accept.hosts[0]"), "{e}");
+    }
+
+    #[test]
+    fn retry_budget_has_safe_defaults_and_bad_values_are_refused() {
+        let c = parse(DEMO_CONFIG).unwrap();
+        assert_eq!(c.retry, crate::relay::budget::RetryConfig::default());
+        assert!((c.retry.budget_percent - 10.0).abs() < f64::EPSILON);
+        let e = parse(
+            "[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\n[retry]\nbudget_percent = 150\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "t.toml: retry.budget_percent: 150 is not a percentage in [0, 100]"
+        );
+        let e = parse("[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\n[retry]\noverloaded_seconds = -1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("retry.overloaded_seconds"), "{e}");
     }
 
     #[test]

@@ -91,6 +91,10 @@ pub struct ServerBehaviour {
     /// Answer with Experimental-Result (Vendor-Id, Experimental-Result-Code)
     /// instead of Result-Code.
     pub experimental_result: Option<(u32, u32)>,
+    /// Requests per second answered as above; past it (counted per tenth of
+    /// a second on each connection) the server answers 3004 TOO_BUSY, as an
+    /// overloaded server does.
+    pub capacity: Option<u32>,
 }
 
 impl Default for ServerBehaviour {
@@ -101,6 +105,7 @@ impl Default for ServerBehaviour {
             result_code: 2001,
             applications: vec![TEST_APP],
             experimental_result: None,
+            capacity: None,
         }
     }
 }
@@ -195,6 +200,8 @@ async fn serve_conn(
     let ip = stream.local_addr()?.ip();
     let mut inbuf = BytesMut::with_capacity(256 * 1024);
     let mut out = BytesMut::with_capacity(64 * 1024);
+    // (start of the tenth of a second, requests answered within capacity)
+    let mut tenth = (Instant::now(), 0u32);
     loop {
         let n = tokio::select! {
             r = stream.read_buf(&mut inbuf) => r?,
@@ -252,8 +259,20 @@ async fn serve_conn(
                     }
                     if b.answer_requests {
                         let at = out.len();
-                        let rc = b.result_code;
-                        match b.experimental_result {
+                        let mut rc = b.result_code;
+                        let mut experimental = b.experimental_result;
+                        if let Some(cap) = b.capacity {
+                            let now = Instant::now();
+                            if now.duration_since(tenth.0) >= Duration::from_millis(100) {
+                                tenth = (now, 0);
+                            }
+                            if tenth.1 >= cap / 10 {
+                                (rc, experimental) = (3004, None);
+                            } else {
+                                tenth.1 += 1;
+                            }
+                        }
+                        match experimental {
                             None => wire::put_error_answer(&mut out, &m, o, rc, None, ""),
                             Some((vendor, code)) => {
                                 put_experimental_answer(&mut out, &m, o, vendor, code)

@@ -143,6 +143,33 @@ pub fn render(shared: &Shared) -> String {
             p.stats.failovers.load(Ordering::Relaxed)
         );
     }
+    let rs = &shared.retry.stats;
+    let _ = writeln!(
+        o,
+        "# HELP doic_relay_retries_total Requests sent a second time: after 3004 (too_busy) or with the T flag after a connection loss (failover).\n# TYPE doic_relay_retries_total counter"
+    );
+    for (reason, v) in [("too_busy", &rs.too_busy), ("failover", &rs.failover)] {
+        let _ = writeln!(
+            o,
+            "doic_relay_retries_total{{reason=\"{reason}\"}} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_relay_retries_refused_total 3004 answers forwarded without a retry: the retry budget was spent, every alternate was overloaded, or there was none.\n# TYPE doic_relay_retries_refused_total counter"
+    );
+    for (reason, v) in [
+        ("budget", &rs.refused_budget),
+        ("overloaded", &rs.refused_overloaded),
+        ("no_alternate", &rs.refused_no_alternate),
+    ] {
+        let _ = writeln!(
+            o,
+            "doic_relay_retries_refused_total{{reason=\"{reason}\"}} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
     let _ = writeln!(
         o,
         "# HELP doic_peer_pending Requests sent to the peer and not answered yet.\n# TYPE doic_peer_pending gauge"

@@ -4,10 +4,12 @@
 //! retries, and the answers the agent gives itself when a request cannot be
 //! delivered (3002), every candidate refused it (3004) or it looped (3005).
 //! Experimental-Result 5198 (DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY) is
-//! never retried elsewhere.
+//! never retried elsewhere. Retries after 3004 and failovers are governed
+//! by the retry budget ([`budget`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
@@ -15,6 +17,8 @@ use crate::agent::Shared;
 use crate::peer::table::{PeerSlot, Relayed, ToConn};
 use crate::routing::{PeerId, RouteError};
 use crate::wire;
+
+pub mod budget;
 
 /// Result-Code 3002 DIAMETER_UNABLE_TO_DELIVER.
 pub const UNABLE_TO_DELIVER: u32 = 3002;
@@ -223,25 +227,72 @@ pub(crate) fn answer_locally(shared: &Shared, r: Relayed, result_code: u32, why:
 /// A request pending at `from` must move (its peer went SUSPECT or DOWN,
 /// RFC 3539 Failover()): pinned requests are answered 3002, others are
 /// re-sent to an alternate peer with the T flag, or answered 3002 when
-/// there is none.
+/// there is none. Never refused by the retry budget, but counted in it
+/// ([`budget::RetryBudget::note_failover`]).
 pub(crate) fn fail_over(
     shared: &Shared,
     from: PeerId,
     slot: &Arc<PeerSlot>,
     mut r: Relayed,
-    rotate: usize,
+    (now, rotate): (Instant, usize),
 ) {
     if r.pinned {
         answer_locally(shared, r, UNABLE_TO_DELIVER, "destination host unavailable");
         return;
     }
     slot.stats.failovers.fetch_add(1, Ordering::Relaxed);
+    shared.retry.note_failover(now);
     if !r.tried.contains(&from) {
         r.tried.push(from);
     }
     r.retransmit = true;
     if let Err((r, _)) = dispatch(shared, r, None, rotate) {
         answer_locally(shared, r, UNABLE_TO_DELIVER, "no alternate peer");
+    }
+}
+
+/// A realm-routed request `r` was answered 3004 TOO_BUSY by `from` at
+/// `now` (RFC 7683 §8): it goes to the next candidate when the retry budget
+/// allows it, and never to a peer that answered 3004 lately. With DOIC,
+/// [`dispatch`] treats the retry again for its new next hop (RFC 8581 §5):
+/// an OCS in force there abates retries as it abates every request.
+///
+/// # Errors
+/// The request back when it is not retried: its 3004 goes to the client as
+/// it came.
+#[expect(
+    clippy::result_large_err,
+    reason = "the request comes back by value on the cold path; boxing would allocate on it"
+)]
+pub(crate) fn retry_too_busy(
+    shared: &Shared,
+    mut r: Relayed,
+    from: PeerId,
+    (now, rotate): (Instant, usize),
+) -> Result<(), Relayed> {
+    let gate = &shared.retry;
+    r.tried.push(from);
+    if gate.try_retry(now).is_err() {
+        gate.stats.refused_budget.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(hop_by_hop = r.hbh, "retry budget spent, 3004 forwarded");
+        return Err(r);
+    }
+    let excluded = gate.overloaded_into(now, &mut r.tried);
+    match dispatch(shared, r, None, rotate) {
+        Ok(()) => {
+            gate.stats.too_busy.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        Err((r, _)) => {
+            gate.refund(now);
+            let why = if excluded > 0 {
+                &gate.stats.refused_overloaded
+            } else {
+                &gate.stats.refused_no_alternate
+            };
+            why.fetch_add(1, Ordering::Relaxed);
+            Err(r)
+        }
     }
 }
 

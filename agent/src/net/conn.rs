@@ -654,7 +654,8 @@ impl Conn {
         for (_, p) in std::mem::take(&mut self.pending) {
             self.upstream_done();
             self.rotate = self.rotate.wrapping_add(1);
-            relay::fail_over(&self.shared, id, &slot, p.r, self.rotate);
+            let now = Instant::now().into_std();
+            relay::fail_over(&self.shared, id, &slot, p.r, (now, self.rotate));
         }
     }
 

@@ -184,3 +184,11 @@ pub async fn answer(c: &mut Client) -> Bytes {
 pub fn result_code(m: &[u8]) -> Option<u32> {
     wire::scan(m).unwrap().result_code
 }
+
+/// The value of one sample of the agent's `/metrics` text, given as
+/// `name{labels}` exactly as rendered; `None` when it is not there.
+pub fn metric(agent: &Agent, sample: &str) -> Option<f64> {
+    doic_agent::metrics::render(agent.shared())
+        .lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+}

@@ -212,7 +212,10 @@ impl Conn {
             None => relay::route(&self.shared, r, dest_host.as_deref(), self.rotate),
         };
         match sent {
-            Ok(()) => self.inflight_down += 1,
+            Ok(()) => {
+                self.inflight_down += 1;
+                self.shared.retry.note_request();
+            }
             Err((r, e)) => {
                 // Every candidate eliminated by §6.1.7 is 3002, not 3004.
                 let code = if r.tried.len() == excluded {
@@ -269,13 +272,15 @@ impl Conn {
         let mut msg = rewritten.unwrap_or(msg);
         if let Some((id, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_in, code);
+            let now = Instant::now().into_std();
+            if rc == Some(relay::TOO_BUSY) {
+                self.shared.retry.handle_too_busy(now, *id);
+            }
             if retry_ok && relay::answer_fate(rc, erc, p.r.pinned) == AnswerFate::Retry {
-                let mut r = p.r;
-                r.tried.push(*id);
                 self.rotate = self.rotate.wrapping_add(1);
-                match relay::dispatch(&self.shared, r, None, self.rotate) {
+                match relay::retry_too_busy(&self.shared, p.r, *id, (now, self.rotate)) {
                     Ok(()) => return,
-                    Err((r, _)) => {
+                    Err(r) => {
                         if let Some(f) = append
                             && let Some(ov) = &self.shared.overload
                         {
