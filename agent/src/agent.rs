@@ -58,6 +58,8 @@ pub struct Shared {
     pub kernel: crate::telemetry::Kernel,
     /// DOIC state shared by the workers; `None` when overload control is off.
     pub overload: Option<crate::overload::Overload>,
+    /// Inbound connections waiting for their CER, capped.
+    pub admission: crate::admission::Admission<Arc<Notify>>,
     workers: Vec<WorkerSlot>,
     next_worker: AtomicUsize,
 }
@@ -159,6 +161,12 @@ impl Agent {
         let mut listeners = Vec::new();
         for addr in &config.node.listen {
             let l = bind(*addr)?;
+            crate::net::connect::set_backlog(&l, config.node.listen_backlog).map_err(|source| {
+                StartError::Bind {
+                    addr: *addr,
+                    source,
+                }
+            })?;
             listeners.push(l);
         }
         let metrics_listener = config
@@ -238,8 +246,13 @@ impl Agent {
         let router = Router::from_config(&config, |h| table.by_host(h));
         let overload =
             crate::overload::Overload::new(&config.node.origin_host, config.doic_effective(), n);
+        let admission = crate::admission::Admission::new(
+            config.node.max_pending_cer,
+            config.node.max_pending_cer_per_source,
+        );
         let shared = Arc::new(Shared {
             overload,
+            admission,
             config,
             table,
             router,
