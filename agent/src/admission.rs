@@ -1,8 +1,10 @@
 //! Admission of inbound connections that have not completed the
 //! capabilities exchange (RFC 6733 §5.3: "When two Diameter peers establish
 //! a transport connection, they MUST exchange the Capabilities Exchange
-//! messages"). Until the CER is answered, nobody knows who is on the other
-//! end, so those connections are capped: per source and in total.
+//! messages"; §5.6.1: "it is not, in the general case, possible to know the
+//! identity of that peer until a CER is received from it"). Until the CER
+//! is answered, nobody knows who is on the other end, so those connections
+//! are capped: per source and in total.
 //!
 //! A source is an IPv4 address or an IPv6 /64 (one host usually holds a
 //! whole /64). When the total is reached, a connection from a source that

@@ -163,3 +163,28 @@ async fn the_cer_timeout_closes_silent_and_stalled_connections() {
     assert_eq!(closed_before_cer(&s, "cer_timeout"), 2);
     assert_eq!(s.agent().shared().admission.waiting(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_longer_than_64_kib_before_cer_is_answered_5015_and_closed() {
+    use tokio::io::AsyncWriteExt;
+    let s = setup(1).await;
+    let mut c = connect_from(Ipv4Addr::LOCALHOST, s.addr).await.unwrap();
+    // A CER header announcing 100 KiB, and the first 8 KiB of it.
+    let mut msg = request(1, "example.net", &[]);
+    msg.resize(100 * 1024, 0);
+    msg[1..4].copy_from_slice(&(100u32 * 1024).to_be_bytes()[1..]);
+    msg[4] = 0x80;
+    msg[5..8].copy_from_slice(&doic_agent::wire::cmd::CER.to_be_bytes()[1..]);
+    c.write_all(&msg[..8 * 1024]).await.unwrap();
+    // Answered and closed, long before the CER timeout (5 s).
+    let mut got = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(4),
+        tokio::io::AsyncReadExt::read_to_end(&mut c, &mut got),
+    )
+    .await
+    .expect("closed in time")
+    .unwrap();
+    let n = doic_agent::wire::frame_len(&got).unwrap().unwrap();
+    assert_eq!(result_code(&got[..n]), Some(5015));
+}

@@ -10,9 +10,9 @@
 //!
 //! Until the capabilities exchange completes (§5.3) a connection costs
 //! little: reads take [`PRE_OPEN_READ`] bytes (a buffer grows past that only
-//! to hold a longer message being received, up to the maximum message
-//! length), the output buffer starts at [`PRE_OPEN_WRITE`]; both grow to
-//! their full size when the peer is open. An accepted connection has neither
+//! to hold a longer message being received, up to [`PRE_OPEN_MAX_MESSAGE`]),
+//! the output buffer starts at [`PRE_OPEN_WRITE`]; both grow to their full
+//! size when the peer is open. An accepted connection has neither
 //! until its first bytes arrive, and holds a [`crate::admission`] ticket
 //! until the exchange is over.
 
@@ -42,6 +42,10 @@ use crate::wire::{self, Head, cmd};
 pub const READ_CHUNK: usize = 256 * 1024;
 /// Bytes asked of the kernel per read before the capabilities exchange.
 pub const PRE_OPEN_READ: usize = 4 * 1024;
+/// The longest message accepted before the capabilities exchange: a CER is
+/// a few hundred bytes, rarely a few KiB. Longer is a framing error (5015),
+/// so a connection not yet open never holds more than this.
+pub const PRE_OPEN_MAX_MESSAGE: usize = 64 * 1024;
 /// Output buffer of an open connection.
 const WRITE_CAPACITY: usize = 64 * 1024;
 /// Output buffer before the capabilities exchange (a CER or CEA).
@@ -279,9 +283,9 @@ impl Conn {
     }
 
     fn read_and_handle(&mut self) {
-        let chunk = match self.fsm.state() {
-            State::WaitCer | State::WaitCea => PRE_OPEN_READ,
-            State::Open | State::Closing | State::Closed => READ_CHUNK,
+        let (chunk, max_len) = match self.fsm.state() {
+            State::WaitCer | State::WaitCea => (PRE_OPEN_READ, PRE_OPEN_MAX_MESSAGE),
+            State::Open | State::Closing | State::Closed => (READ_CHUNK, wire::MAX_MESSAGE_LEN),
         };
         // Messages handed on keep their part of the buffer alive, so a new
         // buffer is taken only when the spare room runs low (not per read).
@@ -303,7 +307,7 @@ impl Conn {
         self.shared.io.reads.fetch_add(1, Ordering::Relaxed);
         let mut messages = 0u64;
         loop {
-            match crate::codec::frame_len_max(&self.inbuf, wire::MAX_MESSAGE_LEN) {
+            match crate::codec::frame_len_max(&self.inbuf, max_len) {
                 Ok(Some(n)) => {
                     let msg = self.inbuf.split_to(n).freeze();
                     messages += 1;
@@ -538,7 +542,10 @@ async fn evicted(waiting: Option<&Waiting>) {
 
 /// Until its peer sends something, an accepted connection costs only its
 /// socket and this task: no buffers, no channel. Waits for the first bytes
-/// (true), or the CER timeout, an eviction, the agent's stop (false).
+/// (true), or the CER timeout (RFC 6733 §5.6.1: the logic that handles
+/// incoming connections "SHOULD close and discard the connection if ... an
+/// implementation-defined timeout occurs prior to receipt of CER"), an
+/// eviction, the agent's stop (false).
 async fn first_bytes(shared: &Shared, stream: &TcpStream, w: &Waiting, deadline: Instant) -> bool {
     let mut shutdown = shared.shutdown.clone();
     tokio::select! {
