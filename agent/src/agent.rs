@@ -60,6 +60,8 @@ pub struct Shared {
     pub overload: Option<crate::overload::Overload>,
     /// The retry budget of 3004 retries and failovers (`[retry]`).
     pub retry: crate::relay::budget::RetryGate,
+    /// Inbound connections waiting for their CER, capped.
+    pub admission: crate::admission::Admission<Arc<Notify>>,
     workers: Vec<WorkerSlot>,
     next_worker: AtomicUsize,
 }
@@ -161,6 +163,12 @@ impl Agent {
         let mut listeners = Vec::new();
         for addr in &config.node.listen {
             let l = bind(*addr)?;
+            crate::net::connect::set_backlog(&l, config.node.listen_backlog).map_err(|source| {
+                StartError::Bind {
+                    addr: *addr,
+                    source,
+                }
+            })?;
             listeners.push(l);
         }
         let metrics_listener = config
@@ -241,9 +249,14 @@ impl Agent {
         let overload =
             crate::overload::Overload::new(&config.node.origin_host, config.doic_effective(), n);
         let retry = crate::relay::budget::RetryGate::new(&config.retry);
+        let admission = crate::admission::Admission::new(
+            config.node.max_pending_cer,
+            config.node.max_pending_cer_per_source,
+        );
         let shared = Arc::new(Shared {
             overload,
             retry,
+            admission,
             config,
             table,
             router,

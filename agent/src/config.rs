@@ -121,6 +121,21 @@ pub struct Node {
     /// answered 3002 DIAMETER_UNABLE_TO_DELIVER, in seconds.
     #[serde(default = "default_request_timeout")]
     pub request_timeout_seconds: f64,
+    /// How long a new connection may take to complete the capabilities
+    /// exchange (CER/CEA, RFC 6733 §5.3) before it is closed, in seconds.
+    #[serde(default = "default_cer_timeout")]
+    pub cer_timeout_seconds: f64,
+    /// Inbound connections that have not completed the capabilities
+    /// exchange, at most, in total ([`crate::admission`]).
+    #[serde(default = "default_max_pending_cer")]
+    pub max_pending_cer: usize,
+    /// The same, from one source address (an IPv6 /64).
+    #[serde(default = "default_max_pending_cer_per_source")]
+    pub max_pending_cer_per_source: usize,
+    /// Accept queue of each listener (`listen(2)` backlog; the kernel caps
+    /// it at `net.core.somaxconn`).
+    #[serde(default = "default_listen_backlog")]
+    pub listen_backlog: u32,
 }
 
 fn default_applications() -> Vec<u32> {
@@ -140,6 +155,18 @@ fn default_drain() -> f64 {
 }
 fn default_request_timeout() -> f64 {
     10.0
+}
+fn default_cer_timeout() -> f64 {
+    5.0
+}
+fn default_max_pending_cer() -> usize {
+    256
+}
+fn default_max_pending_cer_per_source() -> usize {
+    16
+}
+fn default_listen_backlog() -> u32 {
+    4096
 }
 
 /// `[metrics]`: the Prometheus endpoint.
@@ -308,6 +335,7 @@ impl Config {
                 "node.request_timeout_seconds",
                 self.node.request_timeout_seconds,
             ),
+            ("node.cer_timeout_seconds", self.node.cer_timeout_seconds),
         ] {
             if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
                 return Err(bad(
@@ -326,6 +354,7 @@ impl Config {
                 ),
             ));
         }
+        self.check_connection_caps(file)?;
         let mut seen = HashSet::new();
         for (i, p) in self.peers.iter().enumerate() {
             check_identity(&p.host).map_err(|why| bad(format!("peer[{i}].host"), why))?;
@@ -387,6 +416,38 @@ impl Config {
         Ok(())
     }
 
+    /// The caps on connections waiting for CER and the listen backlog.
+    fn check_connection_caps(&self, file: &Path) -> Result<(), ConfigError> {
+        let n = &self.node;
+        let bad = |key: &str, why: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            key: key.into(),
+            why,
+        };
+        if !(1..=1_000_000).contains(&n.max_pending_cer) {
+            return Err(bad(
+                "node.max_pending_cer",
+                format!("{} is not in [1, 1000000]", n.max_pending_cer),
+            ));
+        }
+        if !(1..=n.max_pending_cer).contains(&n.max_pending_cer_per_source) {
+            return Err(bad(
+                "node.max_pending_cer_per_source",
+                format!(
+                    "{} is not in [1, node.max_pending_cer = {}]",
+                    n.max_pending_cer_per_source, n.max_pending_cer
+                ),
+            ));
+        }
+        if !(1..=65_535).contains(&n.listen_backlog) {
+            return Err(bad(
+                "node.listen_backlog",
+                format!("{} is not in [1, 65535]", n.listen_backlog),
+            ));
+        }
+        Ok(())
+    }
+
     /// The `[doic]` section with the `trusted` flags of the `[[peer]]`
     /// entries folded into its per-peer policies; `None` when DOIC is off
     /// (no section, or `enabled = false`).
@@ -431,6 +492,12 @@ impl Config {
     #[must_use]
     pub fn request_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.node.request_timeout_seconds)
+    }
+
+    /// The capabilities exchange timeout as a [`Duration`].
+    #[must_use]
+    pub fn cer_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.node.cer_timeout_seconds)
     }
 }
 
@@ -608,6 +675,39 @@ peers = ["nobody.example.net"]
             e.contains("node.tw_seconds") && e.contains("RFC 3539"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn connection_caps_default_safely_and_bad_values_are_named() {
+        let c = parse(DEMO_CONFIG).unwrap();
+        assert_eq!(c.cer_timeout(), Duration::from_secs(5));
+        assert_eq!(
+            (c.node.max_pending_cer, c.node.max_pending_cer_per_source),
+            (256, 16)
+        );
+        assert_eq!(c.node.listen_backlog, 4096);
+        let node = "[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\n";
+        for (extra, want) in [
+            (
+                "max_pending_cer = 0",
+                "t.toml: node.max_pending_cer: 0 is not in [1, 1000000]",
+            ),
+            (
+                "max_pending_cer = 8\nmax_pending_cer_per_source = 9",
+                "t.toml: node.max_pending_cer_per_source: 9 is not in [1, node.max_pending_cer = 8]",
+            ),
+            (
+                "listen_backlog = 0",
+                "t.toml: node.listen_backlog: 0 is not in [1, 65535]",
+            ),
+            (
+                "cer_timeout_seconds = 0",
+                "t.toml: node.cer_timeout_seconds: 0 is not a duration in (0, 86400] seconds",
+            ),
+        ] {
+            let e = parse(&format!("{node}{extra}\n")).unwrap_err().to_string();
+            assert_eq!(e, want);
+        }
     }
 
     #[test]

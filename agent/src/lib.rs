@@ -15,6 +15,7 @@
 //! | [`config`] | the TOML configuration, defaults and validation |
 //! | [`peer`] | RFC 6733 §5 peers: watchdog (RFC 3539), capability exchange, peer state machine |
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
+//! | [`admission`] | caps on inbound connections waiting for CER (RFC 6733 §5.3), per source and in total |
 //! | [`agent`] | the running agent: pinned workers, listeners, dialling, control thread, shutdown |
 //! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O |
 //! | [`overload`] | DOIC in the relay: per-worker cores, request/answer treatment, replication, control tick, `/metrics` and `/audit` |
@@ -32,6 +33,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod admission;
 pub mod agent;
 pub mod audit;
 pub mod bucket;

@@ -238,6 +238,7 @@ pub fn render(shared: &Shared) -> String {
             v.load(Ordering::Relaxed)
         );
     }
+    render_admission(&shared.admission, &mut o);
     let _ = writeln!(
         o,
         "# HELP doic_worker_utilisation Busy share of each worker thread over the last second.\n# TYPE doic_worker_utilisation gauge"
@@ -267,4 +268,34 @@ pub fn render(shared: &Shared) -> String {
         crate::overload::render_metrics(ov, &mut o);
     }
     o
+}
+
+/// Connections waiting for CER and those closed before it.
+fn render_admission<T>(a: &crate::admission::Admission<T>, o: &mut String) {
+    let _ = writeln!(
+        o,
+        "# HELP doic_connections_waiting_cer Inbound connections that have not completed the capabilities exchange.\n# TYPE doic_connections_waiting_cer gauge\ndoic_connections_waiting_cer {}",
+        a.waiting()
+    );
+    let name = "doic_connections_closed_before_cer_total";
+    let _ = writeln!(
+        o,
+        "# HELP {name} Inbound connections closed before the capabilities exchange, by reason.\n# TYPE {name} counter"
+    );
+    let st = &a.stats;
+    for (reason, v) in [
+        (
+            crate::admission::Refusal::PerSource.label(),
+            &st.refused_per_source,
+        ),
+        (crate::admission::Refusal::Total.label(), &st.refused_total),
+        ("evicted", &st.evicted),
+        ("cer_timeout", &st.cer_timeouts),
+    ] {
+        let _ = writeln!(
+            o,
+            "{name}{{reason=\"{reason}\"}} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
 }

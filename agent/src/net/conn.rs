@@ -7,6 +7,14 @@
 //! and every complete message in it is handled; everything to send in one
 //! wake-up is appended to one buffer and written with as few `write`
 //! syscalls as the socket allows.
+//!
+//! Until the capabilities exchange completes (§5.3) a connection costs
+//! little: reads take [`PRE_OPEN_READ`] bytes (a buffer grows past that only
+//! to hold a longer message being received, up to [`PRE_OPEN_MAX_MESSAGE`]),
+//! the output buffer starts at [`PRE_OPEN_WRITE`]; both grow to their full
+//! size when the peer is open. An accepted connection has neither
+//! until its first bytes arrive, and holds a [`crate::admission`] ticket
+//! until the exchange is over.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +24,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -29,8 +38,18 @@ use crate::relay;
 use crate::routing::{PeerId, PeerView};
 use crate::wire::{self, Head, cmd};
 
-/// Bytes asked of the kernel per read.
+/// Bytes asked of the kernel per read once the peer is open.
 pub const READ_CHUNK: usize = 256 * 1024;
+/// Bytes asked of the kernel per read before the capabilities exchange.
+pub const PRE_OPEN_READ: usize = 4 * 1024;
+/// The longest message accepted before the capabilities exchange: a CER is
+/// a few hundred bytes, rarely a few KiB. Longer is a framing error (5015),
+/// so a connection not yet open never holds more than this.
+pub const PRE_OPEN_MAX_MESSAGE: usize = 64 * 1024;
+/// Output buffer of an open connection.
+const WRITE_CAPACITY: usize = 64 * 1024;
+/// Output buffer before the capabilities exchange (a CER or CEA).
+pub const PRE_OPEN_WRITE: usize = 1024;
 /// A peer that lets this much output pile up is dropped.
 const MAX_BACKLOG: usize = 64 << 20;
 
@@ -40,6 +59,13 @@ mod relaying;
 struct Pending {
     r: Relayed,
     deadline: Instant,
+}
+
+/// An accepted connection's place among those waiting for CER, and what
+/// wakes its task when it is evicted ([`crate::admission`]).
+pub(crate) struct Waiting {
+    pub(crate) ticket: crate::admission::Ticket,
+    pub(crate) evict: Arc<Notify>,
 }
 
 /// The state of one connection task.
@@ -66,16 +92,26 @@ struct Conn {
     cer_head: Option<Head>,
     /// Header of the DPR being answered.
     last_dpr: Option<Head>,
+    /// Set until the capabilities exchange is over (inbound connections).
+    waiting: Option<Waiting>,
 }
 
 /// Runs one connection to the end. `expect` is the peer an initiator
-/// dialled.
+/// dialled; `waiting` the admission of an accepted one.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     stream: TcpStream,
     role: Role,
     expect: Option<PeerId>,
+    waiting: Option<Waiting>,
 ) {
+    let accepted = Instant::now();
+    if let Some(w) = &waiting
+        && !first_bytes(&shared, &stream, w, accepted + shared.config.cer_timeout()).await
+    {
+        shared.admission.release(&w.ticket);
+        return;
+    }
     let _ = stream.set_nodelay(true);
     let local_ip = stream
         .local_addr()
@@ -86,9 +122,9 @@ pub(crate) async fn run(
     }
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = unbounded_channel();
-    let now = Instant::now();
     let local = Capabilities::local(&shared.config, local_ip);
-    let fsm = Fsm::new(now.into_std(), role, local);
+    let timeout = shared.config.cer_timeout();
+    let fsm = Fsm::with_exchange_timeout(accepted.into_std(), role, local, timeout);
     let peer = expect.and_then(|p| shared.table.get(p).map(|s| (p, s)));
     if role == Role::Initiator
         && let Some((_, slot)) = &peer
@@ -106,8 +142,8 @@ pub(crate) async fn run(
         watchdog: None,
         tx,
         rx,
-        inbuf: BytesMut::with_capacity(READ_CHUNK),
-        out: BytesMut::with_capacity(64 * 1024),
+        inbuf: BytesMut::with_capacity(PRE_OPEN_READ),
+        out: BytesMut::with_capacity(PRE_OPEN_WRITE),
         pending: HashMap::new(),
         next_hbh: (id as u32).wrapping_mul(0x9e37_79b9) ^ 0x5bd1_e995,
         inflight_down: 0,
@@ -117,6 +153,7 @@ pub(crate) async fn run(
         close: None,
         cer_head: None,
         last_dpr: None,
+        waiting,
     };
     async move {
         c.pump_fsm();
@@ -193,6 +230,10 @@ impl Conn {
                     sleep.as_mut().reset(armed);
                 }
                 _ = tick.tick() => self.handle_timers(),
+                () = evicted(self.waiting.as_ref()) => {
+                    note_evicted();
+                    self.close = Some("evicted before capabilities exchange");
+                }
                 // Resolves at once when the stop was announced while this task
                 // was busy elsewhere (the receiver has not seen that version).
                 changed = shutdown.changed(), if self.closing_since.is_none() => {
@@ -242,10 +283,14 @@ impl Conn {
     }
 
     fn read_and_handle(&mut self) {
+        let (chunk, max_len) = match self.fsm.state() {
+            State::WaitCer | State::WaitCea => (PRE_OPEN_READ, PRE_OPEN_MAX_MESSAGE),
+            State::Open | State::Closing | State::Closed => (READ_CHUNK, wire::MAX_MESSAGE_LEN),
+        };
         // Messages handed on keep their part of the buffer alive, so a new
         // buffer is taken only when the spare room runs low (not per read).
-        if self.inbuf.capacity() - self.inbuf.len() < READ_CHUNK / 8 {
-            self.inbuf.reserve(READ_CHUNK);
+        if self.inbuf.capacity() - self.inbuf.len() < chunk / 8 {
+            self.inbuf.reserve(chunk);
         }
         match self.stream.try_read_buf(&mut self.inbuf) {
             Ok(0) => {
@@ -262,7 +307,7 @@ impl Conn {
         self.shared.io.reads.fetch_add(1, Ordering::Relaxed);
         let mut messages = 0u64;
         loop {
-            match crate::codec::frame_len_max(&self.inbuf, wire::MAX_MESSAGE_LEN) {
+            match crate::codec::frame_len_max(&self.inbuf, max_len) {
                 Ok(Some(n)) => {
                     let msg = self.inbuf.split_to(n).freeze();
                     messages += 1;
@@ -473,7 +518,62 @@ impl Conn {
                 }
             }
         }
+        if self.fsm.state() != State::WaitCer {
+            self.leave_waiting();
+        }
     }
+
+    /// The capabilities exchange is over (or the connection is): give the
+    /// admission ticket back.
+    fn leave_waiting(&mut self) {
+        if let Some(w) = self.waiting.take() {
+            self.shared.admission.release(&w.ticket);
+        }
+    }
+}
+
+/// Resolves when the waiting connection is evicted; never without one.
+async fn evicted(waiting: Option<&Waiting>) {
+    match waiting {
+        Some(w) => w.evict.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Until its peer sends something, an accepted connection costs only its
+/// socket and this task: no buffers, no channel. Waits for the first bytes
+/// (true), or the CER timeout (RFC 6733 §5.6.1: the logic that handles
+/// incoming connections "SHOULD close and discard the connection if ... an
+/// implementation-defined timeout occurs prior to receipt of CER"), an
+/// eviction, the agent's stop (false).
+async fn first_bytes(shared: &Shared, stream: &TcpStream, w: &Waiting, deadline: Instant) -> bool {
+    let mut shutdown = shared.shutdown.clone();
+    tokio::select! {
+        r = stream.readable() => return r.is_ok(),
+        () = tokio::time::sleep_until(deadline) => cer_timed_out(shared),
+        () = evicted(Some(w)) => note_evicted(),
+        () = crate::agent::stopped(&mut shutdown) => {}
+    }
+    false
+}
+
+/// A connection waited longer than the CER timeout.
+fn cer_timed_out(shared: &Shared) {
+    let stats = &shared.admission.stats;
+    stats.cer_timeouts.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(
+        cause = "no CER in time",
+        timeout = ?shared.config.cer_timeout(),
+        "closing connection"
+    );
+}
+
+/// A connection waiting for CER was evicted (the listener counted it).
+fn note_evicted() {
+    tracing::debug!(
+        cause = "a lighter source needed the place",
+        "closing connection waiting for CER"
+    );
 }
 
 impl Conn {
@@ -496,6 +596,9 @@ impl Conn {
     }
 
     fn on_open(&mut self) {
+        // Full-size buffers from now on.
+        self.inbuf.reserve(READ_CHUNK);
+        self.out.reserve(WRITE_CAPACITY);
         let Some((_, slot)) = &self.peer else {
             return;
         };
@@ -597,7 +700,11 @@ impl Conn {
 
     fn handle_timers(&mut self) {
         let now = Instant::now();
+        let waiting_cer = self.fsm.state() == State::WaitCer;
         self.fsm.handle_timeout(now.into_std());
+        if waiting_cer && self.fsm.state() == State::Closed {
+            cer_timed_out(&self.shared);
+        }
         if let Some(w) = self.watchdog.as_mut() {
             w.handle_timeout(now.into_std());
         }
@@ -688,6 +795,7 @@ impl Conn {
     /// peer slot, give the watchdog back.
     async fn finish(&mut self) {
         tracing::debug!(peer = %self.peer_host(), why = self.close.unwrap_or("done"), "connection closing");
+        self.leave_waiting();
         let now = Instant::now();
         if let Some(w) = self.watchdog.as_mut() {
             w.handle_connection_down(now.into_std());

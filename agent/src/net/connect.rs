@@ -1,18 +1,71 @@
 //! Listeners (RFC 6733 §2.1: a node listens on TCP) and outbound
 //! connections to configured peers with the Tc reconnect interval (§2.1:
 //! "Tc ... recommended value is 30 seconds"). Each accepted connection runs
-//! on the next worker in turn.
+//! on the next worker in turn, once [`crate::admission`] lets it wait for
+//! its CER (§5.3); the excess is closed at once.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::agent::Shared;
-use crate::net::conn;
+use crate::net::conn::{self, Waiting};
 use crate::peer::fsm::Role;
 use crate::routing::PeerId;
+
+/// At most one log line per this interval about connections closed before
+/// CER; the line counts the others.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Sets the accept queue of a listening socket (Linux: `listen` on a
+/// listening socket changes its backlog; the kernel caps it at
+/// `net.core.somaxconn`).
+///
+/// # Errors
+/// The `listen(2)` error.
+pub(crate) fn set_backlog(l: &std::net::TcpListener, backlog: u32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let backlog = libc::c_int::try_from(backlog).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the descriptor is a socket owned by `l` for the whole call.
+    if unsafe { libc::listen(l.as_raw_fd(), backlog) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Rate-limited warnings about connections closed before their CER.
+#[derive(Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl RefusalLog {
+    fn note(&mut self, source: IpAddr, cause: &dyn std::fmt::Display, next: &'static str) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < REFUSAL_LOG_INTERVAL)
+        {
+            self.unlogged += 1;
+            return;
+        }
+        tracing::warn!(
+            %source,
+            %cause,
+            others_since_last = self.unlogged,
+            next,
+            "closing connection before capabilities exchange"
+        );
+        self.last = Some(now);
+        self.unlogged = 0;
+    }
+}
 
 /// How long a dial may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -28,16 +81,38 @@ pub(crate) async fn listen(shared: Arc<Shared>, listener: std::net::TcpListener)
         }
     };
     let mut shutdown = shared.shutdown.clone();
+    let mut log = RefusalLog::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, remote)) => {
                     tracing::debug!(%remote, "accepted");
-                    let Ok(std) = stream.into_std() else { continue };
+                    let evict = Arc::new(Notify::new());
+                    let admitted = match shared.admission.admit(remote.ip(), evict.clone()) {
+                        Ok(a) => a,
+                        Err(refusal) => {
+                            drop(stream);
+                            log.note(remote.ip(), &refusal, "closed at once; the source may retry");
+                            continue;
+                        }
+                    };
+                    if let Some((source, handle)) = admitted.evicted {
+                        handle.notify_one();
+                        let cause = "a lighter source needed the place of its oldest connection waiting for CER";
+                        log.note(source, &cause, "evicted; the source may retry");
+                    }
+                    let waiting = Waiting { ticket: admitted.ticket, evict };
+                    let Ok(std) = stream.into_std() else {
+                        shared.admission.release(&waiting.ticket);
+                        continue;
+                    };
                     let s = shared.clone();
                     shared.spawn_next(async move {
-                        if let Ok(stream) = TcpStream::from_std(std) {
-                            conn::run(s, stream, Role::Responder, None).await;
+                        match TcpStream::from_std(std) {
+                            Ok(stream) => {
+                                conn::run(s, stream, Role::Responder, None, Some(waiting)).await;
+                            }
+                            Err(_) => s.admission.release(&waiting.ticket),
                         }
                     });
                 }
@@ -65,7 +140,7 @@ pub(crate) async fn dial_loop(shared: Arc<Shared>, peer: PeerId, addr: SocketAdd
         if !busy {
             match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
-                    conn::run(shared.clone(), stream, Role::Initiator, Some(peer)).await;
+                    conn::run(shared.clone(), stream, Role::Initiator, Some(peer), None).await;
                 }
                 Ok(Err(e)) => tracing::debug!(%addr, cause = %e, "connect failed"),
                 Err(_) => tracing::debug!(%addr, "connect timed out"),
@@ -75,5 +150,43 @@ pub(crate) async fn dial_loop(shared: Arc<Shared>, peer: PeerId, addr: SocketAdd
             _ = tokio::time::sleep(tc) => {}
             _ = crate::agent::stopped(&mut shutdown) => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connections the kernel completes on a listener nobody accepts from.
+    async fn completed(l: &std::net::TcpListener, n: usize) -> usize {
+        let addr = l.local_addr().unwrap();
+        let dials = (0..n).map(|_| {
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await
+            })
+        });
+        let mut held = Vec::new();
+        for d in dials.collect::<Vec<_>>() {
+            if let Ok(Ok(Ok(s))) = d.await {
+                held.push(s);
+            }
+        }
+        held.len()
+    }
+
+    #[tokio::test]
+    async fn the_backlog_holds_a_burst_that_the_default_drops() {
+        // The kernel caps every backlog at net.core.somaxconn.
+        let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(4096);
+        let n = somaxconn.min(600);
+        let sized = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        set_backlog(&sized, 4096).unwrap();
+        assert_eq!(completed(&sized, n).await, n);
+        // std's default backlog (128) against the same burst.
+        let default = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(n <= 200 || completed(&default, n).await < n);
     }
 }

@@ -94,13 +94,27 @@ pub struct Fsm {
     dpa_received: bool,
 }
 
-/// How long a capabilities exchange or a DPR may wait for its answer.
-pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a capabilities exchange may take by default (the agent's
+/// `node.cer_timeout_seconds`).
+pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Fsm {
-    /// A new connection. An initiator queues its CER at once.
+    /// A new connection with the default [`EXCHANGE_TIMEOUT`]. An initiator
+    /// queues its CER at once.
     #[must_use]
     pub fn new(now: Instant, role: Role, local: Capabilities) -> Self {
+        Self::with_exchange_timeout(now, role, local, EXCHANGE_TIMEOUT)
+    }
+
+    /// A new connection that is closed unless its capabilities exchange
+    /// (CER received or CEA received, §5.3) completes within `timeout`.
+    #[must_use]
+    pub fn with_exchange_timeout(
+        now: Instant,
+        role: Role,
+        local: Capabilities,
+        timeout: Duration,
+    ) -> Self {
         let mut fsm = Self {
             role,
             state: match role {
@@ -109,7 +123,7 @@ impl Fsm {
             },
             local,
             remote: None,
-            deadline: Some(now + EXCHANGE_TIMEOUT),
+            deadline: Some(now + timeout),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             dpa_received: false,
@@ -339,6 +353,20 @@ mod tests {
         assert_eq!(f.state(), State::WaitCea);
         f.handle_timeout(now + EXCHANGE_TIMEOUT);
         assert_eq!(f.state(), State::Closed);
+    }
+
+    #[test]
+    fn responder_without_cer_closes_at_its_configured_timeout() {
+        let now = Instant::now();
+        let t = Duration::from_millis(1500);
+        let mut f =
+            Fsm::with_exchange_timeout(now, Role::Responder, caps("a.example.com", &[4]), t);
+        assert_eq!(f.poll_timeout(), Some(now + t));
+        f.handle_timeout(now + t - Duration::from_millis(1));
+        assert_eq!(f.state(), State::WaitCer);
+        f.handle_timeout(now + t);
+        assert_eq!(f.state(), State::Closed);
+        assert_eq!(drain(&mut f).1, vec![Event::Close("no CER in time")]);
     }
 
     #[test]
