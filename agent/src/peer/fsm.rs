@@ -364,6 +364,18 @@ mod tests {
     }
 
     #[test]
+    fn initiator_closes_on_a_malformed_cea() {
+        let now = Instant::now();
+        let mut f = Fsm::new(now, Role::Initiator, caps("a.example.com", &[4]));
+        let _ = drain(&mut f);
+        f.handle_bad_cea();
+        assert_eq!(f.state(), State::Closed);
+        let (t, e) = drain(&mut f);
+        assert!(t.is_empty(), "an answer is not answered");
+        assert_eq!(e, vec![Event::Close("malformed CEA")]);
+    }
+
+    #[test]
     fn responder_refuses_unknown_peer_with_3010_then_closes() {
         let mut f = Fsm::new(
             Instant::now(),
