@@ -367,6 +367,8 @@ pub struct Client {
     features: Option<Bytes>,
     /// Result-Code of the CEA.
     pub cea_result: u32,
+    /// The CEA as received.
+    pub cea: Bytes,
 }
 
 impl Client {
@@ -379,12 +381,29 @@ impl Client {
         id: Identity,
         applications: Vec<u32>,
     ) -> std::io::Result<Client> {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+        let stream = TcpStream::connect(addr).await?;
         let ip = stream.local_addr()?.ip();
         let mut out = BytesMut::new();
         wire::put_capabilities(&mut out, &id.caps(ip, applications), None, 1);
-        stream.write_all(&out).await?;
+        Self::exchange(stream, id, &out).await
+    }
+
+    /// Connects and sends `cer` as given (well formed or not) as its CER;
+    /// [`Client::cea`] is the answer.
+    ///
+    /// # Errors
+    /// As [`Client::connect`].
+    pub async fn connect_with_cer(
+        addr: SocketAddr,
+        id: Identity,
+        cer: &[u8],
+    ) -> std::io::Result<Client> {
+        Self::exchange(TcpStream::connect(addr).await?, id, cer).await
+    }
+
+    async fn exchange(mut stream: TcpStream, id: Identity, cer: &[u8]) -> std::io::Result<Client> {
+        stream.set_nodelay(true)?;
+        stream.write_all(cer).await?;
         let mut c = Client {
             stream,
             id,
@@ -392,12 +411,14 @@ impl Client {
             next: 1,
             features: None,
             cea_result: 0,
+            cea: Bytes::new(),
         };
         let m = tokio::time::timeout(Duration::from_secs(5), c.read_message())
             .await
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no CEA"))??;
         let (_, rc) = wire::read_capabilities(&m).map_err(std::io::Error::other)?;
         c.cea_result = rc.unwrap_or(0);
+        c.cea = m;
         Ok(c)
     }
 

@@ -464,6 +464,34 @@ pub fn put_capabilities(
     put_message(out, &m);
 }
 
+/// Appends a CEA refusing the CER with header `h` for `error` (RFC 6733
+/// §5.3.2, §7.1.5): its Result-Code, an Error-Message naming the defect and
+/// the Failed-AVP the error carries.
+pub fn put_refused_cea(
+    out: &mut BytesMut,
+    caps: &Capabilities,
+    h: Head,
+    error: &crate::peer::capx::ExchangeError,
+) {
+    use crate::codec::{Avp, AvpData};
+    use crate::dictionary::code;
+    let req = codec_header(cmd::CER, 0, h.flags, h.hbh, h.e2e);
+    let mut m = codec::builder::cea(&req, error.result_code(), &codec_caps(caps));
+    m.push(Avp::str(code::ERROR_MESSAGE, &error.to_string()));
+    if let Some(f) = error.failed_avp() {
+        // the offending AVP as grouped data holds it: padded (§4.1, §4.4)
+        let mut padded = BytesMut::from(&f[..]);
+        padded.resize(f.len().next_multiple_of(4), 0);
+        m.push(Avp::new(
+            code::FAILED_AVP,
+            None,
+            true,
+            AvpData::Bytes(padded.freeze()),
+        ));
+    }
+    put_message(out, &m);
+}
+
 /// Appends a DWR/DPR (request, `answer_to` None; DPR with `cause`) or
 /// DWA/DPA (2001), built by the codec (RFC 6733 §5.4, §5.5).
 pub fn put_base(

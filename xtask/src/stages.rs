@@ -60,7 +60,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "fuzz",
-        about: "cargo-fuzz the Diameter decoder for 60 s from the seed corpus; fails on a crash",
+        about: "cargo-fuzz the Diameter decoder and the CER judgement, 60 s in all, from the seed corpora; fails on a crash",
         run: fuzz,
     },
     Stage {
@@ -320,32 +320,47 @@ fn bench_relay() -> anyhow::Result<()> {
     })
 }
 
-/// Seconds the `fuzz` stage runs the decoder target.
+/// Seconds the `fuzz` stage runs, split evenly between [`FUZZ_TARGETS`].
 const FUZZ_SECS: u32 = 60;
+
+/// The cargo-fuzz targets the `fuzz` stage runs, in order; each has its seed
+/// corpus in `fuzz/corpus/<target>`.
+const FUZZ_TARGETS: &[&str] = &["decode", "cer"];
 
 fn fuzz() -> anyhow::Result<()> {
     setup::cargo_fuzz()?;
-    // new inputs go to a scratch directory; the committed seeds stay as they are
-    let scratch = crate::util::root().join("target/fuzz-corpus/decode");
+    let per_target = (FUZZ_SECS / FUZZ_TARGETS.len() as u32).max(1);
+    for target in FUZZ_TARGETS {
+        fuzz_one(target, per_target)?;
+    }
+    Ok(())
+}
+
+/// Runs one target for `secs` seconds from its seed corpus.
+fn fuzz_one(target: &str, secs: u32) -> anyhow::Result<()> {
+    // new inputs go to a scratch directory per target; the committed seeds
+    // stay as they are
+    let scratch = crate::util::root().join("target/fuzz-corpus").join(target);
     std::fs::create_dir_all(&scratch)?;
     let scratch = scratch.to_string_lossy().into_owned();
-    let max_time = format!("-max_total_time={FUZZ_SECS}");
+    let seeds = format!("fuzz/corpus/{target}");
+    let max_time = format!("-max_total_time={secs}");
     let mut cmd = std::process::Command::new("cargo");
     cmd.args([
         "+nightly",
         "fuzz",
         "run",
-        "decode",
+        target,
         &scratch,
-        "fuzz/corpus/decode",
+        &seeds,
         "--",
         &max_time,
         "-rss_limit_mb=2048",
         // an input that takes this long is a hang, reported as a crash
         "-timeout=10",
     ])
-    // the decoder needs no kernel program: skip building it again for the
-    // fuzz target's own target directory
+    // the targets need no kernel program: skip building it again for the
+    // fuzz targets' own target directory
     .env("DOIC_EBPF_SKIP", "1");
     crate::util::run_cmd(&mut cmd)
 }

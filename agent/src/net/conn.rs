@@ -401,14 +401,20 @@ impl Conn {
             self.close = Some("message before capabilities exchange");
             return;
         }
-        let (caps, rc) = match wire::read_capabilities(&msg) {
+        // RFC 6733 §5.3.1/§5.3.2 grammar, strictly: one Origin-Host, one
+        // Origin-Realm, ... (5009/5005 with Failed-AVP), then close.
+        let (caps, rc) = match capx::read_exchange(&msg) {
             Ok(x) => x,
             Err(e) => {
+                let remote = self.stream.peer_addr().ok();
                 if head.is_request() {
-                    let local = self.fsm.local().clone();
-                    wire::put_capabilities(&mut self.out, &local, Some((head, e.result_code)), 0);
+                    tracing::info!(?remote, result_code = e.result_code(), cause = %e, "malformed CER refused, closing");
+                    self.cer_head = Some(head);
+                    self.fsm.handle_bad_cer(e);
+                } else {
+                    tracing::warn!(peer = %self.peer_host(), ?remote, cause = %e, "malformed CEA, closing; redial after Tc");
+                    self.fsm.handle_bad_cea();
                 }
-                self.close = Some("malformed capabilities exchange");
                 return;
             }
         };
@@ -423,8 +429,9 @@ impl Conn {
             self.fsm.handle_cea(caps, rc.unwrap_or(0));
             if self.fsm.state() == State::Open {
                 let local_host = self.shared.config.node.origin_host.clone();
+                let live = self.liveness();
                 let opened = self.peer.as_ref().is_some_and(|(_, slot)| {
-                    slot.try_open(self.id, self.tx.clone(), false, &local_host)
+                    slot.try_open(self.id, self.tx.clone(), false, &local_host, live)
                 });
                 if opened && let Some((_, slot)) = &self.peer {
                     slot.note_remote(self.id, self.stream.peer_addr().ok());
@@ -458,8 +465,9 @@ impl Conn {
             )
         {
             let local_host = cfg.node.origin_host.clone();
+            let live = self.liveness();
             match self.shared.table.get(id) {
-                Some(slot) if slot.try_open(self.id, self.tx.clone(), true, &local_host) => {
+                Some(slot) if slot.try_open(self.id, self.tx.clone(), true, &local_host, live) => {
                     slot.note_remote(self.id, self.stream.peer_addr().ok());
                     self.peer = Some((id, slot));
                 }
@@ -486,6 +494,11 @@ impl Conn {
                 Transmit::Cea { result_code } => {
                     if let Some(h) = self.cer_head {
                         wire::put_capabilities(&mut self.out, &local, Some((h, result_code)), 0);
+                    }
+                }
+                Transmit::CeaRefused(e) => {
+                    if let Some(h) = self.cer_head {
+                        wire::put_refused_cea(&mut self.out, &local, h, &e);
                     }
                 }
                 Transmit::Dpr(cause) => {
@@ -588,6 +601,13 @@ impl Conn {
             .as_ref()
             .map(|(_, s)| s.host.clone())
             .unwrap_or_default()
+    }
+
+    /// This connection's socket as later connections of its peer see it
+    /// (the reconnect race, [`crate::peer::table`]).
+    fn liveness(&self) -> Option<Arc<dyn crate::peer::table::Liveness>> {
+        super::liveness::SocketLiveness::of(&self.stream)
+            .map(|l| Arc::new(l) as Arc<dyn crate::peer::table::Liveness>)
     }
 
     fn alloc_hbh(&mut self) -> u32 {
@@ -787,6 +807,10 @@ impl Conn {
             } => self.write_answer_with(&msg, features, hbh, code),
             ToConn::Close => {
                 self.close.get_or_insert("election lost");
+            }
+            ToConn::Replaced => {
+                self.close
+                    .get_or_insert("replaced by the peer's new connection");
             }
         }
     }

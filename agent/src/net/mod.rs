@@ -4,3 +4,4 @@
 
 pub mod conn;
 pub(crate) mod connect;
+mod liveness;

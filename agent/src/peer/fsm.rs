@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::capx::{self, Capabilities, CerVerdict};
+use super::capx::{self, Capabilities, CerVerdict, ExchangeError};
 
 /// Which side opened the transport connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +57,9 @@ pub enum Transmit {
         /// Result-Code of the CEA.
         result_code: u32,
     },
+    /// A CEA refusing a malformed CER: the error's Result-Code, Failed-AVP
+    /// and Error-Message (RFC 6733 §5.3, §7.1.5).
+    CeaRefused(ExchangeError),
     /// A DPR with this cause.
     Dpr(DisconnectCause),
     /// A DPA (2001) answering the received DPR.
@@ -206,6 +209,25 @@ impl Fsm {
                 self.transmits.push_back(Transmit::Cea { result_code });
                 self.close("capabilities exchange refused");
             }
+        }
+    }
+
+    /// A CER arrived that [`capx::read_exchange`] refused (R-Reject): the
+    /// CEA carries the defect, then the connection closes (RFC 6733 §5.3).
+    /// On an open connection the CER is answered like any CER there.
+    pub fn handle_bad_cer(&mut self, error: ExchangeError) {
+        if self.state != State::WaitCer {
+            return self.handle_cer(Capabilities::default(), true, false);
+        }
+        self.transmits.push_back(Transmit::CeaRefused(error));
+        self.close("malformed CER");
+    }
+
+    /// A CEA arrived that [`capx::read_exchange`] refused: Wait-I-CEA
+    /// I-Rcv-CEA with an unusable CEA  ->  Closed (Error).
+    pub fn handle_bad_cea(&mut self) {
+        if self.state == State::WaitCea {
+            self.close("malformed CEA");
         }
     }
 
@@ -367,6 +389,18 @@ mod tests {
         f.handle_timeout(now + t);
         assert_eq!(f.state(), State::Closed);
         assert_eq!(drain(&mut f).1, vec![Event::Close("no CER in time")]);
+    }
+
+    #[test]
+    fn initiator_closes_on_a_malformed_cea() {
+        let now = Instant::now();
+        let mut f = Fsm::new(now, Role::Initiator, caps("a.example.com", &[4]));
+        let _ = drain(&mut f);
+        f.handle_bad_cea();
+        assert_eq!(f.state(), State::Closed);
+        let (t, e) = drain(&mut f);
+        assert!(t.is_empty(), "an answer is not answered");
+        assert_eq!(e, vec![Event::Close("malformed CEA")]);
     }
 
     #[test]

@@ -3,6 +3,24 @@
 //! by name pattern), with the live connection's channel, its state for the
 //! router, the outstanding count and per-peer counters. The §5.6.4 election
 //! happens here, where both connections to a peer are visible.
+//!
+//! # A second connection from a registered peer
+//!
+//! RFC 6733 §5.6 has one state machine, and so one connection, per peer:
+//! R-Conn-CER in I-Open or R-Open is R-Reject (CEA 4003), and the election
+//! of §5.6.4 applies only to simultaneous *opening* (Wait-I-CEA: our CER is
+//! out while the peer's arrives). A peer that closes its connection and
+//! dials again at once is neither: its old connection has ended on the wire
+//! (its state machine went back to Closed, the only state with Start), but
+//! the task that owns that connection on another worker may not have seen
+//! the FIN or RST yet. Taking the events in wire order, R-Peer-Disc of the
+//! old connection comes before R-Conn-CER of the new one, so the new CER
+//! meets a Closed machine and is accepted (§5.6: "any implementation that
+//! produces equivalent results is considered compliant"). [`PeerSlot::try_open`]
+//! therefore asks the registered connection's [`Liveness`] (its socket, read
+//! without waiting for its task): ended (peer closed or reset), or closing
+//! after DPR/DPA, it is retired ([`ToConn::Replaced`]) and the new connection
+//! opens; open and alive, the new one is refused 4003 as the RFC says.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -48,6 +66,18 @@ pub enum ToConn {
     },
     /// Close the connection now (it lost the §5.6.4 election).
     Close,
+    /// Close the connection now: its transport already ended and a new
+    /// connection of the same peer replaced it (see the module docs).
+    Replaced,
+}
+
+/// Whether a registered connection's transport has already ended (the peer
+/// closed or reset it), answered at once from any thread, before the task
+/// owning the connection has seen it. The tokio edge implements it on the
+/// socket.
+pub trait Liveness: Send + Sync + std::fmt::Debug {
+    /// True when the peer has closed or reset the connection.
+    fn ended(&self) -> bool;
 }
 
 /// A request on its way upstream, with what is needed to answer it.
@@ -89,7 +119,7 @@ pub struct Relayed {
 enum ConnReg {
     Idle,
     Connecting(u64, UnboundedSender<ToConn>),
-    Open(u64, UnboundedSender<ToConn>),
+    Open(u64, UnboundedSender<ToConn>, Option<Arc<dyn Liveness>>),
 }
 
 /// Router-visible state of a peer.
@@ -192,7 +222,7 @@ impl PeerSlot {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
         {
-            ConnReg::Open(_, tx) => Some(tx.clone()),
+            ConnReg::Open(_, tx, _) => Some(tx.clone()),
             _ => None,
         }
     }
@@ -225,34 +255,49 @@ impl PeerSlot {
         }
     }
 
-    /// A connection finished its capabilities exchange and wants to open.
+    /// A connection finished its capabilities exchange and wants to open;
+    /// `live` tells later connections of this peer whether it has ended.
     ///
     /// RFC 6733 §5.6.4: when the agent is dialling this peer at the same
-    /// time, the node with the higher Origin-Host keeps its initiator
-    /// connection. Returns false when this connection must be refused
-    /// (election lost, or another connection is already open).
+    /// time (Wait-I-CEA, R-Conn-CER), the node with the higher Origin-Host
+    /// wins and closes the connection it initiated: the responder connection
+    /// survives when the local Origin-Host is higher, the initiator one
+    /// otherwise. An open connection that has ended on the wire, or is
+    /// closing, is retired for the new one (module docs). Returns false when
+    /// this connection must be refused (election lost, or another connection
+    /// is open and alive).
     pub fn try_open(
         &self,
         conn: u64,
         tx: UnboundedSender<ToConn>,
         responder: bool,
         local_host: &str,
+        live: Option<Arc<dyn Liveness>>,
     ) -> bool {
         let mut reg = self
             .reg
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match &*reg {
-            ConnReg::Open(id, _) if *id != conn => return false,
+            ConnReg::Open(id, other, old) if *id != conn => {
+                let ended = old.as_ref().is_some_and(|l| l.ended());
+                if !ended && self.state() != state::CLOSING {
+                    // I-Open/R-Open  R-Conn-CER  R-Reject
+                    return false;
+                }
+                tracing::info!(peer = %self.host, old = *id, new = conn, "peer reconnected: its ended connection is replaced");
+                let _ = other.send(ToConn::Replaced);
+            }
+            // Wait-I-CEA  R-Conn-CER  Elect: Win-Election  I-Disc, R-Snd-CEA
             ConnReg::Connecting(id, other) if *id != conn && responder => {
-                if local_wins_election(local_host, &self.host) {
+                if !local_wins_election(local_host, &self.host) {
                     return false;
                 }
                 let _ = other.send(ToConn::Close);
             }
             _ => {}
         }
-        *reg = ConnReg::Open(conn, tx);
+        *reg = ConnReg::Open(conn, tx, live);
         true
     }
 
@@ -263,7 +308,7 @@ impl PeerSlot {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mine = match &*reg {
-            ConnReg::Connecting(id, _) | ConnReg::Open(id, _) => *id == conn,
+            ConnReg::Connecting(id, _) | ConnReg::Open(id, _, _) => *id == conn,
             ConnReg::Idle => false,
         };
         if mine {
@@ -410,38 +455,77 @@ mod tests {
     use super::*;
     use tokio::sync::mpsc::unbounded_channel;
 
+    /// A connection whose end the test decides.
+    #[derive(Debug, Default)]
+    struct Wire(std::sync::atomic::AtomicBool);
+    impl Liveness for Wire {
+        fn ended(&self) -> bool {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
     #[test]
-    fn election_keeps_the_higher_origin_hosts_initiator_connection() {
-        // Local "b..." > remote "a...": the local initiator wins and the
-        // peer's incoming connection is refused.
+    fn election_winner_closes_the_connection_it_initiated() {
+        // RFC 6733 §5.6.4: local "b..." succeeds remote "a...": the local
+        // node wins, closes its initiator connection and keeps the responder.
         let slot = PeerSlot::new("a.example.net", "example.net", None);
         let (tx1, mut rx1) = unbounded_channel();
         assert!(slot.begin_connecting(1, tx1.clone()));
         let (tx2, _) = unbounded_channel();
-        assert!(!slot.try_open(2, tx2, true, "b.example.com"));
-        assert!(slot.try_open(1, tx1, false, "b.example.com"));
-        assert!(rx1.try_recv().is_err());
-
-        // Local "a..." < remote "z...": the incoming connection wins and the
-        // local initiator connection is told to close.
-        let slot = PeerSlot::new("z.example.net", "example.net", None);
-        let (tx1, mut rx1) = unbounded_channel();
-        assert!(slot.begin_connecting(1, tx1));
-        let (tx2, _) = unbounded_channel();
-        assert!(slot.try_open(2, tx2, true, "a.example.com"));
+        assert!(slot.try_open(2, tx2, true, "b.example.com", None));
         assert!(matches!(rx1.try_recv(), Ok(ToConn::Close)));
-        let (tx3, _) = unbounded_channel();
         assert!(
-            !slot.try_open(3, tx3, true, "a.example.com"),
-            "one open connection per peer"
+            !slot.try_open(1, tx1, false, "b.example.com", None),
+            "the initiator's late CEA does not open it"
         );
         slot.release(1);
         assert!(
             slot.sender().is_some(),
             "releasing the loser keeps the winner"
         );
-        slot.release(2);
+
+        // Local "a..." < remote "Z..." (case-insensitive): the peer wins; the
+        // incoming connection is refused 4003 and the initiator opens.
+        let slot = PeerSlot::new("Z.example.net", "example.net", None);
+        let (tx1, mut rx1) = unbounded_channel();
+        assert!(slot.begin_connecting(1, tx1.clone()));
+        let (tx2, _) = unbounded_channel();
+        assert!(!slot.try_open(2, tx2, true, "a.example.com", None));
+        assert!(slot.try_open(1, tx1, false, "a.example.com", None));
+        assert!(rx1.try_recv().is_err());
+        let (tx3, _) = unbounded_channel();
+        assert!(
+            !slot.try_open(3, tx3, true, "a.example.com", None),
+            "one open connection per peer"
+        );
+        slot.release(1);
         assert!(slot.sender().is_none());
+    }
+
+    #[test]
+    fn a_reconnect_replaces_an_ended_connection_and_only_that() {
+        let slot = PeerSlot::new("c.example.org", "example.org", None);
+        let wire = Arc::new(Wire::default());
+        let (tx1, mut rx1) = unbounded_channel();
+        let live: Arc<dyn Liveness> = wire.clone();
+        assert!(slot.try_open(1, tx1, true, "agent.example.com", Some(live)));
+        slot.set_state(state::OKAY);
+        // open and alive: R-Conn-CER in R-Open is R-Reject
+        let (tx2, _) = unbounded_channel();
+        assert!(!slot.try_open(2, tx2, true, "agent.example.com", None));
+        assert!(rx1.try_recv().is_err(), "the live connection stays");
+        // the peer closed it; its task has not noticed yet
+        wire.0.store(true, Ordering::Relaxed);
+        let (tx3, mut rx3) = unbounded_channel();
+        assert!(slot.try_open(3, tx3, true, "agent.example.com", None));
+        assert!(matches!(rx1.try_recv(), Ok(ToConn::Replaced)));
+        slot.release(1);
+        assert!(slot.sender().is_some(), "the old one's end keeps the new");
+        // closing after DPR: replaced too
+        slot.set_state(state::CLOSING);
+        let (tx4, _) = unbounded_channel();
+        assert!(slot.try_open(4, tx4, true, "agent.example.com", None));
+        assert!(matches!(rx3.try_recv(), Ok(ToConn::Replaced)));
     }
 
     #[test]
@@ -449,7 +533,7 @@ mod tests {
         let slot = PeerSlot::new("a.example.net", "example.net", None);
         let addr: SocketAddr = "127.0.0.2:40000".parse().unwrap();
         let (tx, _) = unbounded_channel();
-        assert!(slot.try_open(1, tx, true, "b.example.com"));
+        assert!(slot.try_open(1, tx, true, "b.example.com", None));
         slot.note_remote(1, Some(addr));
         assert_eq!(slot.remote(), Some(addr));
         slot.release(7);
