@@ -127,6 +127,9 @@ pub struct PeerStats {
     pub dpr_sent: AtomicU64,
     /// DPAs received from the peer.
     pub dpa_received: AtomicU64,
+    /// Requests read after the agent half-closed the connection (too late
+    /// to be answered on it).
+    pub requests_discarded: AtomicU64,
 }
 
 /// One peer of the table.
