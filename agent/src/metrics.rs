@@ -140,7 +140,7 @@ pub fn render(shared: &Shared) -> String {
         ),
         (
             "doic_peer_requests_discarded_total",
-            "Requests read after the agent half-closed the connection, too late to be answered.",
+            "Requests left unanswered when a connection closed (read after the agent's FIN).",
             |st| &st.requests_discarded,
         ),
     ] {

@@ -18,6 +18,8 @@ use doic_agent::wire::{self, Head, cmd};
 
 /// Requests left pending at the server when the agent stops.
 const PENDING: u32 = 3000;
+/// `node.drain_seconds` by default.
+const DEFAULT_DRAIN: f64 = 5.0;
 /// Requests per write.
 const BURST: u32 = 50;
 /// Writes the client still sends once every pending request is answered.
@@ -35,8 +37,8 @@ fn traffic() -> Traffic {
 }
 
 /// One server that swallows requests, an agent with the default worker
-/// count and the default drain (5 s) in front of it.
-async fn silent_server_setup() -> Setup {
+/// count and a drain of `drain` seconds in front of it.
+async fn silent_server_setup(drain: f64) -> Setup {
     let servers = servers(
         1,
         ServerBehaviour {
@@ -47,7 +49,7 @@ async fn silent_server_setup() -> Setup {
     .await;
     let mut config = config_for(&servers, "");
     config.node.workers = None;
-    config.node.drain_seconds = 5.0;
+    config.node.drain_seconds = drain;
     config.node.request_timeout_seconds = 60.0;
     start(servers, config).await
 }
@@ -132,7 +134,7 @@ async fn send(c: &mut Client, seen: &mut Seen, next: &mut u32, n: u32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_every_request_of_a_client_that_keeps_sending() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let mut s = silent_server_setup().await;
+    let mut s = silent_server_setup(DEFAULT_DRAIN).await;
     let mut c = s.client().await;
     let mut seen = Seen::default();
     let mut next = 1;
@@ -180,7 +182,7 @@ async fn shutdown_answers_every_request_of_a_client_that_keeps_sending() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_every_request_of_a_client_that_stops_at_the_dpr() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let mut s = silent_server_setup().await;
+    let mut s = silent_server_setup(DEFAULT_DRAIN).await;
     let mut c = s.client().await;
     let stop = AtomicBool::new(false);
     let t = traffic();
@@ -235,5 +237,43 @@ async fn a_request_behind_the_peers_dpr_in_the_same_write_is_answered() {
         got,
         vec![(cmd::DPR, 77, Some(2001)), (TEST_CMD, 78, Some(3002))],
         "the DPA and the request's one answer, then the end of stream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_sent_past_the_drain_are_answered_or_counted_never_reset() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut s = silent_server_setup(2.0).await;
+    let shared = s.agent().shared().clone();
+    let mut c = s.client().await;
+    let mut seen = Seen::default();
+    let mut next = 1;
+    let client = async {
+        // A client that ignores the DPR: it sends until it reads the end of
+        // stream, then one write more, then closes.
+        let t0 = Instant::now();
+        let mut open = true;
+        while open && t0.elapsed() < Duration::from_secs(20) {
+            open = send(&mut c, &mut seen, &mut next, BURST).await
+                && seen.read_for(&mut c, Duration::from_millis(20)).await;
+        }
+        assert!(send(&mut c, &mut seen, &mut next, BURST).await);
+        drop(c);
+    };
+    let ((), ()) = tokio::join!(s.stop(), client);
+    let discarded: u64 = shared
+        .table
+        .all()
+        .iter()
+        .filter(|(_, p)| p.host == "client1.example.org")
+        .map(|(_, p)| p.stats.requests_discarded.load(Ordering::Relaxed))
+        .sum();
+    assert!(seen.dpr, "{seen:?}");
+    assert_eq!(seen.end, None, "the agent's FIN, not a reset: {seen:?}");
+    assert!(discarded >= u64::from(BURST), "{discarded} {seen:?}");
+    assert_eq!(
+        seen.sent,
+        seen.answered + discarded,
+        "each request answered or counted: {seen:?}"
     );
 }

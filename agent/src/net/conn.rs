@@ -41,6 +41,9 @@ const MAX_BACKLOG: usize = 64 << 20;
 /// How long a closing connection may take to flush what is queued,
 /// half-close and read to the peer's end of stream ([`Conn::linger`]).
 pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// Bytes asked of the kernel per read while a closing connection reads to
+/// the end.
+const DISCARD_CHUNK: usize = 16 * 1024;
 
 mod relaying;
 
@@ -755,7 +758,8 @@ impl Conn {
     /// the peer's end of stream, all within [`CLOSE_LINGER`]. Closing a
     /// socket with unread input makes the kernel send a reset instead and
     /// throw away the answers queued in front of it. Requests read after
-    /// the FIN cannot be answered any more: they are counted
+    /// the FIN (or left behind the message that ended the connection)
+    /// cannot be answered any more: they are counted
     /// (`doic_peer_requests_discarded_total`) and logged.
     async fn linger(&mut self) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -781,8 +785,9 @@ impl Conn {
                 if !framed {
                     inbuf.clear();
                 }
-                if inbuf.capacity() - inbuf.len() < READ_CHUNK / 8 {
-                    inbuf.reserve(READ_CHUNK);
+                // Only counted, not kept: a small buffer does.
+                if inbuf.capacity() - inbuf.len() < DISCARD_CHUNK / 4 {
+                    inbuf.reserve(DISCARD_CHUNK);
                 }
                 if stream.read_buf(inbuf).await? == 0 {
                     return Ok::<(), std::io::Error>(());
@@ -796,7 +801,7 @@ impl Conn {
             tracing::warn!(
                 peer = %peer,
                 discarded,
-                cause = "requests sent after the agent's FIN",
+                cause = "requests left unanswered at close",
                 "requests discarded at close; the peer must fail them over"
             );
         }
