@@ -320,9 +320,13 @@ impl Agent {
         &self.shared
     }
 
-    /// Starts the graceful stop: listeners close, every open connection
-    /// sends DPR and drains its pending requests (each is answered, by its
-    /// upstream peer or locally with 3002) before the drain deadline.
+    /// Starts the graceful stop (RFC 6733 §5.4): listeners close, every open
+    /// connection sends DPR and relays nothing new (a request arriving from
+    /// then on is answered 3002 at once); pending requests are answered by
+    /// their upstream peer or, at 80 % of the drain, locally with 3002.
+    /// Each connection closes without losing a queued answer: all written,
+    /// then a FIN, then a read to the peer's end of stream (`docs/relay.md`,
+    /// "Shutdown").
     pub fn shutdown(&self) {
         let _ = self.stop.send(true);
     }

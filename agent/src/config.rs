@@ -113,8 +113,9 @@ pub struct Node {
     /// Tw, the watchdog interval (RFC 3539 §3.4.1), in seconds.
     #[serde(default = "default_tw")]
     pub tw_seconds: f64,
-    /// Time given to pending requests on shutdown before they are answered
-    /// locally, in seconds.
+    /// The shutdown drain D, in seconds: pending requests wait for their
+    /// upstream answers until 0.8 D (then 3002), connections close at D at
+    /// the latest.
     #[serde(default = "default_drain")]
     pub drain_seconds: f64,
     /// How long a request may wait for its upstream answer before it is

@@ -4,13 +4,14 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::agent::Shared;
+use crate::peer::table::PeerStats;
 
 /// Serves `/metrics` until shutdown.
 pub(crate) async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
@@ -131,17 +132,23 @@ pub fn render(shared: &Shared) -> String {
             }
         }
     }
-    let _ = writeln!(
-        o,
-        "# HELP doic_peer_failovers_total Requests moved from the peer to an alternate.\n# TYPE doic_peer_failovers_total counter"
-    );
-    for (_, p) in &peers {
-        let _ = writeln!(
-            o,
-            "doic_peer_failovers_total{{peer=\"{}\"}} {}",
-            p.host,
-            p.stats.failovers.load(Ordering::Relaxed)
-        );
+    for (name, help, pick) in [
+        (
+            "doic_peer_failovers_total",
+            "Requests moved from the peer to an alternate.",
+            (|st| &st.failovers) as fn(&PeerStats) -> &AtomicU64,
+        ),
+        (
+            "doic_peer_requests_discarded_total",
+            "Requests left unanswered when a connection closed (read after the agent's FIN).",
+            |st| &st.requests_discarded,
+        ),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (_, p) in &peers {
+            let n = pick(&p.stats).load(Ordering::Relaxed);
+            let _ = writeln!(o, "{name}{{peer=\"{}\"}} {n}", p.host);
+        }
     }
     let rs = &shared.retry.stats;
     let _ = writeln!(

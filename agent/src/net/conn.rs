@@ -15,6 +15,11 @@
 //! size when the peer is open. An accepted connection has neither
 //! until its first bytes arrive, and holds a [`crate::admission`] ticket
 //! until the exchange is over.
+//!
+//! A connection ends the way §5.4 has the receiver of a DPA end it, whatever
+//! the reason: everything queued is written, then a FIN, then the input is
+//! read to the peer's end of stream ([`CLOSE_LINGER`]), so the kernel never
+//! resets the connection over answers still queued.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,6 +57,12 @@ const WRITE_CAPACITY: usize = 64 * 1024;
 pub const PRE_OPEN_WRITE: usize = 1024;
 /// A peer that lets this much output pile up is dropped.
 const MAX_BACKLOG: usize = 64 << 20;
+/// How long a closing connection may take to flush what is queued,
+/// half-close and read to the peer's end of stream ([`Conn::linger`]).
+pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// Bytes asked of the kernel per read while a closing connection reads to
+/// the end.
+const DISCARD_CHUNK: usize = 16 * 1024;
 
 mod relaying;
 
@@ -351,7 +362,14 @@ impl Conn {
         let now = Instant::now().into_std();
         match self.fsm.state() {
             State::WaitCer | State::WaitCea => return self.handle_exchange(msg, head),
-            State::Closed => return,
+            State::Closed => {
+                // Behind a DPR in the same read, say: the connection is
+                // going, but the request still gets its one answer.
+                if head.is_request() {
+                    self.answer_error(&msg, relay::UNABLE_TO_DELIVER, None, "connection closing");
+                }
+                return;
+            }
             State::Open | State::Closing => {}
         }
         let is_dwa = !head.is_request() && head.cmd == cmd::DWR;
@@ -379,7 +397,10 @@ impl Conn {
                     self.cer_head = Some(head);
                     self.fsm.handle_cer(Capabilities::default(), true, false);
                 }
-                _ => self.relay_request(msg, head),
+                _ => {
+                    self.fsm.handle_request();
+                    self.relay_request(msg, head);
+                }
             }
         } else {
             match head.cmd {
@@ -591,8 +612,12 @@ fn note_evicted() {
 
 impl Conn {
     fn count(&self, which: impl Fn(&PeerStats) -> &AtomicU64) {
+        self.count_n(which, 1);
+    }
+
+    fn count_n(&self, which: impl Fn(&PeerStats) -> &AtomicU64, n: u64) {
         if let Some((_, slot)) = &self.peer {
-            which(&slot.stats).fetch_add(1, Ordering::Relaxed);
+            which(&slot.stats).fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -857,12 +882,72 @@ impl Conn {
                 other => self.handle_to_conn(other),
             }
         }
-        let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            use tokio::io::AsyncWriteExt;
-            let _ = self.stream.write_all(&self.out).await;
-            let _ = self.stream.shutdown().await;
+        self.linger().await;
+    }
+
+    /// Closes the transport without losing what is queued (RFC 6733 §5.4:
+    /// the receiver of the DPA initiates the disconnect): everything in
+    /// `out` is written, then a FIN (half-close), then the agent reads to
+    /// the peer's end of stream, all within [`CLOSE_LINGER`]. Closing a
+    /// socket with unread input makes the kernel send a reset instead and
+    /// throw away the answers queued in front of it. Requests read after
+    /// the FIN (or left behind the message that ended the connection)
+    /// cannot be answered any more: they are counted
+    /// (`doic_peer_requests_discarded_total`) and logged.
+    async fn linger(&mut self) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let deadline = Instant::now() + CLOSE_LINGER;
+        let mut discarded = 0u64;
+        let out = std::mem::take(&mut self.out);
+        let (stream, inbuf) = (&mut self.stream, &mut self.inbuf);
+        let ended = tokio::time::timeout_at(deadline, async {
+            stream.write_all(&out).await?;
+            stream.shutdown().await?;
+            let mut framed = true;
+            loop {
+                while framed {
+                    match crate::codec::frame_len_max(inbuf, wire::MAX_MESSAGE_LEN) {
+                        Ok(Some(n)) => {
+                            discarded += u64::from(Head::read(inbuf).is_request());
+                            inbuf.advance(n);
+                        }
+                        Ok(None) => break,
+                        Err(_) => framed = false,
+                    }
+                }
+                if !framed {
+                    inbuf.clear();
+                }
+                // Only counted, not kept: a small buffer does.
+                if inbuf.capacity() - inbuf.len() < DISCARD_CHUNK / 4 {
+                    inbuf.reserve(DISCARD_CHUNK);
+                }
+                if stream.read_buf(inbuf).await? == 0 {
+                    return Ok::<(), std::io::Error>(());
+                }
+            }
         })
         .await;
-        self.out.clear();
+        let peer = self.peer_host();
+        if discarded > 0 {
+            self.count_n(|st| &st.requests_discarded, discarded);
+            tracing::warn!(
+                peer = %peer,
+                discarded,
+                cause = "requests left unanswered at close",
+                "requests discarded at close; the peer must fail them over"
+            );
+        }
+        match ended {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(peer = %peer, cause = %e, "connection ended with an error")
+            }
+            Err(_) => tracing::debug!(
+                peer = %peer,
+                linger = ?CLOSE_LINGER,
+                "peer did not close in time; closing"
+            ),
+        }
     }
 }

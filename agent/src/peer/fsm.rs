@@ -95,6 +95,8 @@ pub struct Fsm {
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     dpa_received: bool,
+    /// The peer sent requests after its DPA: it is not done yet.
+    requests_after_dpa: bool,
 }
 
 /// How long a capabilities exchange may take by default (the agent's
@@ -130,6 +132,7 @@ impl Fsm {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             dpa_received: false,
+            requests_after_dpa: false,
         };
         if role == Role::Initiator {
             fsm.transmits.push_back(Transmit::Cer);
@@ -282,11 +285,22 @@ impl Fsm {
         }
     }
 
-    /// In Closing, every pending request has been answered (the driver calls
-    /// this whenever that is true): close if the DPA has arrived (otherwise
-    /// the drain deadline closes).
-    pub fn handle_drained(&mut self) {
+    /// A request (other than CER, DWR, DPR) arrived. In Closing after the
+    /// DPA, RFC 6733 §5.6 gives the peer no Send-Message event: a peer that
+    /// sends anyway is still talking, so the connection stays up (its
+    /// requests are answered) until the peer closes or the drain deadline
+    /// passes, rather than closing under requests still on the wire.
+    pub fn handle_request(&mut self) {
         if self.state == State::Closing && self.dpa_received {
+            self.requests_after_dpa = true;
+        }
+    }
+
+    /// In Closing, every pending request has been answered (the driver calls
+    /// this whenever that is true): close if the DPA has arrived and the peer
+    /// sent no request after it (otherwise the drain deadline closes).
+    pub fn handle_drained(&mut self) {
+        if self.state == State::Closing && self.dpa_received && !self.requests_after_dpa {
             self.close("disconnected");
         }
     }
@@ -469,6 +483,35 @@ mod tests {
         let mut f = Fsm::new(now, Role::Responder, caps("a.example.com", &[4]));
         f.handle_cer(caps("c.example.org", &[4]), true, false);
         f.handle_stop(now, DisconnectCause::Rebooting, Duration::from_secs(2));
+        f.handle_timeout(now + Duration::from_secs(2));
+        assert_eq!(f.state(), State::Closed);
+    }
+
+    /// An open connection the agent stopped at `now` (DPR sent, drain 2 s).
+    fn stopped(now: Instant) -> Fsm {
+        let mut f = Fsm::new(now, Role::Responder, caps("a.example.com", &[4]));
+        f.handle_cer(caps("c.example.org", &[4]), true, false);
+        f.handle_stop(now, DisconnectCause::Rebooting, Duration::from_secs(2));
+        f
+    }
+
+    #[test]
+    fn peer_that_sends_after_its_dpa_keeps_the_connection_until_the_deadline() {
+        let now = Instant::now();
+        let mut f = stopped(now);
+        // Requests before the DPA were on the wire when the DPR left.
+        f.handle_request();
+        f.handle_dpa();
+        f.handle_drained();
+        assert_eq!(f.state(), State::Closed, "nothing after the DPA");
+
+        let mut f = stopped(now);
+        f.handle_dpa();
+        f.handle_request();
+        f.handle_drained();
+        assert_eq!(f.state(), State::Closing, "the peer is still sending");
+        f.handle_timeout(now + Duration::from_millis(1999));
+        assert_eq!(f.state(), State::Closing);
         f.handle_timeout(now + Duration::from_secs(2));
         assert_eq!(f.state(), State::Closed);
     }

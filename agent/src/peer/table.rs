@@ -157,6 +157,9 @@ pub struct PeerStats {
     pub dpr_sent: AtomicU64,
     /// DPAs received from the peer.
     pub dpa_received: AtomicU64,
+    /// Requests left unanswered when a connection closed: read after the
+    /// agent's FIN, or behind the message that ended the connection.
+    pub requests_discarded: AtomicU64,
 }
 
 /// One peer of the table.

@@ -129,6 +129,16 @@ impl Conn {
                 "missing Destination-Realm",
             );
         };
+        if self.closing_since.is_some() {
+            // The agent is stopping (RFC 6733 §5.4): after its DPR nothing
+            // new goes upstream; the request is answered at once.
+            return self.answer_error(
+                &msg,
+                relay::UNABLE_TO_DELIVER,
+                None,
+                "agent is shutting down",
+            );
+        }
         let realm = msg.slice_ref(realm);
         let dest_host = routing
             .destination_host()

@@ -1,0 +1,279 @@
+//! Shutdown on real TCP loopback (RFC 6733 §5.4) with the default worker
+//! count: thousands of requests pending at a server that does not answer,
+//! then the agent stops. Every request a client sends gets exactly one
+//! answer, whether the client stops sending at the DPR or keeps sending
+//! (many requests per write) well past it, and the connection ends with a
+//! FIN after the last answer, never with a reset.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use common::*;
+use doic_agent::loadgen::{Client, Pace, ServerBehaviour, TEST_CMD, Traffic};
+use doic_agent::wire::{self, Head, cmd};
+
+/// Requests left pending at the server when the agent stops.
+const PENDING: u32 = 3000;
+/// `node.drain_seconds` by default.
+const DEFAULT_DRAIN: f64 = 5.0;
+/// Requests per write.
+const BURST: u32 = 50;
+/// Writes the client still sends once every pending request is answered.
+const AFTER_FLUSH: u32 = 10;
+
+/// The load tests run one at a time: on a small machine two of them side
+/// by side would mostly measure each other.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn traffic() -> Traffic {
+    Traffic {
+        destination_realm: "example.net".into(),
+        destination_host: None,
+    }
+}
+
+/// One server that swallows requests, an agent with the default worker
+/// count and a drain of `drain` seconds in front of it.
+async fn silent_server_setup(drain: f64) -> Setup {
+    let servers = servers(
+        1,
+        ServerBehaviour {
+            answer_requests: false,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut config = config_for(&servers, "");
+    config.node.workers = None;
+    config.node.drain_seconds = drain;
+    config.node.request_timeout_seconds = 60.0;
+    start(servers, config).await
+}
+
+/// What the client saw.
+#[derive(Debug, Default)]
+struct Seen {
+    sent: u64,
+    answered: u64,
+    unmatched: u64,
+    not_3002: u64,
+    dpr: bool,
+    /// How the connection ended: `None` for a clean EOF.
+    end: Option<std::io::ErrorKind>,
+    outstanding: HashSet<u32>,
+}
+
+impl Seen {
+    /// Handles one message from the agent: answers its DPR and DWR,
+    /// matches answers.
+    fn take(&mut self, m: &[u8], out: &mut BytesMut) {
+        let h = Head::read(m);
+        let o = ("client1.example.org", "example.org");
+        if h.is_request() {
+            if h.cmd == cmd::DPR {
+                self.dpr = true;
+            }
+            wire::put_base(out, h.cmd, o, Some(h), 0, None);
+            return;
+        }
+        if self.outstanding.remove(&h.hbh) {
+            self.answered += 1;
+            if result_code(m) != Some(3002) {
+                self.not_3002 += 1;
+            }
+        } else {
+            self.unmatched += 1;
+        }
+    }
+
+    /// Reads for `wait`, taking every message that arrives.
+    async fn read_for(&mut self, c: &mut Client, wait: Duration) -> bool {
+        let until = tokio::time::Instant::now() + wait;
+        let mut out = BytesMut::new();
+        let mut open = true;
+        while let Ok(r) = tokio::time::timeout_at(until, c.read_message()).await {
+            match r {
+                Ok(m) => self.take(&m, &mut out),
+                Err(e) => {
+                    self.end = (e.kind() != std::io::ErrorKind::UnexpectedEof).then_some(e.kind());
+                    open = false;
+                    break;
+                }
+            }
+        }
+        if open && !out.is_empty() && c.write_raw(&out).await.is_err() {
+            open = false;
+        }
+        open
+    }
+}
+
+/// Sends `n` requests in writes of [`BURST`], starting at Hop-by-Hop `next`.
+async fn send(c: &mut Client, seen: &mut Seen, next: &mut u32, n: u32) -> bool {
+    let t = traffic();
+    let mut out = BytesMut::new();
+    for _ in 0..n {
+        c.put_request(&mut out, &t, *next);
+        seen.outstanding.insert(*next);
+        seen.sent += 1;
+        *next += 1;
+        if out.len() > 64 * 1024 || next.is_multiple_of(BURST) {
+            if c.write_raw(&out).await.is_err() {
+                return false;
+            }
+            out.clear();
+        }
+    }
+    out.is_empty() || c.write_raw(&out).await.is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_every_request_of_a_client_that_keeps_sending() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut s = silent_server_setup(DEFAULT_DRAIN).await;
+    let mut c = s.client().await;
+    let mut seen = Seen::default();
+    let mut next = 1;
+    assert!(send(&mut c, &mut seen, &mut next, PENDING).await);
+    wait_until(Duration::from_secs(10), || {
+        s.servers[0].stats.requests.load(Ordering::Relaxed) == u64::from(PENDING)
+    })
+    .await;
+    let t0 = Instant::now();
+    let client = async {
+        // A burst every 20 ms, through the DPR (answered), the local 3002
+        // of every pending request at 80 % of the drain (4 s), and ten
+        // bursts more; then the client stops and reads to the end.
+        let mut after_flush = 0;
+        let mut open = true;
+        while open && after_flush < AFTER_FLUSH && t0.elapsed() < Duration::from_secs(20) {
+            open = send(&mut c, &mut seen, &mut next, BURST).await
+                && seen.read_for(&mut c, Duration::from_millis(20)).await;
+            if (1..=PENDING).all(|h| !seen.outstanding.contains(&h)) {
+                after_flush += 1;
+            }
+        }
+        let stopped_sending = t0.elapsed();
+        while open && t0.elapsed() < Duration::from_secs(30) {
+            open = seen.read_for(&mut c, Duration::from_millis(100)).await;
+        }
+        // The end of stream seen, the client closes too.
+        drop(c);
+        stopped_sending
+    };
+    let ((), stopped_sending) = tokio::join!(s.stop(), client);
+    assert!(seen.dpr, "the agent sent DPR: {seen:?}");
+    assert!(
+        seen.sent > u64::from(PENDING + AFTER_FLUSH * BURST),
+        "the client kept sending after the flush: {seen:?}"
+    );
+    assert_eq!(
+        (seen.sent, seen.unmatched, seen.end),
+        (seen.answered, 0, None),
+        "sent == answered, no duplicate, a clean end of stream (client stopped sending after {stopped_sending:?})"
+    );
+    assert_eq!(seen.not_3002, 0, "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_every_request_of_a_client_that_stops_at_the_dpr() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut s = silent_server_setup(DEFAULT_DRAIN).await;
+    let mut c = s.client().await;
+    let stop = AtomicBool::new(false);
+    let t = traffic();
+    // Open loop at 3000 requests per second (a write every millisecond): the
+    // client stops sending when it reads the DPR and waits for the rest.
+    let run = async {
+        let r = c
+            .run(
+                &t,
+                Pace::Open(3000),
+                Duration::from_secs(20),
+                Duration::from_secs(10),
+                &stop,
+            )
+            .await;
+        // Every answer in, the client closes.
+        drop(c);
+        r
+    };
+    let at_server = s.servers[0].stats.clone();
+    let stopping = async {
+        wait_until(Duration::from_secs(10), || {
+            at_server.requests.load(Ordering::Relaxed) >= u64::from(PENDING)
+        })
+        .await;
+        s.stop().await;
+    };
+    let (r, ()) = tokio::join!(run, stopping);
+    let r = r.unwrap();
+    assert!(r.got_dpr, "{r:?}");
+    assert!(r.sent >= u64::from(PENDING), "{}", r.sent);
+    assert_eq!((r.sent, r.unmatched), (r.answered, 0), "{:?}", r.by_code);
+    assert_eq!(r.by_code.get(&3002), Some(&r.sent), "{:?}", r.by_code);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_behind_the_peers_dpr_in_the_same_write_is_answered() {
+    let s = setup(1).await;
+    let mut c = s.client().await;
+    let mut out = BytesMut::new();
+    let o = ("client1.example.org", "example.org");
+    wire::put_base(&mut out, cmd::DPR, o, None, 77, Some(0));
+    out.extend_from_slice(&request(78, "example.net", &[]));
+    c.write_raw(&out).await.unwrap();
+    let mut got = Vec::new();
+    while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_secs(10), c.read_message()).await {
+        let h = Head::read(&m);
+        got.push((h.cmd, h.hbh, result_code(&m)));
+    }
+    got.sort_unstable_by_key(|&(_, hbh, _)| hbh);
+    assert_eq!(
+        got,
+        vec![(cmd::DPR, 77, Some(2001)), (TEST_CMD, 78, Some(3002))],
+        "the DPA and the request's one answer, then the end of stream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_sent_past_the_drain_are_answered_or_counted_never_reset() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut s = silent_server_setup(2.0).await;
+    let shared = s.agent().shared().clone();
+    let mut c = s.client().await;
+    let mut seen = Seen::default();
+    let mut next = 1;
+    let client = async {
+        // A client that ignores the DPR: it sends until it reads the end of
+        // stream, then one write more, then closes.
+        let t0 = Instant::now();
+        let mut open = true;
+        while open && t0.elapsed() < Duration::from_secs(20) {
+            open = send(&mut c, &mut seen, &mut next, BURST).await
+                && seen.read_for(&mut c, Duration::from_millis(20)).await;
+        }
+        assert!(send(&mut c, &mut seen, &mut next, BURST).await);
+        drop(c);
+    };
+    let ((), ()) = tokio::join!(s.stop(), client);
+    let discarded: u64 = shared
+        .table
+        .all()
+        .iter()
+        .filter(|(_, p)| p.host == "client1.example.org")
+        .map(|(_, p)| p.stats.requests_discarded.load(Ordering::Relaxed))
+        .sum();
+    assert!(seen.dpr, "{seen:?}");
+    assert_eq!(seen.end, None, "the agent's FIN, not a reset: {seen:?}");
+    assert!(discarded >= u64::from(BURST), "{discarded} {seen:?}");
+    assert_eq!(
+        seen.sent,
+        seen.answered + discarded,
+        "each request answered or counted: {seen:?}"
+    );
+}
