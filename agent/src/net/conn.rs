@@ -66,6 +66,8 @@ struct Conn {
     cer_head: Option<Head>,
     /// Header of the DPR being answered.
     last_dpr: Option<Head>,
+    /// Rate limit of the malformed-answer warning.
+    malformed_warn: relaying::WarnLimit,
 }
 
 /// Runs one connection to the end. `expect` is the peer an initiator
@@ -117,6 +119,7 @@ pub(crate) async fn run(
         close: None,
         cer_head: None,
         last_dpr: None,
+        malformed_warn: relaying::WarnLimit::default(),
     };
     async move {
         c.pump_fsm();
