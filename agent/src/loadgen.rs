@@ -95,6 +95,21 @@ pub struct ServerBehaviour {
     /// a second on each connection) the server answers 3004 TOO_BUSY, as an
     /// overloaded server does.
     pub capacity: Option<u32>,
+    /// Answer with this defect (a broken peer).
+    pub malformed: Option<Malformed>,
+}
+
+/// A defect a [`Server`] puts in its answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    /// A Result-Code AVP with 2 bytes of data (Unsigned32 needs 4).
+    ResultCodeLength,
+    /// The last AVP's length runs past the end of the message.
+    TruncatedAvp,
+    /// Neither Result-Code nor Experimental-Result.
+    NoResultCode,
+    /// Two Origin-Host AVPs.
+    TwoOriginHosts,
 }
 
 impl Default for ServerBehaviour {
@@ -106,6 +121,7 @@ impl Default for ServerBehaviour {
             applications: vec![TEST_APP],
             experimental_result: None,
             capacity: None,
+            malformed: None,
         }
     }
 }
@@ -272,9 +288,10 @@ async fn serve_conn(
                                 tenth.1 += 1;
                             }
                         }
-                        match experimental {
-                            None => wire::put_error_answer(&mut out, &m, o, rc, None, ""),
-                            Some((vendor, code)) => {
+                        match (b.malformed, experimental) {
+                            (Some(d), _) => put_malformed_answer(&mut out, &m, o, d),
+                            (None, None) => wire::put_error_answer(&mut out, &m, o, rc, None, ""),
+                            (None, Some((vendor, code))) => {
                                 put_experimental_answer(&mut out, &m, o, vendor, code)
                             }
                         }
@@ -327,6 +344,9 @@ pub struct Report {
     pub elapsed: Duration,
     /// True when the agent sent DPR.
     pub got_dpr: bool,
+    /// Answers that fail the codec's answer check
+    /// ([`crate::codec::Routing::scan_answer`]).
+    pub malformed: u64,
 }
 
 impl Report {
@@ -589,10 +609,16 @@ impl Client {
                         report.answered += 1;
                         let us = (now - at).as_micros().min(u128::from(u32::MAX)) as u32;
                         latencies.push(us);
-                        let code = wire::scan(&m)
-                            .ok()
-                            .and_then(|s| s.result_code.or(s.experimental_result_code))
-                            .unwrap_or(0);
+                        let code = match crate::codec::Routing::scan_answer(&m) {
+                            Ok(r) => r
+                                .result_code()
+                                .or(r.experimental_result_code().map(|(_, c)| c))
+                                .unwrap_or(0),
+                            Err(_) => {
+                                report.malformed += 1;
+                                0
+                            }
+                        };
                         *report.by_code.entry(code).or_default() += 1;
                     }
                     None => report.unmatched += 1,
@@ -632,15 +658,9 @@ impl Client {
     }
 }
 
-/// An answer to `req` with Experimental-Result { Vendor-Id, Experimental-Result-Code }
-/// (RFC 6733 §7.6) instead of Result-Code.
-fn put_experimental_answer(
-    out: &mut BytesMut,
-    req: &[u8],
-    origin: (&str, &str),
-    vendor: u32,
-    code: u32,
-) {
+/// Begins an answer to `req`: header, Session-Id when the request has one,
+/// Origin-Host and Origin-Realm. Returns the start for [`wire::finish`].
+fn begin_answer(out: &mut BytesMut, req: &[u8], origin: (&str, &str)) -> usize {
     let h = Head::read(req);
     let start = wire::begin(out, h.flags & flags::PROXIABLE, h.cmd, h.app, h.hbh, h.e2e);
     if let Ok(s) = wire::scan(req)
@@ -650,6 +670,41 @@ fn put_experimental_answer(
     }
     wire::put_avp(out, avp::ORIGIN_HOST, origin.0.as_bytes());
     wire::put_avp(out, avp::ORIGIN_REALM, origin.1.as_bytes());
+    start
+}
+
+/// An answer to `req` with the defect `d` (and otherwise 2001).
+fn put_malformed_answer(out: &mut BytesMut, req: &[u8], origin: (&str, &str), d: Malformed) {
+    let start = begin_answer(out, req, origin);
+    let ok = 2001u32.to_be_bytes();
+    match d {
+        Malformed::ResultCodeLength => wire::put_avp(out, avp::RESULT_CODE, &ok[2..]),
+        Malformed::NoResultCode => {}
+        Malformed::TwoOriginHosts => {
+            wire::put_avp(out, avp::ORIGIN_HOST, b"evil.example.net");
+            wire::put_avp(out, avp::RESULT_CODE, &ok);
+        }
+        Malformed::TruncatedAvp => {
+            wire::put_avp(out, avp::RESULT_CODE, &ok);
+            let at = out.len();
+            wire::put_avp(out, avp::PRODUCT_NAME, b"abcd");
+            // AVP Length 12 + 16: past the end of the message
+            out[at + 7] += 16;
+        }
+    }
+    wire::finish(out, start);
+}
+
+/// An answer to `req` with Experimental-Result { Vendor-Id, Experimental-Result-Code }
+/// (RFC 6733 §7.6) instead of Result-Code.
+fn put_experimental_answer(
+    out: &mut BytesMut,
+    req: &[u8],
+    origin: (&str, &str),
+    vendor: u32,
+    code: u32,
+) {
+    let start = begin_answer(out, req, origin);
     let mut inner = BytesMut::new();
     wire::put_avp(&mut inner, avp::VENDOR_ID, &vendor.to_be_bytes());
     wire::put_avp(

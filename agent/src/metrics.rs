@@ -2,9 +2,10 @@
 //! at `GET /metrics`, served by a small HTTP/1.1 responder (one request per
 //! connection, `Connection: close`). Every name has the `doic_` prefix.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -100,26 +101,27 @@ pub fn render(shared: &Shared) -> String {
             p.stats.requests_out.load(Ordering::Relaxed)
         );
     }
+    type Pick = fn(&PeerStats) -> &Mutex<BTreeMap<u32, u64>>;
     for (name, help, pick) in [
         (
             "doic_peer_answers_received_total",
             "Answers received from the peer, by Result-Code.",
-            true,
+            (|s| &s.answers_in) as Pick,
         ),
         (
             "doic_peer_answers_sent_total",
             "Answers sent to the peer (the agent's own included), by Result-Code.",
-            false,
+            |s| &s.answers_out,
+        ),
+        (
+            "doic_peer_answers_malformed_total",
+            "Malformed answers from the peer, not forwarded (the request answered 3002), by the Result-Code of the defect.",
+            |s| &s.answers_malformed,
         ),
     ] {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
         for (_, p) in &peers {
-            let map = if pick {
-                &p.stats.answers_in
-            } else {
-                &p.stats.answers_out
-            };
-            let map = map
+            let map = pick(&p.stats)
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone();

@@ -1,7 +1,9 @@
 //! The codec workload: a realistic Diameter request (about 600 bytes, 30
 //! AVPs, some grouped) and the operations the benchmarks time.
 
-use doic_agent::codec::{Avp, Message, OcSupportedFeatures, Routing, Value, validate};
+use doic_agent::codec::{
+    Avp, CommandFlags, Message, OcOlr, OcSupportedFeatures, ReportType, Routing, Value, validate,
+};
 use doic_agent::dictionary::{app, cmd, code, doic, vendor};
 
 /// A realistic proxiable request of 608 bytes and 28 AVPs (22 top-level,
@@ -82,6 +84,68 @@ pub fn relay_fast_path(buf: &[u8]) -> usize {
                 + r.session_id().map_or(0, <[u8]>::len)
                 + r.route_record_count as usize
                 + usize::from(r.oc_supported_features().is_some())
+        }
+        Err(_) => 0,
+    }
+}
+
+/// An answer to [`realistic_request`] as a DOIC reacting node sends it
+/// (about 300 bytes, 14 top-level AVPs): Session-Id, Result-Code 2001,
+/// origin, OC-Supported-Features and a host OC-OLR, 3GPP vendor AVPs and
+/// application payload, the request's Proxy-Info.
+pub fn realistic_answer() -> Message {
+    let mut m = Message::new(
+        cmd::FD_TEST,
+        app::FD_TEST,
+        CommandFlags(CommandFlags::PROXIABLE),
+    )
+    .with_ids(0x1234_5678, 0x9abc_def0)
+    .with(Avp::str(
+        code::SESSION_ID,
+        "client1.example.org;1700000000;424242;77",
+    ))
+    .with(Avp::i32(code::DRMP, 4))
+    .with(Avp::i32(code::AUTH_SESSION_STATE, 1))
+    .with(Avp::u32(code::RESULT_CODE, 2001))
+    .with(Avp::str(code::ORIGIN_HOST, "server1.example.net"))
+    .with(Avp::str(code::ORIGIN_REALM, "example.net"))
+    .with(
+        OcSupportedFeatures {
+            feature_vector: Some(doic::OLR_DEFAULT_ALGO),
+            source_id: None,
+            peer_algo: None,
+        }
+        .to_avp(),
+    )
+    .with(OcOlr::new(7, ReportType::Host).to_avp());
+    m.push(Avp::vendor(
+        code::fd_test::TEST_AVP,
+        Some(vendor::FD_TEST),
+        Value::Integer32(-2500),
+    ));
+    m.push(Avp::vendor(623, Some(vendor::TGPP), Value::Enumerated(0)));
+    m.push(Avp::octets(code::CLASS, &b"class-0123456789abcdef"[..]));
+    m.push(Avp::grouped(
+        code::PROXY_INFO,
+        vec![
+            Avp::str(code::PROXY_HOST, "dra1.example.org"),
+            Avp::octets(code::PROXY_STATE, &b"\x00\x01\x02\x03\x04\x05"[..]),
+        ],
+    ));
+    m
+}
+
+/// The relay's answer path: the checked scan
+/// ([`Routing::scan_answer`]) and what the relay reads from an answer;
+/// returns a value that depends on what was read.
+#[inline]
+pub fn relay_answer_path(buf: &[u8]) -> usize {
+    match Routing::scan_answer(buf) {
+        Ok(r) => {
+            r.result_code().map_or(0, |c| c as usize)
+                + r.experimental_result_code().map_or(0, |(_, c)| c as usize)
+                + usize::from(r.oc_supported_features().is_some())
+                + r.oc_olr_count as usize
         }
         Err(_) => 0,
     }

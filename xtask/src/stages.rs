@@ -325,7 +325,7 @@ const FUZZ_SECS: u32 = 60;
 
 /// The cargo-fuzz targets the `fuzz` stage runs, in order; each has its seed
 /// corpus in `fuzz/corpus/<target>`.
-const FUZZ_TARGETS: &[&str] = &["decode", "cer"];
+const FUZZ_TARGETS: &[&str] = &["decode", "cer", "answer"];
 
 fn fuzz() -> anyhow::Result<()> {
     setup::cargo_fuzz()?;

@@ -348,7 +348,14 @@ fn avp_bits(a: &RawAvp<'_>, opts: CheckOptions) -> Result<(), DecodeError> {
     }
 }
 
-fn occurrences(
+/// Checks the occurrence rules of `g` over the AVPs of `body` (at `base`
+/// in the message; `container` is the offset of the enclosing AVP, 0 for
+/// the message).
+///
+/// # Errors
+/// 5014 for an AVP length defect, 5009 for an AVP beyond its maximum, 5005
+/// for one below its minimum.
+pub(crate) fn occurrences(
     g: &'static Grammar,
     body: &[u8],
     base: usize,

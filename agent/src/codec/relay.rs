@@ -9,11 +9,11 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::avp::{Avp, AvpIter, RawAvp, parse_one};
+use super::avp::{Avp, AvpFlags, AvpIter, RawAvp, min_failed_avp, parse_one};
 use super::error::{DecodeError, EncodeError};
 use super::header::{CommandFlags, HEADER_LEN, Header, MAX_MESSAGE_LEN};
 use super::message::Message;
-use crate::dictionary::code;
+use crate::dictionary::{AvpType, code};
 
 /// Slots of [`Routing`]: which routing AVP each offset records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +51,8 @@ pub struct Routing<'a> {
     pub oc_olr_count: u32,
     /// Number of Load AVPs.
     pub load_count: u32,
+    /// Bit `1 << slot` for each slot seen more than once.
+    repeated: u16,
 }
 
 const SLOT_CODES: [(u32, Slot); SLOTS] = [
@@ -103,6 +105,7 @@ impl<'a> Routing<'a> {
             route_record_count: 0,
             oc_olr_count: 0,
             load_count: 0,
+            repeated: 0,
         };
         let end = buf.len();
         let mut pos = HEADER_LEN;
@@ -110,7 +113,7 @@ impl<'a> Routing<'a> {
             let w0 = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
             let w1 = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
             let length = (w1 & 0x00ff_ffff) as usize;
-            let vendor = w1 & (u32::from(super::avp::AvpFlags::VENDOR) << 24) != 0;
+            let vendor = w1 & (u32::from(AvpFlags::VENDOR) << 24) != 0;
             // rounded up to 4 in one step less than (length + 3) & !3: a carry
             // into the flags byte is masked off, which wraps only lengths near
             // 2^24; `padded < length` catches those
@@ -126,6 +129,8 @@ impl<'a> Routing<'a> {
                     let s = usize::from(s);
                     if r.first[s] == 0 {
                         r.first[s] = pos as u32;
+                    } else {
+                        r.repeated |= 1 << s;
                     }
                     if s == Slot::RouteRecord as usize {
                         r.route_record_count += 1;
@@ -159,7 +164,7 @@ impl<'a> Routing<'a> {
         let raw = self.buf.get(off..off + padded)?;
         Some(RawAvp {
             code: u32::from_be_bytes([h[0], h[1], h[2], h[3]]),
-            flags: super::avp::AvpFlags(h[4]),
+            flags: AvpFlags(h[4]),
             vendor_id: None,
             data: raw.get(8..length)?,
             padding: &raw[length..],
@@ -265,6 +270,131 @@ impl<'a> Routing<'a> {
     pub fn loads(&self) -> impl Iterator<Item = RawAvp<'a>> + use<'a> {
         self.all(Slot::Load)
     }
+
+    /// Scans an answer ([`Routing::scan`]) and checks what the relay's
+    /// answer path reads from it ([`Routing::check_answer`]), in the same
+    /// pass.
+    ///
+    /// # Errors
+    /// The defects of [`Routing::scan`] and [`Routing::check_answer`].
+    #[inline]
+    pub fn scan_answer(buf: &'a [u8]) -> Result<Routing<'a>, DecodeError> {
+        let r = Routing::scan(buf)?;
+        r.check_answer()?;
+        Ok(r)
+    }
+
+    /// Checks an answer at least as strictly as a relayed request is
+    /// checked, from what [`Routing::scan`] recorded (no second pass over
+    /// the message): exactly one Origin-Host and one Origin-Realm
+    /// ([`Routing::check_origin`]); at most one Result-Code (RFC 6733
+    /// §7.1), an Unsigned32 of 4 bytes (§4.2); at most one
+    /// Experimental-Result (§7.6) with exactly one Vendor-Id and one
+    /// Experimental-Result-Code, each of 4 bytes; and one of the two
+    /// (every answer reports its outcome, §6.2).
+    ///
+    /// # Errors
+    /// 5005 (missing, Failed-AVP an example of the AVP), 5009 (repeated,
+    /// Failed-AVP the extra one), 5014 (a value of the wrong length).
+    pub fn check_answer(&self) -> Result<(), DecodeError> {
+        const ANSWER: &str = "answer";
+        self.check_origin(ANSWER)?;
+        self.at_most_one(Slot::ResultCode, ANSWER)?;
+        self.at_most_one(Slot::ExperimentalResult, ANSWER)?;
+        let rc = self.get(Slot::ResultCode);
+        if let Some(a) = &rc {
+            unsigned32(a)?;
+        }
+        let er = self.experimental_result();
+        if let Some(er) = &er {
+            let g = &super::grammar::EXPERIMENTAL_RESULT;
+            super::grammar::occurrences(g, er.data, er.offset + er.header_len(), er.offset)?;
+            for c in er.children() {
+                unsigned32(&c?)?;
+            }
+        }
+        if rc.is_none() && er.is_none() {
+            return Err(missing(Slot::ResultCode, ANSWER));
+        }
+        Ok(())
+    }
+
+    /// Checks what every request and answer grammar of RFC 6733 asks of
+    /// the origin (§6.1.1, the CCFs of §3.3 and §7.2: `{ Origin-Host }
+    /// { Origin-Realm }`): exactly one of each, from what
+    /// [`Routing::scan`] recorded.
+    ///
+    /// # Errors
+    /// 5005 (missing, Failed-AVP an example of the AVP) or 5009 (repeated,
+    /// Failed-AVP the extra one).
+    #[inline]
+    pub fn check_origin(&self, context: &'static str) -> Result<(), DecodeError> {
+        for slot in [Slot::OriginHost, Slot::OriginRealm] {
+            if self.first[slot as usize] == 0 {
+                return Err(missing(slot, context));
+            }
+            self.at_most_one(slot, context)?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn at_most_one(&self, slot: Slot, context: &'static str) -> Result<(), DecodeError> {
+        if self.repeated & (1 << slot as u16) == 0 {
+            Ok(())
+        } else {
+            Err(self.too_many(slot, context))
+        }
+    }
+
+    /// 5009 for the second top-level AVP of `slot` (cold: looks it up).
+    #[cold]
+    fn too_many(&self, slot: Slot, context: &'static str) -> DecodeError {
+        let code = SLOT_CODES[slot as usize].0;
+        let off = self.first[slot as usize] as usize;
+        let extra = AvpIter::with_offset(&self.buf[off..], off)
+            .map_while(Result::ok)
+            .filter(|a| a.code == code && a.vendor_id.is_none())
+            .nth(1);
+        DecodeError::AvpOccursTooManyTimes {
+            code,
+            vendor_id: None,
+            name: avp_name(code),
+            context,
+            offset: extra.as_ref().map_or(off, |a| a.offset),
+            failed_avp: extra.map_or_else(Bytes::new, |a| Bytes::copy_from_slice(a.unpadded())),
+        }
+    }
+}
+
+/// Checks that `a` holds 4 bytes (RFC 6733 §4.2 Unsigned32); the codec's
+/// value decoder names the defect (5014).
+#[inline]
+fn unsigned32(a: &RawAvp<'_>) -> Result<(), DecodeError> {
+    if a.data.len() == 4 {
+        Ok(())
+    } else {
+        a.value_as(AvpType::Unsigned32).map(drop)
+    }
+}
+
+/// 5005 for the AVP of `slot` (RFC 6733 §7.5: Failed-AVP holds an example
+/// of the missing AVP).
+#[cold]
+fn missing(slot: Slot, context: &'static str) -> DecodeError {
+    let code = SLOT_CODES[slot as usize].0;
+    DecodeError::MissingAvp {
+        code,
+        vendor_id: None,
+        name: avp_name(code),
+        context,
+        offset: 0,
+        failed_avp: min_failed_avp(code, AvpFlags(AvpFlags::MANDATORY), None),
+    }
+}
+
+fn avp_name(code: u32) -> &'static str {
+    crate::dictionary::avp(code, 0).map_or("AVP", |d| d.name)
 }
 
 /// A received message held for forwarding, edited in place.
@@ -475,6 +605,110 @@ mod tests {
         assert_eq!(r.drmp(), Some(3));
         assert_eq!(r.experimental_result_code(), Some((10415, 5198)));
         assert_eq!(r.result_code(), None);
+    }
+
+    fn answer(avps: Vec<Avp>) -> bytes::BytesMut {
+        let mut m = Message::new(cmd::FD_TEST, app::FD_TEST, CommandFlags(0)).with_ids(1, 2);
+        m.avps = avps;
+        m.to_bytes().unwrap()
+    }
+
+    fn origin() -> Vec<Avp> {
+        vec![
+            Avp::str(code::ORIGIN_HOST, "server.example.net"),
+            Avp::str(code::ORIGIN_REALM, "example.net"),
+        ]
+    }
+
+    #[test]
+    fn answers_are_checked_in_the_scan() {
+        let ok = answer([origin(), vec![Avp::u32(code::RESULT_CODE, 2001)]].concat());
+        assert_eq!(Routing::scan_answer(&ok).unwrap().result_code(), Some(2001));
+        let er = answer([origin(), vec![experimental_result(10415, 5198)]].concat());
+        let r = Routing::scan_answer(&er).unwrap();
+        assert_eq!(r.experimental_result_code(), Some((10415, 5198)));
+
+        // a Result-Code of 2 bytes: 5014 at the AVP
+        let mut bad = answer(
+            [
+                origin(),
+                vec![Avp::octets(code::RESULT_CODE, &b"\x07\xd1"[..])],
+            ]
+            .concat(),
+        );
+        let at = bad.len() - 12;
+        let e = Routing::scan_answer(&bad).unwrap_err();
+        assert_eq!((e.result_code(), e.offset()), (5014, at));
+        // the same bytes pass the request scan: the check is the answer's
+        assert!(Routing::scan(&bad).is_ok());
+        bad[at + 7] = 0xf0;
+        assert_eq!(Routing::scan_answer(&bad).unwrap_err().result_code(), 5014);
+
+        let e = Routing::scan_answer(&answer(origin())).unwrap_err();
+        assert_eq!(e.result_code(), 5005);
+        assert_eq!(
+            &e.failed_avp().unwrap()[..4],
+            &code::RESULT_CODE.to_be_bytes()
+        );
+
+        let two = answer(
+            [
+                origin(),
+                vec![
+                    Avp::u32(code::RESULT_CODE, 2001),
+                    Avp::u32(code::RESULT_CODE, 3004),
+                ],
+            ]
+            .concat(),
+        );
+        let e = Routing::scan_answer(&two).unwrap_err();
+        assert_eq!((e.result_code(), e.offset()), (5009, two.len() - 12));
+        assert_eq!(e.failed_avp().unwrap()[..], two[two.len() - 12..]);
+
+        let half = Avp::grouped(
+            code::EXPERIMENTAL_RESULT,
+            vec![Avp::u32(code::EXPERIMENTAL_RESULT_CODE, 5198)],
+        );
+        let e = Routing::scan_answer(&answer([origin(), vec![half]].concat())).unwrap_err();
+        assert_eq!(e.result_code(), 5005);
+        let short = Avp::grouped(
+            code::EXPERIMENTAL_RESULT,
+            vec![
+                Avp::u32(code::VENDOR_ID, 10415),
+                Avp::octets(code::EXPERIMENTAL_RESULT_CODE, &b"\x14"[..]),
+            ],
+        );
+        let e = Routing::scan_answer(&answer([origin(), vec![short]].concat())).unwrap_err();
+        assert_eq!(e.result_code(), 5014);
+    }
+
+    #[test]
+    fn origin_is_exactly_one_host_and_one_realm() {
+        let b = request().to_bytes().unwrap();
+        Routing::scan(&b).unwrap().check_origin("request").unwrap();
+        let mut m = request();
+        m.avps.retain(|a| a.code != code::ORIGIN_REALM);
+        let b = m.to_bytes().unwrap();
+        let e = Routing::scan(&b)
+            .unwrap()
+            .check_origin("request")
+            .unwrap_err();
+        assert_eq!(e.result_code(), 5005);
+        assert_eq!(
+            &e.failed_avp().unwrap()[..4],
+            &code::ORIGIN_REALM.to_be_bytes()
+        );
+        let b = request()
+            .with(Avp::str(code::ORIGIN_HOST, "evil.example.org"))
+            .to_bytes()
+            .unwrap();
+        let e = Routing::scan(&b)
+            .unwrap()
+            .check_origin("request")
+            .unwrap_err();
+        assert_eq!((e.result_code(), e.offset()), (5009, b.len() - 24));
+        // Route-Records repeat freely
+        assert_eq!(Routing::scan(&b).unwrap().route_record_count, 2);
     }
 
     #[test]

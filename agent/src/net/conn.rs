@@ -105,6 +105,8 @@ struct Conn {
     last_dpr: Option<Head>,
     /// Set until the capabilities exchange is over (inbound connections).
     waiting: Option<Waiting>,
+    /// Rate limit of the malformed-answer warning.
+    malformed_warn: relaying::WarnLimit,
 }
 
 /// Runs one connection to the end. `expect` is the peer an initiator
@@ -165,6 +167,7 @@ pub(crate) async fn run(
         cer_head: None,
         last_dpr: None,
         waiting,
+        malformed_warn: relaying::WarnLimit::default(),
     };
     async move {
         c.pump_fsm();

@@ -147,6 +147,9 @@ pub struct PeerStats {
     pub answers_in: Mutex<BTreeMap<u32, u64>>,
     /// Answers written to this peer, by Result-Code (including the agent's).
     pub answers_out: Mutex<BTreeMap<u32, u64>>,
+    /// Malformed answers received from this peer (not forwarded), by the
+    /// Result-Code of their defect.
+    pub answers_malformed: Mutex<BTreeMap<u32, u64>>,
     /// Requests moved from this peer to an alternate one.
     pub failovers: AtomicU64,
     /// DWRs sent to the peer.

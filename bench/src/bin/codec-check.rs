@@ -7,7 +7,10 @@
 
 use std::hint::black_box;
 
-use bench::codec::{copy_anchor, encode, full_walk, realistic_request, relay_fast_path};
+use bench::codec::{
+    copy_anchor, encode, full_walk, realistic_answer, realistic_request, relay_answer_path,
+    relay_fast_path,
+};
 use bench::speed::{Verdict, median};
 use doic_agent::codec::Message;
 
@@ -67,6 +70,11 @@ fn main() -> std::process::ExitCode {
         .cloned();
     let m = realistic_request();
     let bytes = m.to_bytes().unwrap().freeze();
+    let answer = realistic_answer().to_bytes().unwrap().freeze();
+    assert!(
+        relay_answer_path(&answer) > 0,
+        "the answer passes the check"
+    );
     let iters = 20_000;
     // warm up caches and the branch predictor
     if only.is_none() {
@@ -82,6 +90,11 @@ fn main() -> std::process::ExitCode {
             "relay_fast_path",
             Box::new(|| relay_fast_path(black_box(&bytes))),
             Some(100.0),
+        ),
+        (
+            "relay_answer",
+            Box::new(|| relay_answer_path(black_box(&answer))),
+            None,
         ),
         (
             "full_walk",

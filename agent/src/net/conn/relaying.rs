@@ -3,22 +3,60 @@
 //! Result-Codes), loop-checked (§6.1.3), routed (§6.1.5-6.1.7) and
 //! dispatched; requests routed to this peer are written with a
 //! Route-Record and a fresh Hop-by-Hop Identifier (§6.1.9); answers from
-//! this peer are matched and sent back (§6.2), TOO_BUSY retried elsewhere.
+//! this peer are matched, checked at least as strictly as requests
+//! ([`Routing::scan_answer`]) and sent back (§6.2), TOO_BUSY retried
+//! elsewhere.
+//!
+//! Requests must carry exactly one Origin-Host and one Origin-Realm (§6.1.1,
+//! `{ Origin-Host } { Origin-Realm }` in every request's grammar): 5005 or
+//! 5009 with Failed-AVP (§7.1.5, §7.5). A request whose Destination-Host is
+//! the agent's own identity is for local consumption (§6.1.4) and is not
+//! relayed; the agent has no local application, so it is answered 3007
+//! DIAMETER_APPLICATION_UNSUPPORTED (§7.1.3), as a non-proxiable request is.
+//! A malformed answer is never forwarded (the defect would reach a client
+//! that did not cause it): the request is answered 3002
+//! DIAMETER_UNABLE_TO_DELIVER with an Error-Message naming the upstream peer
+//! and the defect, and no Failed-AVP (§7.5: it names an AVP of the request).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
 use super::{Conn, Pending};
-use crate::codec::Routing;
+use crate::codec::{DecodeError, Routing};
 use crate::peer::fsm::State;
 use crate::peer::table::{PeerSlot, Relayed, ToConn};
 use crate::peer::watchdog::Watchdog;
 use crate::relay::{self, AnswerFate};
 use crate::routing::{self, PeerId, PeerView};
 use crate::wire::{self, Head, flags};
+
+/// At most one warning per connection per this interval for malformed
+/// answers; the metric counts every one.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Rate limit of a connection's malformed-answer warning.
+#[derive(Debug, Default)]
+pub(super) struct WarnLimit {
+    next: Option<Instant>,
+    suppressed: u64,
+}
+
+impl WarnLimit {
+    /// `Some(number not logged since the last line)` when a line may be
+    /// logged at `now`.
+    fn allow(&mut self, now: Instant) -> Option<u64> {
+        if self.next.is_some_and(|t| now < t) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.next = Some(now + WARN_EVERY);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
 
 impl Conn {
     /// A request routed to this connection's peer.
@@ -92,6 +130,14 @@ impl Conn {
         }
     }
 
+    /// Answers a request with the Result-Code, Failed-AVP and description
+    /// of its defect.
+    #[cold]
+    fn answer_defect(&mut self, req: &[u8], e: &DecodeError) {
+        let why = e.to_string();
+        self.answer_error(req, e.result_code(), e.failed_avp().map(|f| &f[..]), &why);
+    }
+
     /// A request from this connection's peer: check (the codec's relay
     /// scan, RFC 6733 §7.1 Result-Codes), loop check (§6.1.3), route
     /// (§6.1.6-6.1.7), dispatch (§6.1.9).
@@ -99,13 +145,12 @@ impl Conn {
         if let Some((_, slot)) = &self.peer {
             slot.stats.requests_in.fetch_add(1, Ordering::Relaxed);
         }
-        let routing = match Routing::scan(&msg) {
+        let routing = match Routing::scan(&msg).and_then(|r| {
+            r.check_origin("request")?;
+            Ok(r)
+        }) {
             Ok(r) => r,
-            Err(e) => {
-                let failed = e.failed_avp().cloned();
-                let why = e.to_string();
-                return self.answer_error(&msg, e.result_code(), failed.as_deref(), &why);
-            }
+            Err(e) => return self.answer_defect(&msg, &e),
         };
         if head.flags & flags::PROXIABLE == 0 {
             return self.answer_error(
@@ -118,6 +163,18 @@ impl Conn {
         let own = &self.shared.config.node.origin_host;
         if routing::has_looped(own, routing.route_records()) {
             return self.answer_error(&msg, relay::LOOP_DETECTED, None, "route-record loop");
+        }
+        if routing
+            .destination_host()
+            .is_some_and(|h| h.eq_ignore_ascii_case(own.as_bytes()))
+        {
+            // §6.1.4: for local consumption; no local application (§7.1.3).
+            return self.answer_error(
+                &msg,
+                relay::APPLICATION_UNSUPPORTED,
+                None,
+                "request for the agent itself, which has no local application",
+            );
         }
         let Some(realm) = routing.destination_realm() else {
             let mut f = BytesMut::new();
@@ -250,12 +307,12 @@ impl Conn {
             return;
         };
         self.upstream_done();
-        let routing = Routing::scan(&msg).ok();
-        let rc = routing.as_ref().and_then(Routing::result_code);
-        let erc = routing
-            .as_ref()
-            .and_then(Routing::experimental_result_code)
-            .map(|(_, code)| code);
+        let routing = match Routing::scan_answer(&msg) {
+            Ok(r) => r,
+            Err(e) => return self.malformed_answer(p, &e),
+        };
+        let rc = routing.result_code();
+        let erc = routing.experimental_result_code().map(|(_, code)| code);
         let code = rc.or(erc).unwrap_or(0);
         let mut retry_ok = true;
         let mut rewritten = None;
@@ -263,21 +320,25 @@ impl Conn {
         if let Some(ov) = &self.shared.overload
             && let Some(tx) = p.r.doic.as_ref()
             && tx.client_features.is_some()
-            && let Some(scan) = routing.as_ref()
-            && let Some((features, retry)) = crate::overload::idle_client_answer(ov, tx, scan)
+            && let Some((features, retry)) = crate::overload::idle_client_answer(ov, tx, &routing)
         {
             // A DOIC client and nothing to judge: the agent's features are
             // appended as the answer is written (`ToConn::AnswerWith`).
             (append, retry_ok) = (Some(features), retry);
         } else if let Some(ov) = &self.shared.overload
             && let Some(tx) = p.r.doic.as_ref()
-            && let Some(scan) = routing.as_ref()
         {
             let from_peer = self.peer.as_ref().map_or("", |(_, s)| s.host.as_str());
             let realm = std::str::from_utf8(&p.r.realm).unwrap_or("");
             // Never retried elsewhere after 5198 (retry_on_alternate).
-            (rewritten, retry_ok) =
-                crate::overload::treat_answer(ov, tx, (&p.r.from, realm), from_peer, &msg, scan);
+            (rewritten, retry_ok) = crate::overload::treat_answer(
+                ov,
+                tx,
+                (&p.r.from, realm),
+                from_peer,
+                &msg,
+                &routing,
+            );
         }
         let mut msg = rewritten.unwrap_or(msg);
         if let Some((id, slot)) = &self.peer {
@@ -319,6 +380,33 @@ impl Conn {
                 code,
             },
         });
+        self.check_drained();
+    }
+
+    /// An answer from this connection's peer that fails
+    /// [`Routing::scan_answer`]: not forwarded; the request is answered 3002
+    /// with the defect and the peer in Error-Message.
+    #[cold]
+    #[inline(never)]
+    fn malformed_answer(&mut self, p: Pending, e: &DecodeError) {
+        let host = self.peer.as_ref().map_or("", |(_, s)| s.host.as_str());
+        if let Some((_, slot)) = &self.peer {
+            PeerSlot::count(&slot.stats.answers_malformed, e.result_code());
+        }
+        if let Some(suppressed) = self.malformed_warn.allow(Instant::now()) {
+            tracing::warn!(
+                peer = %host,
+                cause = %e,
+                result_code = e.result_code(),
+                suppressed,
+                "malformed answer not forwarded, request answered 3002"
+            );
+        }
+        let why = format!(
+            "malformed answer from {host}: {e} ({})",
+            e.result_code_name()
+        );
+        relay::answer_locally(&self.shared, p.r, relay::UNABLE_TO_DELIVER, &why);
         self.check_drained();
     }
 }
