@@ -20,6 +20,10 @@ use doic_agent::wire::{self, Head, cmd};
 const PENDING: u32 = 3000;
 /// `node.drain_seconds` by default.
 const DEFAULT_DRAIN: f64 = 5.0;
+/// The drain of the client that keeps sending: its last bursts must fall
+/// between the 0.8 D answers and D, a window of 0.2 D, which 8 s makes
+/// 1.6 s (ten bursts take about 0.3 s; the margin is for a starved CPU).
+const LONG_DRAIN: f64 = 8.0;
 /// Requests per write.
 const BURST: u32 = 50;
 /// Writes the client still sends once every pending request is answered.
@@ -134,7 +138,7 @@ async fn send(c: &mut Client, seen: &mut Seen, next: &mut u32, n: u32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_every_request_of_a_client_that_keeps_sending() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let mut s = silent_server_setup(DEFAULT_DRAIN).await;
+    let mut s = silent_server_setup(LONG_DRAIN).await;
     let mut c = s.client().await;
     let mut seen = Seen::default();
     let mut next = 1;
@@ -146,7 +150,7 @@ async fn shutdown_answers_every_request_of_a_client_that_keeps_sending() {
     let t0 = Instant::now();
     let client = async {
         // A burst every 20 ms, through the DPR (answered), the local 3002
-        // of every pending request at 80 % of the drain (4 s), and ten
+        // of every pending request at 80 % of the drain (6.4 s), and ten
         // bursts more; then the client stops and reads to the end.
         let mut after_flush = 0;
         let mut open = true;
