@@ -281,3 +281,53 @@ async fn requests_sent_past_the_drain_are_answered_or_counted_never_reset() {
         "each request answered or counted: {seen:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_sends_dpr_with_requests_in_flight_gets_their_answers_before_the_dpa() {
+    // RFC 6733 §5.4: the receiver of the DPA closes the transport, so a DPA
+    // sent while the peer's requests are still in flight would lose their
+    // answers. A server that never answers, a request timeout of 1 s: the
+    // answers are the agent's 3002s, a second after the DPR.
+    let servers = servers(
+        1,
+        ServerBehaviour {
+            answer_requests: false,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut config = config_for(&servers, "");
+    config.node.workers = None;
+    config.node.request_timeout_seconds = 1.0;
+    let s = start(servers, config).await;
+    let mut c = s.client().await;
+    let mut out = BytesMut::new();
+    for hbh in 1..=40 {
+        out.extend_from_slice(&request(hbh, "example.net", &[]));
+    }
+    let o = ("client1.example.org", "example.org");
+    wire::put_base(&mut out, cmd::DPR, o, None, 99, Some(0));
+    // A request behind the DPR, in the same write: answered, not relayed.
+    out.extend_from_slice(&request(100, "example.net", &[]));
+    c.write_raw(&out).await.unwrap();
+    let mut got = Vec::new();
+    while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_secs(10), c.read_message()).await {
+        let h = Head::read(&m);
+        got.push((h.cmd, h.hbh, result_code(&m)));
+    }
+    let dpa = got.iter().position(|&(cmd, _, _)| cmd == cmd::DPR);
+    assert_eq!(dpa, Some(got.len() - 1), "the DPA comes last: {got:?}");
+    assert_eq!(got[got.len() - 1], (cmd::DPR, 99, Some(2001)));
+    let mut answers: Vec<(u32, Option<u32>)> = got[..got.len() - 1]
+        .iter()
+        .map(|&(_, h, rc)| (h, rc))
+        .collect();
+    answers.sort_unstable();
+    let want: Vec<(u32, Option<u32>)> = (1..=40).chain([100]).map(|h| (h, Some(3002))).collect();
+    assert_eq!(answers, want, "each request its one answer, before the DPA");
+    assert_eq!(
+        s.servers[0].stats.requests.load(Ordering::Relaxed),
+        40,
+        "the request behind the DPR was not relayed"
+    );
+}

@@ -393,7 +393,10 @@ impl Conn {
                 }
                 cmd::DPR => {
                     self.last_dpr = Some(head);
-                    self.fsm.handle_dpr();
+                    // Answers to the peer's own requests still on their way
+                    // come first; each is bounded by the request timeout.
+                    let bound = self.shared.config.request_timeout() + Duration::from_secs(1);
+                    self.fsm.handle_dpr(now, self.inflight_down > 0, bound);
                 }
                 cmd::CER => {
                     // A CER on an open connection: answered 5012, kept open.
@@ -741,6 +744,9 @@ impl Conn {
     }
 
     fn check_drained(&mut self) {
+        if self.inflight_down == 0 {
+            self.fsm.handle_answered();
+        }
         if self.closing_since.is_some() && self.pending.is_empty() && self.inflight_down == 0 {
             self.fsm.handle_drained();
         }

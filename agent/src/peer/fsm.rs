@@ -97,6 +97,9 @@ pub struct Fsm {
     dpa_received: bool,
     /// The peer sent requests after its DPA: it is not done yet.
     requests_after_dpa: bool,
+    /// The peer sent DPR while requests of its own were still in flight:
+    /// the DPA waits for their answers ([`Fsm::handle_answered`]).
+    dpa_owed: bool,
 }
 
 /// How long a capabilities exchange may take by default (the agent's
@@ -133,6 +136,7 @@ impl Fsm {
             events: VecDeque::new(),
             dpa_received: false,
             requests_after_dpa: false,
+            dpa_owed: false,
         };
         if role == Role::Initiator {
             fsm.transmits.push_back(Transmit::Cer);
@@ -254,11 +258,48 @@ impl Fsm {
         }
     }
 
-    /// A DPR arrived: answer DPA, then close (I-Open/R-Open  Rcv-DPR
-    /// Snd-DPA  ->  Closed).
-    pub fn handle_dpr(&mut self) {
-        self.transmits.push_back(Transmit::Dpa);
+    /// A DPR arrived (I-Open/R-Open  Rcv-DPR  Snd-DPA  ->  Closed).
+    ///
+    /// RFC 6733 §5.4: the DPA "SHOULD contain an error if messages have
+    /// recently been forwarded, and are likely in flight", because the
+    /// receiver of the DPA closes the transport, and answers still on their
+    /// way to the peer would be lost with it. So when requests the peer sent
+    /// are still waiting for their answers (`in_flight`), the DPA is not sent
+    /// yet: the peer is marked disconnecting at once (nothing new is routed
+    /// to it), and the DPA follows their last answer
+    /// ([`Fsm::handle_answered`]), or `bound` after the DPR at the latest. No
+    /// request is then in flight when the DPA goes, so it carries 2001, and
+    /// each of the peer's requests has had its one answer before it.
+    pub fn handle_dpr(&mut self, now: Instant, in_flight: bool, bound: Duration) {
         self.events.push_back(Event::PeerDisconnecting);
+        if in_flight && matches!(self.state, State::Open | State::Closing) {
+            self.dpa_owed = true;
+            self.transition(State::Closing);
+            let by = now + bound;
+            self.deadline = Some(self.deadline.map_or(by, |d| d.min(by)));
+            return;
+        }
+        self.send_dpa_and_close();
+    }
+
+    /// Whether a DPA is owed to the peer (its DPR waits for its requests'
+    /// answers): requests it still sends are answered by the agent.
+    #[must_use]
+    pub fn owes_dpa(&self) -> bool {
+        self.dpa_owed
+    }
+
+    /// Every request the peer sent has been answered: the DPA owed to it, if
+    /// any, goes now.
+    pub fn handle_answered(&mut self) {
+        if self.dpa_owed {
+            self.send_dpa_and_close();
+        }
+    }
+
+    fn send_dpa_and_close(&mut self) {
+        self.dpa_owed = false;
+        self.transmits.push_back(Transmit::Dpa);
         self.close("peer sent DPR");
     }
 
@@ -308,6 +349,9 @@ impl Fsm {
     /// Call when [`Fsm::poll_timeout`] has passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.deadline.is_some_and(|d| now >= d) {
+            if self.dpa_owed {
+                return self.send_dpa_and_close();
+            }
             match self.state {
                 State::WaitCea => self.close("no CEA in time"),
                 State::WaitCer => self.close("no CER in time"),
@@ -521,10 +565,45 @@ mod tests {
         let mut f = Fsm::new(Instant::now(), Role::Responder, caps("a.example.com", &[4]));
         f.handle_cer(caps("c.example.org", &[4]), true, false);
         let _ = drain(&mut f);
-        f.handle_dpr();
+        f.handle_dpr(Instant::now(), false, Duration::from_secs(1));
         let (t, e) = drain(&mut f);
         assert_eq!(t, vec![Transmit::Dpa]);
         assert_eq!(e[0], Event::PeerDisconnecting);
         assert_eq!(f.state(), State::Closed);
+    }
+
+    #[test]
+    fn a_dpr_with_requests_in_flight_is_answered_after_their_answers() {
+        let now = Instant::now();
+        let bound = Duration::from_secs(3);
+        let open = || {
+            let mut f = Fsm::new(now, Role::Responder, caps("a.example.com", &[4]));
+            f.handle_cer(caps("c.example.org", &[4]), true, false);
+            let _ = drain(&mut f);
+            f
+        };
+        // The last answer goes out: the DPA follows it.
+        let mut f = open();
+        f.handle_dpr(now, true, bound);
+        let (t, e) = drain(&mut f);
+        assert!(t.is_empty(), "no DPA while requests are in flight");
+        assert_eq!(e, vec![Event::PeerDisconnecting]);
+        assert!(f.owes_dpa());
+        assert_eq!(f.poll_timeout(), Some(now + bound));
+        f.handle_timeout(now + bound - Duration::from_millis(1));
+        assert!(drain(&mut f).0.is_empty());
+        f.handle_answered();
+        let (t, e) = drain(&mut f);
+        assert_eq!(t, vec![Transmit::Dpa]);
+        assert_eq!(e, vec![Event::Close("peer sent DPR")]);
+        assert!(!f.owes_dpa());
+        // Answers that never come: the DPA goes at the bound all the same.
+        let mut f = open();
+        f.handle_dpr(now, true, bound);
+        let _ = drain(&mut f);
+        f.handle_timeout(now + bound);
+        let (t, e) = drain(&mut f);
+        assert_eq!(t, vec![Transmit::Dpa]);
+        assert_eq!(e, vec![Event::Close("peer sent DPR")]);
     }
 }

@@ -196,6 +196,11 @@ impl Conn {
                 "agent is shutting down",
             );
         }
+        if self.fsm.owes_dpa() {
+            // The peer sent DPR and waits for its DPA: a request it still
+            // sends is not relayed (it would hold the DPA back), but answered.
+            return self.answer_error(&msg, relay::UNABLE_TO_DELIVER, None, "connection closing");
+        }
         let realm = msg.slice_ref(realm);
         let dest_host = routing
             .destination_host()
