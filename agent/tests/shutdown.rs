@@ -43,6 +43,11 @@ fn traffic() -> Traffic {
 /// One server that swallows requests, an agent with the default worker
 /// count and a drain of `drain` seconds in front of it.
 async fn silent_server_setup(drain: f64) -> Setup {
+    silent_server_with_timeout(drain, 60.0).await
+}
+
+/// [`silent_server_setup`] with a request timeout of `timeout` seconds.
+async fn silent_server_with_timeout(drain: f64, timeout: f64) -> Setup {
     let servers = servers(
         1,
         ServerBehaviour {
@@ -54,7 +59,7 @@ async fn silent_server_setup(drain: f64) -> Setup {
     let mut config = config_for(&servers, "");
     config.node.workers = None;
     config.node.drain_seconds = drain;
-    config.node.request_timeout_seconds = 60.0;
+    config.node.request_timeout_seconds = timeout;
     start(servers, config).await
 }
 
@@ -288,18 +293,7 @@ async fn a_peer_that_sends_dpr_with_requests_in_flight_gets_their_answers_before
     // sent while the peer's requests are still in flight would lose their
     // answers. A server that never answers, a request timeout of 1 s: the
     // answers are the agent's 3002s, a second after the DPR.
-    let servers = servers(
-        1,
-        ServerBehaviour {
-            answer_requests: false,
-            ..Default::default()
-        },
-    )
-    .await;
-    let mut config = config_for(&servers, "");
-    config.node.workers = None;
-    config.node.request_timeout_seconds = 1.0;
-    let s = start(servers, config).await;
+    let s = silent_server_with_timeout(DEFAULT_DRAIN, 1.0).await;
     let mut c = s.client().await;
     let mut out = BytesMut::new();
     for hbh in 1..=40 {
