@@ -28,6 +28,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::agent::Shared;
 use crate::audit::Totals;
+use crate::bucket::Clock;
 use crate::codec::avp::{Avp, AvpIter, RawAvp};
 use crate::codec::relay::{MessageBuf, Routing};
 use crate::codec::{CommandFlags, Header, builder};
@@ -100,6 +101,10 @@ pub struct Snapshot {
 pub struct Overload {
     cfg: DoicConfig,
     identity: String,
+    /// The clock of every `now` given to the cores, request path included
+    /// (RFC 8582 §8.3: the bucket's arrival times): the CPU's counter,
+    /// about half the cost of `Instant::now` (docs/bucket.md).
+    clock: Clock,
     origin: Instant,
     sequence_base: u64,
     inboxes: Vec<Inbox>,
@@ -124,7 +129,8 @@ impl Overload {
         let sequence_base = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_secs());
-        let origin = Instant::now();
+        let clock = Clock::new();
+        let origin = clock.now();
         let base_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX / 2));
@@ -166,6 +172,7 @@ impl Overload {
             own: own::OwnState::new(identity, cfg.own_capacity, origin, base_ms),
             cfg,
             identity: identity.to_owned(),
+            clock,
             origin,
             sequence_base,
             inboxes: (0..workers).map(|_| Inbox::default()).collect(),
@@ -521,7 +528,7 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
         let now = if core.is_idle() {
             ov.origin
         } else {
-            Instant::now()
+            ov.clock.now()
         };
         let t = core.treat(now, &view, candidates);
         match t {
@@ -750,7 +757,7 @@ pub(crate) fn treat_answer(
         features: doic.features.as_ref(),
         olrs: &doic.olrs,
     };
-    let now = Instant::now();
+    let now = ov.clock.now();
     let Some(mut act) = with_core(ov, |core, worker| {
         let mut act = core.on_answer(now, &tx, from_peer, &ans);
         ov.publish(worker, std::mem::take(&mut act.replicate));
@@ -778,7 +785,7 @@ pub(crate) fn treat_answer(
 /// ([`Doic::handle_timeout`]), replicas applied, snapshot published
 /// (`full` also renders the audit trail).
 pub(crate) fn tick(ov: &Overload, full: bool) {
-    let now = Instant::now();
+    let now = ov.clock.now();
     let snap = with_core(ov, |core, worker| {
         own::apply(ov, core, now);
         core.handle_timeout(now);

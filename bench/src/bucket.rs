@@ -1,17 +1,19 @@
 //! Benchmark of the RFC 8582 §8.3 leaky bucket ([`doic_agent::bucket`])
 //! against `governor` (GCRA on one `AtomicU64`), measured in the same run.
 //!
-//! Both contenders take time from the same kind of clock (governor's
-//! `FakeRelativeClock`, advanced by the harness once per batch of [`BATCH`]
-//! decisions; governor reads it in every check, the bucket once per batch
-//! as its call contract says, or in every decision for the
-//! [`AgentClockPerDecision`] comparison), see the same arrivals (an offered
-//! load of twice the rate, so about half the decisions admit and write), and
-//! run in alternating chunks so that machine noise hits both; a case's
-//! figure is the median over chunk pairs (see [`compare`]). The agent's
-//! bucket is configured to do strictly more than governor: two priority
-//! levels (TAU1 = 5T, TAU2 = 10T, every fourth request priority) and the
-//! randomised phase of §8.3.3.
+//! In the main cases both contenders take time from the same kind of clock
+//! (governor's `FakeRelativeClock`, advanced by the harness once per batch
+//! of [`BATCH`] decisions; governor reads it in every check, the bucket once
+//! per batch as its call contract says) and see the same arrivals (an
+//! offered load of twice the rate, so about half the decisions admit and
+//! write). In the `*-clock-per-decision` cases each reads its real clock in
+//! every decision, as users get them: the bucket the request path's
+//! [`Clock`], governor its default `QuantaClock`, at [`REAL_CLOCK_RATE`].
+//! The sides run in alternating chunks so that machine noise hits both; a
+//! case's figure is the median over chunk pairs (see [`compare`]). The
+//! agent's bucket is configured to do strictly more than governor: two
+//! priority levels (TAU1 = 5T, TAU2 = 10T, every fourth request priority)
+//! and the randomised phase of §8.3.3.
 //!
 //! Cases: one thread on one bucket; two threads on one shared bucket
 //! (contended); two threads on a bucket each (uncontended).
@@ -22,8 +24,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use doic_agent::bucket::{Bucket, BucketConfig, interval_ns};
-use governor::clock::{Clock, FakeRelativeClock};
+use doic_agent::bucket::{Bucket, BucketConfig, Clock as AgentClock, interval_ns};
+use governor::clock::{Clock, DefaultClock, FakeRelativeClock, QuantaInstant};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
@@ -36,11 +38,20 @@ pub const BATCH: u64 = 8;
 /// OC-Maximum-Rate of the benchmark (T = 1 us).
 pub const RATE: u32 = 1_000_000;
 
+/// OC-Maximum-Rate of the real-clock cases (T = 40 ns): decisions about
+/// 15 ns apart offer a little less than twice this rate, so about a third
+/// to a half of them admit and write, as in the fake-clock cases.
+pub const REAL_CLOCK_RATE: u32 = 25_000_000;
+
 /// Offered load as a multiple of the rate.
 pub const LOAD: u64 = 2;
 
 /// The governor rate limiter with a manual clock, as the benchmark uses it.
 type Governor = RateLimiter<NotKeyed, InMemoryState, FakeRelativeClock, NoOpMiddleware<Nanos>>;
+
+/// The governor rate limiter with its default (real, `quanta`) clock.
+type GovernorReal =
+    RateLimiter<NotKeyed, InMemoryState, DefaultClock, NoOpMiddleware<QuantaInstant>>;
 
 /// One side of the comparison: decides requests against a clock it owns.
 pub trait Contender: Sync {
@@ -99,11 +110,27 @@ impl Contender for AgentSide {
     }
 }
 
-/// The agent's bucket read exactly as governor is: one clock read inside
-/// every decision. Not the bucket's call contract; reported for comparison.
+/// The agent's bucket read as users get it: the request path's real clock
+/// ([`doic_agent::bucket::Clock`]) read inside every decision, at
+/// [`REAL_CLOCK_RATE`]. Compared with [`GovernorClockPerDecision`].
 #[repr(align(128))]
-#[derive(Default)]
-pub struct AgentClockPerDecision(AgentSide);
+pub struct AgentClockPerDecision {
+    bucket: Bucket,
+    clock: AgentClock,
+}
+
+impl Default for AgentClockPerDecision {
+    fn default() -> AgentClockPerDecision {
+        let clock = AgentClock::new();
+        let bucket = Bucket::new(
+            clock.now_ns(),
+            REAL_CLOCK_RATE,
+            &BucketConfig::two_priorities(),
+        )
+        .expect("the RFC default configuration is valid");
+        AgentClockPerDecision { bucket, clock }
+    }
+}
 
 impl Contender for AgentClockPerDecision {
     #[inline]
@@ -114,12 +141,44 @@ impl Contender for AgentClockPerDecision {
     #[inline]
     fn decide(&self, _now: u64, i: u64) -> bool {
         let level = u8::from(i.is_multiple_of(4));
-        self.0.bucket.try_admit(self.0.clock.now().as_u64(), level)
+        self.bucket.try_admit(self.clock.now_ns(), level)
     }
 
-    fn advance(&self, ns: u64) {
-        self.0.advance(ns);
+    /// Real time needs no advancing.
+    fn advance(&self, _ns: u64) {}
+}
+
+/// governor as users get it: `RateLimiter::direct` with its default
+/// `QuantaClock`, read in every check, at [`REAL_CLOCK_RATE`], burst 5.
+#[repr(align(128))]
+pub struct GovernorClockPerDecision(GovernorReal);
+
+impl Default for GovernorClockPerDecision {
+    fn default() -> GovernorClockPerDecision {
+        GovernorClockPerDecision(RateLimiter::direct(quota(REAL_CLOCK_RATE)))
     }
+}
+
+impl Contender for GovernorClockPerDecision {
+    #[inline]
+    fn batch_time(&self) -> u64 {
+        0
+    }
+
+    #[inline]
+    fn decide(&self, _now: u64, _i: u64) -> bool {
+        self.0.check().is_ok()
+    }
+
+    /// Real time needs no advancing.
+    fn advance(&self, _ns: u64) {}
+}
+
+/// `rate` per second with a burst of 5 (tolerance 4T, the RFC 8582 §8.3.1
+/// default TAU).
+fn quota(rate: u32) -> Quota {
+    Quota::per_second(NonZeroU32::new(rate).unwrap_or(NonZeroU32::MIN))
+        .allow_burst(NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN))
 }
 
 /// governor's direct rate limiter with a burst of 5 (tolerance 4T, the RFC
@@ -135,9 +194,7 @@ impl GovernorSide {
     #[must_use]
     pub fn new() -> GovernorSide {
         let clock = FakeRelativeClock::default();
-        let quota = Quota::per_second(NonZeroU32::new(RATE).unwrap_or(NonZeroU32::MIN))
-            .allow_burst(NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN));
-        let limiter = RateLimiter::direct_with_clock(quota, clock.clone());
+        let limiter = RateLimiter::direct_with_clock(quota(RATE), clock.clone());
         GovernorSide { limiter, clock }
     }
 }
@@ -359,17 +416,21 @@ type ChunkRun = (bool, RunTimes);
 /// that noise from the shared machine hits both alike. A chunk costs the
 /// CPU time its threads spent per decision: preemption by other processes
 /// does not count, spinning on a contended cache line does.
-pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) -> Round {
+pub fn measure<A: Contender + Default, G: Contender + Default>(
+    case: Case,
+    iters: u64,
+    chunks: usize,
+) -> Round {
     let chunk = (iters / chunks as u64).max(BATCH);
     let threads = case.threads();
     let line = StartLine::new(threads);
     let per_thread: Vec<Vec<ChunkRun>> = match case {
         Case::Single => {
-            let (a, g) = (A::default(), GovernorSide::default());
+            let (a, g) = (A::default(), G::default());
             vec![alternate(&a, &g, chunk, chunks, &line)]
         }
         Case::Contended => {
-            let (a, g) = (A::default(), GovernorSide::default());
+            let (a, g) = (A::default(), G::default());
             thread::scope(|s| {
                 let handles: Vec<_> = (0..threads)
                     .map(|k| {
@@ -394,7 +455,7 @@ pub fn measure<A: Contender + Default>(case: Case, iters: u64, chunks: usize) ->
                         pin(k);
                         // Built on its own thread (its own allocation arena),
                         // so the two threads' buckets share no cache line.
-                        let (a, g) = (A::default(), GovernorSide::default());
+                        let (a, g) = (A::default(), G::default());
                         alternate(&a, &g, chunk, chunks, line)
                     })
                 })
@@ -500,6 +561,18 @@ impl CaseReport {
         self.agent_ns / self.governor_ns
     }
 
+    /// Whether the agent is slower than `limit` times governor: both the
+    /// ratio of the medians and the median of the per-pair ratios are
+    /// above it. Both sides run in the same chunk pairs on the same
+    /// machine, so its speed cancels out of both (an absolute target would
+    /// need `crate::speed`'s reference anchor; a ratio does not). Noise that
+    /// shifts one side's median for part of the run moves one figure and
+    /// not the other; a regression of the bucket or its clock raises both.
+    #[must_use]
+    pub fn over(&self, limit: f64) -> bool {
+        self.ratio() > limit && self.paired_ratio > limit
+    }
+
     /// The report line: `bucket <case> agent_ns=<x> governor_ns=<y> ratio=<x/y>`.
     #[must_use]
     pub fn line(&self) -> String {
@@ -549,7 +622,7 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// Runs `case` for `rounds` rounds of `iters` decisions per thread and side
-/// (agent contender `A` against governor, interleaved in `chunks` chunk
+/// (agent contender `A` against governor contender `G`, interleaved in `chunks` chunk
 /// pairs), after a warm-up round. `name` labels the report line.
 ///
 /// The figures are medians over all chunk pairs of all rounds. In the
@@ -559,21 +632,21 @@ pub fn median(v: &[f64]) -> f64 {
 /// measures no contention. Pairs are kept or dropped whole, so both sides are always
 /// compared under the same conditions.
 #[must_use]
-pub fn compare<A: Contender + Default>(
+pub fn compare<A: Contender + Default, G: Contender + Default>(
     name: &str,
     case: Case,
     iters: u64,
     rounds: usize,
     chunks: usize,
 ) -> CaseReport {
-    let _ = measure::<A>(case, iters / 4, chunks);
+    let _ = measure::<A, G>(case, iters / 4, chunks);
     let mut agent_runs = Vec::with_capacity(rounds);
     let mut governor_runs = Vec::with_capacity(rounds);
     let (mut agent_all, mut governor_all) = (Vec::new(), Vec::new());
     let (mut agent_together, mut governor_together) = (Vec::new(), Vec::new());
     let (mut agent_admitted, mut governor_admitted) = (0.0, 0.0);
     for _ in 0..rounds {
-        let r = measure::<A>(case, iters, chunks);
+        let r = measure::<A, G>(case, iters, chunks);
         agent_runs.push(median(&r.agent));
         governor_runs.push(median(&r.governor));
         for ((&a, &g), &together) in r.agent.iter().zip(&r.governor).zip(&r.together) {
@@ -604,5 +677,48 @@ pub fn compare<A: Contender + Default>(
         together: (agent_together.len(), agent_all.len()),
         contention_measured,
         paired_ratio: median(&paired),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(ratio: f64, paired_ratio: f64) -> CaseReport {
+        CaseReport {
+            name: "case".to_owned(),
+            agent_ns: ratio * 10.0,
+            governor_ns: 10.0,
+            agent_runs: Vec::new(),
+            governor_runs: Vec::new(),
+            agent_admitted: 0.5,
+            governor_admitted: 0.5,
+            together: (0, 0),
+            contention_measured: true,
+            paired_ratio,
+        }
+    }
+
+    #[test]
+    fn a_case_fails_only_when_both_ratios_are_over_the_limit() {
+        assert!(report(1.5, 1.5).over(1.0), "a regression shows in both");
+        assert!(!report(1.2, 0.9).over(1.0), "medians shifted by noise");
+        assert!(
+            !report(0.9, 1.2).over(1.0),
+            "paired ratios shifted by noise"
+        );
+        assert!(!report(0.9, 0.9).over(1.0));
+    }
+
+    #[test]
+    fn each_side_reads_a_clock_that_moves() {
+        // The real-clock contenders must not be frozen: with time standing
+        // still both would only admit their burst.
+        let (a, g) = (
+            AgentClockPerDecision::default(),
+            GovernorClockPerDecision::default(),
+        );
+        let (ra, rg) = (run(&a, 200_000), run(&g, 200_000));
+        assert!(ra.admitted > 100 && rg.admitted > 100, "{ra:?} {rg:?}");
     }
 }

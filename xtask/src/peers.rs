@@ -5,10 +5,10 @@
 //! missing, so a warm machine pays nothing.
 //!
 //! Output (the interop harness reads it through `DOIC_PEERS_DIR`, default
-//! `target/peers`):
-//! - `target/peers/src/freediameter-*/`: `apt-get source freediameter`
-//! - `target/peers/ext/test_app.fdx`: freeDiameter's test application
-//! - `target/peers/ext/bindlo.so`: LD_PRELOAD shim from `interop/peers/bindlo.c`
+//! `<target>/peers`, `<target>` being cargo's target directory):
+//! - `<target>/peers/src/freediameter-*/`: `apt-get source freediameter`
+//! - `<target>/peers/ext/test_app.fdx`: freeDiameter's test application
+//! - `<target>/peers/ext/bindlo.so`: LD_PRELOAD shim from `interop/peers/bindlo.c`
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -38,11 +38,11 @@ const PACKAGES: &[&str] = &[
     "dpkg-dev",
 ];
 
-/// Where the built peer artefacts live (`DOIC_PEERS_DIR` or `target/peers`).
+/// Where the built peer artefacts live (`DOIC_PEERS_DIR` or `<target>/peers`).
 pub(crate) fn dir() -> PathBuf {
     std::env::var_os("DOIC_PEERS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target").join("peers"))
+        .unwrap_or_else(|| crate::util::target_dir().join("peers"))
 }
 
 /// Installs and builds everything the interop harness needs.

@@ -170,8 +170,10 @@ fn require_root(stage: &str) -> anyhow::Result<()> {
 fn ebpf() -> anyhow::Result<()> {
     require_root("ebpf")?;
     setup::ebpf()?;
-    // The kernel crate is outside the host workspace: lint it for its target.
+    // The kernel crate is outside the host workspace: lint it for its target,
+    // in the directory agent/build.rs builds it in (`<target>/bpf`).
     let kernel = crate::util::root().join("agent-ebpf");
+    let bpf_target = crate::util::target_dir().join("bpf");
     crate::util::run_cmd(
         std::process::Command::new("cargo")
             .args(["+nightly", "fmt", "--check"])
@@ -187,12 +189,8 @@ fn ebpf() -> anyhow::Result<()> {
                 "-Z",
                 "build-std=core",
             ])
-            .args([
-                "--target",
-                "bpfel-unknown-none",
-                "--target-dir",
-                "../target/bpf",
-            ])
+            .args(["--target", "bpfel-unknown-none", "--target-dir"])
+            .arg(&bpf_target)
             .args(["--", "-D", "warnings"])
             .current_dir(&kernel),
     )?;
@@ -340,7 +338,7 @@ fn fuzz() -> anyhow::Result<()> {
 fn fuzz_one(target: &str, secs: u32) -> anyhow::Result<()> {
     // new inputs go to a scratch directory per target; the committed seeds
     // stay as they are
-    let scratch = crate::util::root().join("target/fuzz-corpus").join(target);
+    let scratch = crate::util::target_dir().join("fuzz-corpus").join(target);
     std::fs::create_dir_all(&scratch)?;
     let scratch = scratch.to_string_lossy().into_owned();
     let seeds = format!("fuzz/corpus/{target}");
@@ -376,7 +374,7 @@ fn bench_codec() -> anyhow::Result<()> {
 
 /// The RFC 8582 §8.3 bucket against governor (bench/benches/bucket.rs):
 /// medians of interleaved runs; the bench exits non-zero when the agent is
-/// slower in any case. Figures land in target/bench-bucket.json.
+/// slower in any case. Figures land in `<target>/bench-bucket.json`.
 fn bench_bucket() -> anyhow::Result<()> {
     bench_attempts(|| {
         let mut cmd = std::process::Command::new("cargo");
@@ -384,6 +382,8 @@ fn bench_bucket() -> anyhow::Result<()> {
             "bench", "-p", "bench", "--bench", "bucket", "--", "--check", "--rounds", "7",
             "--iters", "1000000",
         ]);
+        // The report's directory, the same one cargo builds in.
+        cmd.env("CARGO_TARGET_DIR", crate::util::target_dir());
         cmd
     })
 }
@@ -454,11 +454,12 @@ fn bench_doic() -> anyhow::Result<()> {
     })
 }
 
-/// Builds the release binary `name` of the bench crate; its path.
+/// Builds the release binary `name` of the bench crate; its path in cargo's
+/// target directory ([`crate::util::target_dir`]).
 fn bench_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
     run(
         "cargo",
         &["build", "--release", "-p", "bench", "--bin", name],
     )?;
-    Ok(crate::util::root().join("target/release").join(name))
+    Ok(crate::util::target_dir().join("release").join(name))
 }

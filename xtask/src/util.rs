@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 
 use anyhow::{Context, bail};
 
@@ -9,6 +10,35 @@ use anyhow::{Context, bail};
 pub(crate) fn root() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// Cargo's target directory for this workspace, where every build of the
+/// tasks lands: what `cargo metadata` reports as `target_directory` (it
+/// follows `CARGO_TARGET_DIR`, a relative one taken from the workspace root
+/// as the tasks' cargo commands take it, and `build.target-dir`), or
+/// `<root>/target` should cargo not answer. Asked once per run.
+pub(crate) fn target_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let asked = Command::new("cargo")
+            .args(["metadata", "--format-version", "1", "--no-deps"])
+            .current_dir(root())
+            .output();
+        asked
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+            .and_then(|v| v["target_directory"].as_str().map(PathBuf::from))
+            .unwrap_or_else(|| {
+                let fallback = root().join("target");
+                eprintln!(
+                    "cargo metadata gave no target directory; using {}",
+                    fallback.display()
+                );
+                fallback
+            })
+    })
+    .clone()
 }
 
 /// Runs `program args...` in the workspace root, inheriting stdio; fails on a

@@ -45,7 +45,7 @@ mod rng;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
-pub use clock::{coarse_ns, coarse_resolution_ns, monotonic_ns};
+pub use clock::{Clock, coarse_ns, coarse_resolution_ns, monotonic_ns};
 pub use config::{BucketConfig, ConfigError, MAX_LEVELS, Tolerance};
 pub use rng::seed_thread_rng;
 
