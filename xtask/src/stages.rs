@@ -60,7 +60,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "fuzz",
-        about: "cargo-fuzz the Diameter decoder and the CER judgement, 60 s in all, from the seed corpora; fails on a crash",
+        about: "cargo-fuzz the Diameter decoder, the CER judgement and the relay's answer check, 60 s in all, from the seed corpora; fails on a crash",
         run: fuzz,
     },
     Stage {
