@@ -12,10 +12,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use diameter::peer::capx::{Capabilities, firmware_revision};
 use serde::Deserialize;
-
-/// The Relay application id (RFC 6733 §2.4): advertised by a relay agent.
-pub const RELAY_APPLICATION_ID: u32 = 0xffff_ffff;
 
 /// A configuration that could not be read or is not valid. The message names
 /// the file, the key and the reason.
@@ -74,7 +72,7 @@ pub struct Config {
     /// Diameter overload control (`[doic]`, RFC 7683/8581/8582); absent
     /// means the agent relays without DOIC.
     #[serde(default)]
-    pub doic: Option<crate::doic::DoicConfig>,
+    pub doic: Option<doic::DoicConfig>,
     /// The retry budget (`[retry]`); absent means its defaults.
     #[serde(default)]
     pub retry: crate::relay::budget::RetryConfig,
@@ -140,7 +138,7 @@ pub struct Node {
 }
 
 fn default_applications() -> Vec<u32> {
-    vec![RELAY_APPLICATION_ID]
+    vec![diameter::dictionary::app::RELAY]
 }
 fn default_product_name() -> String {
     "doic-agent".to_owned()
@@ -282,6 +280,28 @@ pub fn pattern_matches(pattern: &str, host: &str) -> bool {
 }
 
 impl Config {
+    /// The agent's own capabilities (RFC 6733 §5.3.1); `local_ip` is the
+    /// local address of the connection, used when `[node]` lists no
+    /// Host-IP-Address.
+    #[must_use]
+    pub fn capabilities(&self, local_ip: IpAddr) -> Capabilities {
+        let host_ip_addresses = if self.node.host_ip_addresses.is_empty() {
+            vec![local_ip]
+        } else {
+            self.node.host_ip_addresses.clone()
+        };
+        Capabilities {
+            origin_host: self.node.origin_host.clone(),
+            origin_realm: self.node.origin_realm.clone(),
+            host_ip_addresses,
+            vendor_id: self.node.vendor_id,
+            product_name: self.node.product_name.clone(),
+            firmware_revision: Some(firmware_revision()),
+            auth_applications: self.node.applications.clone(),
+            acct_applications: Vec::new(),
+        }
+    }
+
     /// Reads and validates a configuration file.
     ///
     /// # Errors
@@ -453,7 +473,7 @@ impl Config {
     /// entries folded into its per-peer policies; `None` when DOIC is off
     /// (no section, or `enabled = false`).
     #[must_use]
-    pub fn doic_effective(&self) -> Option<crate::doic::DoicConfig> {
+    pub fn doic_effective(&self) -> Option<doic::DoicConfig> {
         let mut d = self.doic.clone().filter(|d| d.enabled)?;
         for p in self.peers.iter().filter(|p| p.trusted) {
             d.peers.entry(p.host.clone()).or_default().trusted = true;
@@ -602,7 +622,7 @@ mod tests {
         assert_eq!(c.node.origin_host, "agent.example.com");
         assert_eq!(c.peers.len(), 2);
         assert_eq!(c.routes[0].peers[1].parts(), ("server2.example.net", 0, 1));
-        assert_eq!(c.node.applications, vec![RELAY_APPLICATION_ID]);
+        assert_eq!(c.node.applications, vec![diameter::dictionary::app::RELAY]);
         assert_eq!(c.tw(), Duration::from_secs(6));
         assert_eq!(c.request_timeout(), Duration::from_secs(10));
         assert_eq!(

@@ -9,7 +9,7 @@
 //! working.
 //!
 //! ```no_run
-//! use doic_agent::ebpf::{self, Config, Telemetry};
+//! use agent::ebpf::{self, Config, Telemetry};
 //!
 //! // One log line and `None` when the program cannot run.
 //! let telemetry = Telemetry::start_or_log(&Config::default());

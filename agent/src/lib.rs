@@ -2,31 +2,27 @@
 //! Indication Conveyance: RFC 7683 (DOIC), RFC 8581 (peer reports) and
 //! RFC 8582 (rate algorithm).
 //!
+//! The protocol itself lives in two sans-io crates: [`diameter`] (codec,
+//! dictionary, peer state machines) and [`doic`] (every overload control
+//! decision). This crate is the node that drives them: configuration,
+//! relaying, sockets, the kernel program, metrics and threads.
+//!
 //! # Map of the modules
 //!
 //! | module | what it implements |
 //! | --- | --- |
-//! | [`cli`] | the `doic-agent` command line (parsing only; `main.rs` runs it) |
 //! | [`ebpf`] | kernel telemetry: loads and attaches the XDP/TC program, reads per-peer Diameter counters, renders them for Prometheus |
 //! | [`telemetry`] | the kernel program inside the agent: `[ebpf]` section, attach/detach with the agent, per-tick counters and arrival rates for overload control |
-//! | [`doic`] | DOIC overload control core, sans-io (RFC 7683, RFC 8581, RFC 8582) |
-//! | [`audit`] | evidence trail: reports, OCS versions, treatment counters |
-//! | [`bucket`] | RFC 8582 §8.3 leaky bucket: lock-free, shared by all workers, priorities and randomised phase |
+//! | [`clock`] | the time base of the request path: the CPU counter in nanoseconds (quanta) and CLOCK_MONOTONIC; the only clock reads the cores are given |
 //! | [`config`] | the TOML configuration, defaults and validation |
-//! | [`peer`] | RFC 6733 §5 peers: watchdog (RFC 3539), capability exchange, peer state machine |
+//! | [`peer`] | the peer table: one slot per configured or accepted peer (the state machines are in `diameter::peer`) |
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
 //! | [`admission`] | caps on inbound connections waiting for CER (RFC 6733 §5.3), per source and in total |
 //! | [`agent`] | the running agent: pinned workers, listeners, dialling, control thread, shutdown |
 //! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O |
 //! | [`overload`] | DOIC in the relay: per-worker cores, request/answer treatment, replication, control tick, `/metrics` and `/audit` |
 //! | [`relay`] | relay duties across connections: dispatch, failover with the T flag, local answers |
-//! | [`loadgen`] | built-in loopback peers: answering server, closed/open-loop load client |
-//! | [`demo`] | `doic-agent demo`: the agent between built-in peers, live summary |
 //! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix) |
-//! | [`wire`] | the relay's view of a message: framing, routing AVP scan, Route-Record, agent-built answers |
-//! | [`codec`] | Diameter wire format: header, AVPs, typed values, messages, builders (RFC 6733 §3-4, §7) |
-//! | [`inspect`] | the `decode` / `encode` subcommands: message <-> JSON, one-line errors |
-//! | [`dictionary`] | command and AVP codes, types, flag rules, enumerations (RFC 6733, 7683, 8581, 8582) |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -35,17 +31,9 @@
 
 pub mod admission;
 pub mod agent;
-pub mod audit;
-pub mod bucket;
-pub mod cli;
-pub mod codec;
+pub mod clock;
 pub mod config;
-pub mod demo;
-pub mod dictionary;
-pub mod doic;
 pub mod ebpf;
-pub mod inspect;
-pub mod loadgen;
 pub mod metrics;
 pub mod net;
 pub mod overload;
@@ -53,4 +41,3 @@ pub mod peer;
 pub mod relay;
 pub mod routing;
 pub mod telemetry;
-pub mod wire;

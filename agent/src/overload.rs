@@ -27,20 +27,20 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 
 use crate::agent::Shared;
-use crate::audit::Totals;
-use crate::bucket::Clock;
-use crate::codec::avp::{Avp, AvpIter, RawAvp};
-use crate::codec::relay::{MessageBuf, Routing};
-use crate::codec::{CommandFlags, Header, builder};
-use crate::dictionary::code;
-use crate::doic::report::Abatement;
-use crate::doic::treatment::{Replica, ThrottleAnswer};
-use crate::doic::wire::{DoicAvps, apply_answer, text};
-use crate::doic::{
+use crate::clock::Clock;
+use crate::routing::PeerId;
+use diameter::codec::avp::{Avp, AvpIter, RawAvp};
+use diameter::codec::relay::{MessageBuf, Routing};
+use diameter::codec::{CommandFlags, Header, builder};
+use diameter::dictionary::code;
+use diameter::wire::Head;
+use doic::audit::Totals;
+use doic::report::Abatement;
+use doic::treatment::{Replica, ThrottleAnswer};
+use doic::wire::{DoicAvps, apply_answer, text};
+use doic::{
     AnswerView, Candidate, Doic, DoicConfig, OcSupportedFeatures, RequestView, Treatment, TxState,
 };
-use crate::routing::PeerId;
-use crate::wire::Head;
 
 pub mod own;
 
@@ -92,7 +92,7 @@ pub struct Snapshot {
     pub ocs: Vec<OcsRow>,
     /// Received reports by verdict, over the retained trail.
     pub verdicts: BTreeMap<String, u64>,
-    /// The evidence trail as JSON ([`crate::audit::Audit::to_json`]).
+    /// The evidence trail as JSON ([`doic::audit::Audit::to_json`]).
     pub audit: serde_json::Value,
 }
 
@@ -136,9 +136,9 @@ impl Overload {
             .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX / 2));
         // RFC 7683 §5.1.3 / RFC 8581 §6.1.1: the same AVP in every relayed
         // request (the core's `Doic::request_features`).
-        let vector = crate::doic::features::announced_vector(&cfg.algorithms, cfg.peer_report);
+        let vector = doic::features::announced_vector(&cfg.algorithms, cfg.peer_report);
         let mut features_avp = BytesMut::with_capacity(64);
-        if let Err(e) = crate::doic::features::request_features(vector, identity)
+        if let Err(e) = doic::features::request_features(vector, identity)
             .to_avp()
             .encode(&mut features_avp)
         {
@@ -146,11 +146,11 @@ impl Overload {
         }
         // RFC 7683 §5.1.2, RFC 8581 §6.1.2: what `Doic::on_answer` adds for a
         // DOIC client when nothing is selected upstream.
-        let answer_avp = |peer_report: bool, peer_algo: crate::doic::Algorithm| {
-            let f = crate::doic::features::answer_features(
+        let answer_avp = |peer_report: bool, peer_algo: doic::Algorithm| {
+            let f = doic::features::answer_features(
                 Some(&OcSupportedFeatures::default()),
                 peer_report,
-                crate::doic::Algorithm::Loss,
+                doic::Algorithm::Loss,
                 peer_algo,
                 identity,
             )
@@ -162,9 +162,9 @@ impl Overload {
             out.freeze()
         };
         let answer_avps = [
-            answer_avp(false, crate::doic::Algorithm::Loss),
-            answer_avp(true, crate::doic::Algorithm::Loss),
-            answer_avp(true, crate::doic::Algorithm::Rate),
+            answer_avp(false, doic::Algorithm::Loss),
+            answer_avp(true, doic::Algorithm::Loss),
+            answer_avp(true, doic::Algorithm::Rate),
         ];
         Some(Self {
             answer_avps,
@@ -428,7 +428,7 @@ pub(crate) fn client_features(raw: &RawAvp<'_>, from: &str) -> Option<(u64, bool
         }
     }
     Some((
-        vector.unwrap_or(crate::doic::features::OLR_DEFAULT_ALGO),
+        vector.unwrap_or(doic::features::OLR_DEFAULT_ALGO),
         source.unwrap_or(false),
     ))
 }
@@ -442,13 +442,13 @@ pub(crate) fn client_features(raw: &RawAvp<'_>, from: &str) -> Option<(u64, bool
 pub(crate) fn without_avp(msg: &[u8], offset: usize, len: usize) -> Option<Bytes> {
     let end = offset.checked_add(len)?;
     let (head, tail) = (msg.get(..offset)?, msg.get(end..)?);
-    if offset < crate::codec::HEADER_LEN {
+    if offset < diameter::codec::HEADER_LEN {
         return None;
     }
     let mut out = BytesMut::with_capacity(msg.len() - len);
     out.extend_from_slice(head);
     out.extend_from_slice(tail);
-    crate::wire::finish(&mut out, 0);
+    diameter::wire::finish(&mut out, 0);
     Some(out.freeze())
 }
 
@@ -459,7 +459,7 @@ pub(crate) fn with_avp(msg: &[u8], avp: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(msg.len() + avp.len());
     out.extend_from_slice(msg);
     out.extend_from_slice(avp);
-    crate::wire::finish(&mut out, 0);
+    diameter::wire::finish(&mut out, 0);
     out.freeze()
 }
 
@@ -620,7 +620,7 @@ pub(crate) fn retreat(
     let prior = r.doic.and_then(|t| {
         t.client_features.map(|v| OcSupportedFeatures {
             source_id: t.client_peer_report.then(|| r.from.to_string()),
-            ..crate::doic::treatment::features_of(v.get())
+            ..doic::treatment::features_of(v.get())
         })
     });
     treat_request(
@@ -640,7 +640,7 @@ pub(crate) fn retreat(
     )
 }
 
-fn is_features(a: &crate::codec::avp::RawAvp<'_>) -> bool {
+fn is_features(a: &diameter::codec::avp::RawAvp<'_>) -> bool {
     a.vendor_id.is_none() && a.code == code::OC_SUPPORTED_FEATURES
 }
 
@@ -651,7 +651,7 @@ fn throttle_answer(
     shared: &Shared,
     req: &[u8],
     result: ThrottleAnswer,
-    act: &crate::doic::AnswerActions,
+    act: &doic::AnswerActions,
 ) -> Bytes {
     let h = Head::read(req);
     let mut header = Header::new(h.cmd, h.app, CommandFlags(h.flags));
@@ -709,11 +709,11 @@ pub(crate) fn idle_client_answer(
     let peer_algo = with_core(ov, |core, _| core.idle_answer_peer_algo(vector))??;
     let which = match (tx.client_peer_report, peer_algo) {
         (false, _) => 0,
-        (true, crate::doic::Algorithm::Loss) => 1,
-        (true, crate::doic::Algorithm::Rate) => 2,
+        (true, doic::Algorithm::Loss) => 1,
+        (true, doic::Algorithm::Rate) => 2,
     };
     let retry = routing.experimental_result_code().map(|(_, c)| c)
-        != Some(crate::doic::treatment::DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY);
+        != Some(doic::treatment::DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY);
     Some((which, retry))
 }
 
@@ -739,7 +739,7 @@ pub(crate) fn treat_answer(
         // none (RFC 7683 §5.1.2), no state to advance: unchanged. Only 5198
         // forbids a retry (seed 004).
         let retry = routing.experimental_result_code().map(|(_, c)| c)
-            != Some(crate::doic::treatment::DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY);
+            != Some(doic::treatment::DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY);
         return (None, retry);
     }
     let tx = tx.pending(client, dest_realm, from_peer);
@@ -802,9 +802,9 @@ pub(crate) fn tick(ov: &Overload, full: bool) {
             .map(|o| OcsRow {
                 app_id: o.key.app_id,
                 report_type: match o.key.report_type {
-                    crate::doic::ReportType::Host => "host",
-                    crate::doic::ReportType::Realm => "realm",
-                    crate::doic::ReportType::Peer => "peer",
+                    doic::ReportType::Host => "host",
+                    doic::ReportType::Realm => "realm",
+                    doic::ReportType::Peer => "peer",
                     _ => "other",
                 },
                 target: o.key.id.clone(),
@@ -922,8 +922,8 @@ mod tests {
     fn transaction_state_is_small_and_keeps_loss() {
         assert_eq!(std::mem::size_of::<Option<TxState>>(), 16);
         assert_eq!(
-            crate::doic::treatment::kept_vector(0).get(),
-            crate::doic::features::OLR_DEFAULT_ALGO
+            doic::treatment::kept_vector(0).get(),
+            doic::features::OLR_DEFAULT_ALGO
         );
     }
 
@@ -932,11 +932,8 @@ mod tests {
     #[test]
     fn encoded_features_are_the_cores_request_features() {
         for (algorithms, peer_report) in [
-            (vec![crate::doic::Algorithm::Loss], false),
-            (
-                vec![crate::doic::Algorithm::Loss, crate::doic::Algorithm::Rate],
-                true,
-            ),
+            (vec![doic::Algorithm::Loss], false),
+            (vec![doic::Algorithm::Loss, doic::Algorithm::Rate], true),
         ] {
             let cfg = DoicConfig {
                 algorithms,
@@ -972,7 +969,7 @@ mod tests {
 
     /// A DOIC client's request: OC-Supported-Features between other AVPs.
     fn client_request(features: &OcSupportedFeatures) -> Bytes {
-        crate::codec::Message::request(272, 4, true)
+        diameter::codec::Message::request(272, 4, true)
             .with(Avp::str(code::SESSION_ID, "client;1"))
             .with(Avp::str(code::ORIGIN_HOST, "client"))
             .with(features.to_avp())
@@ -986,7 +983,7 @@ mod tests {
     /// The client feature sets the fast path must read as the full
     /// treatment does (RFC 7683 §5.1.1, RFC 8581 §6.1.2).
     fn client_feature_sets() -> Vec<OcSupportedFeatures> {
-        use crate::doic::features::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
+        use doic::features::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
         let f = |v: Option<u64>, s: Option<&str>, pa: Option<u64>| OcSupportedFeatures {
             feature_vector: v,
             source_id: s.map(str::to_owned),
@@ -1014,16 +1011,16 @@ mod tests {
         ]
     }
 
-    fn doic_cfg(peer_algo: crate::doic::Algorithm, trusted: bool) -> DoicConfig {
+    fn doic_cfg(peer_algo: doic::Algorithm, trusted: bool) -> DoicConfig {
         let mut cfg = DoicConfig {
-            algorithms: vec![crate::doic::Algorithm::Loss, crate::doic::Algorithm::Rate],
+            algorithms: vec![doic::Algorithm::Loss, doic::Algorithm::Rate],
             peer_report: true,
             peer_algo,
             ..DoicConfig::default()
         };
         cfg.peers.insert(
             "client".into(),
-            crate::doic::config::PeerPolicy {
+            doic::config::PeerPolicy {
                 trusted,
                 receive_reports: true,
             },
@@ -1041,7 +1038,7 @@ mod tests {
     /// §5.1.2, RFC 8581 §6.1.2).
     #[test]
     fn idle_doic_client_fast_path_is_byte_identical_to_full_treatment() {
-        let answer = crate::codec::Message::new(272, 4, CommandFlags::default())
+        let answer = diameter::codec::Message::new(272, 4, CommandFlags::default())
             .with(Avp::str(code::SESSION_ID, "client;1"))
             .with(Avp::u32(code::RESULT_CODE, 2001))
             .with(Avp::str(code::ORIGIN_HOST, "server"))
@@ -1055,9 +1052,9 @@ mod tests {
         }];
         let mut checked = 0;
         for (peer_algo, trusted) in [
-            (crate::doic::Algorithm::Rate, true),
-            (crate::doic::Algorithm::Loss, true),
-            (crate::doic::Algorithm::Rate, false),
+            (doic::Algorithm::Rate, true),
+            (doic::Algorithm::Loss, true),
+            (doic::Algorithm::Rate, false),
         ] {
             let cfg = doic_cfg(peer_algo, trusted);
             let ov = Overload::new("agent", Some(cfg.clone()), 1).unwrap();
@@ -1077,7 +1074,7 @@ mod tests {
                 // As the connection writes it (`put_relayed_request_cut`),
                 // and as `without_avp` gives it.
                 let mut written = BytesMut::new();
-                crate::wire::put_relayed_request_cut(
+                diameter::wire::put_relayed_request_cut(
                     &mut written,
                     &msg,
                     (a as usize, b as usize),
@@ -1110,7 +1107,13 @@ mod tests {
                 let full_msg = buf.freeze();
                 assert_eq!(fast_msg, full_msg, "forwarded request for {cf:?}");
                 let mut full_written = BytesMut::new();
-                crate::wire::put_relayed_request(&mut full_written, &full_msg, "client", 9, false);
+                diameter::wire::put_relayed_request(
+                    &mut full_written,
+                    &full_msg,
+                    "client",
+                    9,
+                    false,
+                );
                 assert_eq!(written, full_written, "written request for {cf:?}");
                 assert_eq!(tx, full_tx.to_state(), "transaction state for {cf:?}");
                 assert_eq!(tx.client_features.is_some(), trusted);
@@ -1165,12 +1168,7 @@ mod tests {
     /// of the wrong length (RFC 7683 §7.2), two OC-Supported-Features.
     #[test]
     fn unusual_client_features_take_the_full_treatment() {
-        let ov = Overload::new(
-            "agent",
-            Some(doic_cfg(crate::doic::Algorithm::Rate, true)),
-            1,
-        )
-        .unwrap();
+        let ov = Overload::new("agent", Some(doic_cfg(doic::Algorithm::Rate, true)), 1).unwrap();
         CORE.with(|c| *c.borrow_mut() = None);
         let other = OcSupportedFeatures {
             feature_vector: Some(1),
@@ -1181,11 +1179,11 @@ mod tests {
             code::OC_SUPPORTED_FEATURES,
             vec![Avp::u32(code::OC_FEATURE_VECTOR, 1)],
         );
-        let twice = crate::codec::Message::request(272, 4, true)
+        let twice = diameter::codec::Message::request(272, 4, true)
             .with(Avp::str(code::ORIGIN_HOST, "client"))
             .with(OcSupportedFeatures::default().to_avp())
             .with(OcSupportedFeatures::default().to_avp());
-        let short = crate::codec::Message::request(272, 4, true).with(short);
+        let short = diameter::codec::Message::request(272, 4, true).with(short);
         for msg in [
             client_request(&other),
             short.to_bytes().unwrap().freeze(),

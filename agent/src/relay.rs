@@ -16,7 +16,7 @@ use bytes::{Bytes, BytesMut};
 use crate::agent::Shared;
 use crate::peer::table::{PeerSlot, Relayed, ToConn};
 use crate::routing::{PeerId, RouteError};
-use crate::wire;
+use diameter::wire;
 
 pub mod budget;
 

@@ -5,7 +5,8 @@
 //! outstanding requests per unit of weight. Route-Record loop detection is
 //! §6.1.3. Sans-io: the live state of the peers is read through [`PeerView`].
 
-use crate::config::{Config, RELAY_APPLICATION_ID};
+use crate::config::Config;
+use diameter::dictionary::app::RELAY as RELAY_APPLICATION_ID;
 
 /// Index of a peer in the agent's peer table.
 pub type PeerId = usize;

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use common::*;
-use doic_agent::codec::Routing;
-use doic_agent::loadgen::{Malformed, Pace, ServerBehaviour, Traffic};
-use doic_agent::wire::{self, Head, avp, flags};
+use diameter::codec::Routing;
+use diameter::wire::{self, Head, avp, flags};
+use tools::loadgen::{Malformed, Pace, ServerBehaviour, Traffic};
 
 fn traffic() -> Traffic {
     Traffic {
@@ -112,7 +112,7 @@ async fn malformed_answers_are_never_forwarded_and_each_request_gets_one_3002() 
             vec![(code, 40 + r.sent)],
             "{defect:?}: counted per peer by the defect's Result-Code"
         );
-        let page = doic_agent::metrics::render(&shared);
+        let page = agent::metrics::render(&shared);
         let line = format!(
             "doic_peer_answers_malformed_total{{peer=\"server1.example.net\",result_code=\"{code}\"}} {}",
             40 + r.sent

@@ -20,10 +20,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use doic_agent::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
-use doic_agent::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
-use doic_agent::loadgen::{Pace, Traffic};
+use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
+use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 use reporting::*;
+use tools::loadgen::{Pace, Traffic};
 
 const S1: &str = "server1.example.net";
 
@@ -161,6 +161,6 @@ async fn report_takes_effect_on_the_first_request_after_its_answer() {
     stop_agent(agent);
 }
 
-fn stop_agent(agent: doic_agent::agent::Agent) {
+fn stop_agent(agent: agent::agent::Agent) {
     reporting::stop(agent);
 }

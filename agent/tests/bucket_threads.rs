@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 
-use doic_agent::bucket::{Bucket, BucketConfig, Tolerance, interval_ns};
+use doic::bucket::{Bucket, BucketConfig, Tolerance, interval_ns};
 
 const THREADS: usize = 4;
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use doic_agent::codec::{Avp, Message, builder};
-use doic_agent::dictionary::code;
-use doic_agent::loadgen::{Client, Identity, TEST_APP};
+use diameter::codec::{Avp, Message, builder};
+use diameter::dictionary::code;
+use tools::loadgen::{Client, Identity, TEST_APP};
 
 /// A CER from `client1.example.org`, AVPs with code `drop` left out, `extra`
 /// inserted at `at`.
@@ -58,7 +58,7 @@ async fn refused(s: &Setup, cer: &[u8], rc: u32) -> Bytes {
         "a refused CER opens no peer"
     );
     match cea.find(code::FAILED_AVP).map(|a| &a.data) {
-        Some(doic_agent::codec::AvpData::Bytes(b)) => b.clone(),
+        Some(diameter::codec::AvpData::Bytes(b)) => b.clone(),
         other => panic!("Failed-AVP expected, got {other:?}"),
     }
 }

@@ -8,12 +8,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use doic_agent::agent::Agent;
-use doic_agent::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
-use doic_agent::config::Config;
-use doic_agent::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
-use doic_agent::loadgen::Client;
+use agent::agent::Agent;
+use agent::config::Config;
+use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
+use diameter::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 use reporting::*;
+use tools::loadgen::Client;
 
 const S1: &str = "server1.example.net";
 const S2: &str = "server2.example.net";
@@ -168,7 +168,7 @@ async fn a_report_takes_effect_on_the_first_request_after_its_answer() {
     // 5012 for the agent's own throttling (auto).
     assert_eq!(count(&a, 5012), 50);
     assert_eq!(s1.requests(), before);
-    let r = doic_agent::codec::Routing::scan(&a[0]).unwrap();
+    let r = diameter::codec::Routing::scan(&a[0]).unwrap();
     assert_eq!(r.origin_host(), Some(AGENT.as_bytes()));
     stop(agent);
 }
@@ -275,7 +275,7 @@ async fn vanished_connection_reroute(report: OcOlr, vector: u64, code: u32) {
         // `request` sets End-to-End = Hop-by-Hop ^ 0x5555_0000; relays keep it.
         let i = (e2e ^ 0x5555_0000).wrapping_sub(hbh0) as usize;
         assert!(i < n as usize, "end-to-end {e2e:#x} not sent here");
-        let r = doic_agent::codec::Routing::scan(&a[i]).unwrap();
+        let r = diameter::codec::Routing::scan(&a[i]).unwrap();
         assert_eq!(
             code_of(&a[i]),
             code,

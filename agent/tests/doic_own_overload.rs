@@ -9,10 +9,10 @@ mod reporting;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use doic_agent::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
-use doic_agent::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
-use doic_agent::loadgen::{Client, Identity, TEST_APP};
+use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
+use diameter::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 use reporting::*;
+use tools::loadgen::{Client, Identity, TEST_APP};
 
 const S1: &str = "server1.example.net";
 const CAPACITY: u32 = 100;
@@ -307,12 +307,12 @@ async fn kernel_arrival_rates_drive_the_own_peer_report() {
     let s1 = Reporter::spawn(S1).await;
     let doic = format!("own_capacity = {CAPACITY}\n[doic.peers.\"{CLIENT}\"]\ntrusted = true\n");
     let mut cfg = agent_config(&[(&s1, true)], Some(&doic), 2);
-    cfg.ebpf = Some(doic_agent::telemetry::Section {
+    cfg.ebpf = Some(agent::telemetry::Section {
         interfaces: Some(vec!["lo".into()]),
-        ..doic_agent::telemetry::Section::default()
+        ..agent::telemetry::Section::default()
     });
     let agent = start(cfg, 1).await;
-    assert!(doic_agent::telemetry::start(&agent), "program not attached");
+    assert!(agent::telemetry::start(&agent), "program not attached");
     let shared = agent.shared().clone();
     let metrics = agent.metrics_addr().unwrap();
     let mut c = connect(agent.local_addrs()[0]).await;
@@ -349,7 +349,7 @@ async fn kernel_arrival_rates_drive_the_own_peer_report() {
 #[test]
 fn a_zero_own_capacity_is_refused_in_one_line() {
     let text = "[node]\norigin_host = \"a.example\"\norigin_realm = \"example\"\n[doic]\nown_capacity = 0\n";
-    let e = doic_agent::config::Config::from_str_named(text, std::path::Path::new("a.toml"))
+    let e = agent::config::Config::from_str_named(text, std::path::Path::new("a.toml"))
         .unwrap_err()
         .to_string();
     assert_eq!(

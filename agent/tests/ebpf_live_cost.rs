@@ -20,7 +20,7 @@ use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
-use doic_agent::ebpf::{self, Config, Mode, Telemetry};
+use agent::ebpf::{self, Config, Mode, Telemetry};
 use netns::{B4, VethPair, in_netns};
 
 const EXCHANGES: u32 = 3000;

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use doic_agent::ebpf::{Config, Direction, Hook, LoadError, Mode, PeerCounters, Telemetry};
+use agent::ebpf::{Config, Direction, Hook, LoadError, Mode, PeerCounters, Telemetry};
 use support::capture::{Capture, Counts};
 use support::diameter;
 use support::netns::{A4, A6, B4, B6, VethPair, in_netns, link_details};

@@ -18,7 +18,7 @@ mod packets;
 
 use std::net::SocketAddr;
 
-use doic_agent::ebpf::{Config, Direction, PeerCounters, Probe, ProbeHook};
+use agent::ebpf::{Config, Direction, PeerCounters, Probe, ProbeHook};
 use packets::{ACK, Frame, PSH_ACK, SYN, SYN_ACK};
 
 const XDP_DROP: i32 = 1;

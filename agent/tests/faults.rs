@@ -6,10 +6,10 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use agent::peer::table::state;
 use common::*;
-use doic_agent::loadgen::{Pace, ServerBehaviour, Traffic};
-use doic_agent::peer::table::state;
-use doic_agent::wire::{self, Head};
+use diameter::wire::{self, Head};
+use tools::loadgen::{Pace, ServerBehaviour, Traffic};
 
 fn traffic() -> Traffic {
     Traffic {

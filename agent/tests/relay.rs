@@ -6,8 +6,8 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use common::*;
-use doic_agent::loadgen::{Client, Identity, TEST_APP};
-use doic_agent::wire::{self, Head, avp, flags};
+use diameter::wire::{self, Head, avp, flags};
+use tools::loadgen::{Client, Identity, TEST_APP};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_is_relayed_with_route_record_and_answer_restores_hop_by_hop() {
@@ -145,7 +145,7 @@ async fn destination_host_goes_to_that_peer_only() {
 async fn realm_routed_requests_spread_over_both_servers() {
     let s = setup(2).await;
     let mut c = s.client().await;
-    let t = doic_agent::loadgen::Traffic {
+    let t = tools::loadgen::Traffic {
         destination_realm: "example.net".into(),
         destination_host: None,
     };
@@ -153,7 +153,7 @@ async fn realm_routed_requests_spread_over_both_servers() {
     let r = c
         .run(
             &t,
-            doic_agent::loadgen::Pace::Closed(16),
+            tools::loadgen::Pace::Closed(16),
             std::time::Duration::from_millis(500),
             std::time::Duration::from_secs(2),
             &stop,
@@ -265,16 +265,15 @@ async fn relays_over_ipv6() {
         return;
     }
     let id = Identity::new("server1.example.net", "example.net");
-    let server =
-        doic_agent::loadgen::Server::spawn("[::1]:0".parse().unwrap(), id, Default::default())
-            .await
-            .unwrap();
+    let server = tools::loadgen::Server::spawn("[::1]:0".parse().unwrap(), id, Default::default())
+        .await
+        .unwrap();
     let text = format!(
         "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"[::1]:0\"]\nworkers = 1\n[[peer]]\nhost = \"server1.example.net\"\nrealm = \"example.net\"\nconnect = \"{}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"server1.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n",
         server.addr
     );
     let config =
-        doic_agent::config::Config::from_str_named(&text, std::path::Path::new("v6.toml")).unwrap();
+        agent::config::Config::from_str_named(&text, std::path::Path::new("v6.toml")).unwrap();
     let s = start(vec![server], config).await;
     assert!(s.addr.is_ipv6());
     let mut c = s.client().await;
@@ -307,7 +306,7 @@ async fn relays_over_ipv6() {
 async fn under_load_one_socket_call_carries_many_messages() {
     let s = setup(1).await;
     let mut c = s.client().await;
-    let t = doic_agent::loadgen::Traffic {
+    let t = tools::loadgen::Traffic {
         destination_realm: "example.net".into(),
         destination_host: None,
     };
@@ -323,7 +322,7 @@ async fn under_load_one_socket_call_carries_many_messages() {
     let r = c
         .run(
             &t,
-            doic_agent::loadgen::Pace::Closed(256),
+            tools::loadgen::Pace::Closed(256),
             std::time::Duration::from_millis(700),
             std::time::Duration::from_secs(5),
             &stop,
@@ -355,7 +354,7 @@ async fn under_load_one_socket_call_carries_many_messages() {
 async fn cer_on_an_open_connection_is_answered_5012_and_the_connection_stays() {
     let s = setup(1).await;
     let mut c = s.client().await;
-    let caps = doic_agent::peer::capx::Capabilities {
+    let caps = diameter::peer::capx::Capabilities {
         origin_host: "client1.example.org".into(),
         origin_realm: "example.org".into(),
         ..Default::default()

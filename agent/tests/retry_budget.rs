@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::*;
-use doic_agent::loadgen::{Pace, Report, ServerBehaviour, Traffic};
+use tools::loadgen::{Pace, Report, ServerBehaviour, Traffic};
 
 fn traffic() -> Traffic {
     Traffic {
@@ -36,7 +36,7 @@ async fn ten_times_capacity(retry: &str) -> (Setup, Report, u64) {
         let text = format!(
             "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\n[retry]\n{retry}\n"
         );
-        config.retry = doic_agent::config::Config::from_str_named(&text, "t.toml".as_ref())
+        config.retry = agent::config::Config::from_str_named(&text, "t.toml".as_ref())
             .unwrap()
             .retry;
     }

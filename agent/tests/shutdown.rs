@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use common::*;
-use doic_agent::loadgen::{Client, Pace, ServerBehaviour, TEST_CMD, Traffic};
-use doic_agent::wire::{self, Head, cmd};
+use diameter::wire::{self, Head, cmd};
+use tools::loadgen::{Client, Pace, ServerBehaviour, TEST_CMD, Traffic};
 
 /// Requests left pending at the server when the agent stops.
 const PENDING: u32 = 3000;

@@ -6,7 +6,7 @@ use std::hint::black_box;
 
 use bench::codec::{copy_anchor, encode, full_walk, realistic_request, relay_fast_path};
 use criterion::{Criterion, criterion_group, criterion_main};
-use doic_agent::codec::Message;
+use diameter::codec::Message;
 
 fn codec(c: &mut Criterion) {
     let m = realistic_request();

@@ -8,11 +8,9 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use doic_agent::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
-use doic_agent::dictionary::doic::OLR_RATE_ALGORITHM;
-use doic_agent::doic::{
-    AnswerView, Candidate, Doic, DoicConfig, PeerPolicy, PendingTx, RequestView,
-};
+use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
+use diameter::dictionary::doic::OLR_RATE_ALGORITHM;
+use doic::{AnswerView, Candidate, Doic, DoicConfig, PeerPolicy, PendingTx, RequestView};
 
 const APP: u32 = 16_777_238;
 const N: u32 = 1_000_000;

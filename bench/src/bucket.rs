@@ -1,4 +1,4 @@
-//! Benchmark of the RFC 8582 §8.3 leaky bucket ([`doic_agent::bucket`])
+//! Benchmark of the RFC 8582 §8.3 leaky bucket ([`doic::bucket`])
 //! against `governor` (GCRA on one `AtomicU64`), measured in the same run.
 //!
 //! In the main cases both contenders take time from the same kind of clock
@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use doic_agent::bucket::{Bucket, BucketConfig, Clock as AgentClock, interval_ns};
+use agent::clock::Clock as AgentClock;
+use doic::bucket::{Bucket, BucketConfig, interval_ns};
 use governor::clock::{Clock, DefaultClock, FakeRelativeClock, QuantaInstant};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -111,7 +112,7 @@ impl Contender for AgentSide {
 }
 
 /// The agent's bucket read as users get it: the request path's real clock
-/// ([`doic_agent::bucket::Clock`]) read inside every decision, at
+/// ([`agent::clock::Clock`]) read inside every decision, at
 /// [`REAL_CLOCK_RATE`]. Compared with [`GovernorClockPerDecision`].
 #[repr(align(128))]
 pub struct AgentClockPerDecision {

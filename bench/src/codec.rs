@@ -1,10 +1,10 @@
 //! The codec workload: a realistic Diameter request (about 600 bytes, 30
 //! AVPs, some grouped) and the operations the benchmarks time.
 
-use doic_agent::codec::{
+use diameter::codec::{
     Avp, CommandFlags, Message, OcOlr, OcSupportedFeatures, ReportType, Routing, Value, validate,
 };
-use doic_agent::dictionary::{app, cmd, code, doic, vendor};
+use diameter::dictionary::{app, cmd, code, doic, vendor};
 
 /// A realistic proxiable request of 608 bytes and 28 AVPs (22 top-level,
 /// 3 of them grouped): session and routing AVPs, a
@@ -47,7 +47,7 @@ pub fn realistic_request() -> Message {
         )
         .with(Avp::base(
             code::EVENT_TIMESTAMP,
-            Value::Time(doic_agent::codec::Time(3_973_615_832)),
+            Value::Time(diameter::codec::Time(3_973_615_832)),
         ));
     for i in 0..2 {
         m.push(Avp::vendor(

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use doic_agent::agent::Agent;
-use doic_agent::config::Config;
-use doic_agent::loadgen::{Client, Identity, Pace, Report, TEST_APP, Traffic};
-use doic_agent::peer::table::state;
+use agent::agent::Agent;
+use agent::config::Config;
+use agent::peer::table::state;
+use tools::loadgen::{Client, Identity, Pace, Report, TEST_APP, Traffic};
 
 /// The load client's DiameterIdentity.
 pub const CLIENT_HOST: &str = "client1.example.org";

@@ -26,10 +26,10 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
+use agent::agent::Agent;
+use agent::ebpf::{Mode, Telemetry};
 use anyhow::Context;
-use doic_agent::agent::Agent;
-use doic_agent::ebpf::{Mode, Telemetry};
-use doic_agent::loadgen::{Identity, Pace, Server, ServerBehaviour};
+use tools::loadgen::{Identity, Pace, Server, ServerBehaviour};
 
 /// What one side turns on and off between rounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -430,7 +430,7 @@ pub fn serve_side(
                 match subject {
                     Subject::Program => {
                         anyhow::ensure!(
-                            doic_agent::telemetry::start(agent),
+                            agent::telemetry::start(agent),
                             "the kernel program did not attach (root and the eBPF toolchain are needed)"
                         );
                         extra = extra_copies(agent, k as usize)?;

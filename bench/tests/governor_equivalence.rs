@@ -7,7 +7,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use doic_agent::bucket::{Bucket, BucketConfig, Tolerance};
+use doic::bucket::{Bucket, BucketConfig, Tolerance};
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
 use proptest::prelude::*;

@@ -7,8 +7,8 @@
 #![no_main]
 
 use bytes::BytesMut;
-use doic_agent::codec::Routing;
-use doic_agent::wire;
+use diameter::codec::Routing;
+use diameter::wire;
 use libfuzzer_sys::fuzz_target;
 
 /// The request the agent answers in place of a malformed answer.

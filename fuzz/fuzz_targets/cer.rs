@@ -10,10 +10,10 @@
 use std::time::Instant;
 
 use bytes::BytesMut;
-use doic_agent::codec::{self, CheckOptions};
-use doic_agent::peer::capx::{self, Capabilities};
-use doic_agent::peer::fsm::{Fsm, Role, State, Transmit};
-use doic_agent::wire;
+use diameter::codec::{self, CheckOptions};
+use diameter::peer::capx::{self, Capabilities};
+use diameter::peer::fsm::{Fsm, Role, State, Transmit};
+use diameter::wire;
 use libfuzzer_sys::fuzz_target;
 
 fn local() -> Capabilities {

@@ -5,7 +5,7 @@
 #![no_main]
 
 use bytes::{Bytes, BytesMut};
-use doic_agent::codec::{self, CheckOptions, Message, MessageBuf, Routing, json};
+use diameter::codec::{self, CheckOptions, Message, MessageBuf, Routing, json};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

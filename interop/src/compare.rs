@@ -1,5 +1,5 @@
 //! Field-by-field comparison of a message as the agent's codec sees it
-//! (`doic_agent::codec::Message`) with the same message as tshark decoded
+//! (`diameter::codec::Message`) with the same message as tshark decoded
 //! it ([`WireMessage`]): the RFC 6733 §3 header fields and, for every AVP
 //! at every depth (§4, §4.4), code, flags, vendor, length, data bytes, the
 //! dictionary name and the typed value.
@@ -10,8 +10,8 @@
 
 use std::fmt;
 
-use doic_agent::codec::{Address, Avp, Message, Value};
-use doic_agent::dictionary::AvpType;
+use diameter::codec::{Address, Avp, Message, Value};
+use diameter::dictionary::AvpType;
 
 use crate::tshark::{WireAvp, WireMessage};
 
@@ -193,5 +193,5 @@ fn value(c: &mut Cmp, path: &str, v: &Value, text: &str, t: &WireAvp) {
 /// to skip or select AVPs by type.
 #[must_use]
 pub fn avp_type(code: u32, vendor: Option<u32>) -> Option<AvpType> {
-    doic_agent::dictionary::avp(code, vendor.unwrap_or(0)).map(|d| d.ty)
+    diameter::dictionary::avp(code, vendor.unwrap_or(0)).map(|d| d.ty)
 }

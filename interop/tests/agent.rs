@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use doic_agent::agent::Agent;
-use doic_agent::config::Config;
-use doic_agent::peer::table::{PeerSlot, state};
+use agent::agent::Agent;
+use agent::config::Config;
+use agent::peer::table::{PeerSlot, state};
 use interop::erl::{ErlClient, ErlServer};
 use interop::fd::{BenchSpec, FdRelay, FdServer, PeerTarget};
 

@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use doic_agent::codec::{CheckOptions, Message, OcOlr, check};
-use doic_agent::dictionary::{cmd, code};
+use diameter::codec::{CheckOptions, Message, OcOlr, check};
+use diameter::dictionary::{cmd, code};
 use interop::compare::compare;
 use interop::erl::{ErlClient, ErlServer, Olr, ReportType};
 use interop::fd::{BenchSpec, FdRelay, FdServer};
@@ -207,7 +207,7 @@ fn erlang_rate_peer_report_traffic() {
     // The codec's typed reader agrees with tshark on OTP's encoding.
     let ours = Message::decode(Bytes::from(answer.raw.clone())).unwrap();
     let typed = OcOlr::from_avp(ours.find(code::OC_OLR).unwrap()).unwrap();
-    assert_eq!(typed.report_type, doic_agent::codec::ReportType::Peer);
+    assert_eq!(typed.report_type, diameter::codec::ReportType::Peer);
     assert_eq!(typed.maximum_rate, Some(1200));
     assert_eq!(typed.sequence_number, 5);
     assert_eq!(typed.source_id.as_deref(), Some("erl-server.example.net"));

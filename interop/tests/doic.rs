@@ -7,9 +7,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use doic_agent::agent::Agent;
-use doic_agent::config::Config;
-use doic_agent::peer::table::state;
+use agent::agent::Agent;
+use agent::config::Config;
+use agent::peer::table::state;
 use interop::erl::{ErlClient, ErlServer, Olr, ReportType};
 use interop::fd::PeerTarget;
 

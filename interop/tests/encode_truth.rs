@@ -5,11 +5,11 @@
 
 use std::net::IpAddr;
 
-use doic_agent::codec::builder::{self, Capabilities, ErrorAnswer};
-use doic_agent::codec::{
+use diameter::codec::builder::{self, Capabilities, ErrorAnswer};
+use diameter::codec::{
     Avp, AvpIter, CheckOptions, Message, OcOlr, OcSupportedFeatures, ReportType, Value, check,
 };
-use doic_agent::dictionary::{app, cmd, code, doic, result, vendor};
+use diameter::dictionary::{app, cmd, code, doic, result, vendor};
 use interop::compare::compare;
 use interop::process::RunDir;
 use interop::tshark::{Tshark, WireMessage};

@@ -205,9 +205,21 @@ fn ebpf() -> anyhow::Result<()> {
             "--test",
             "ebpf_netns",
             "--test",
-            "ebpf_agent",
-            "--test",
             "doic_own_overload",
+            "--",
+            "--ignored",
+            "--test-threads=1",
+        ],
+    )?;
+    // The binary with the program attached (tools/tests/ebpf_agent.rs).
+    run(
+        "cargo",
+        &[
+            "test",
+            "-p",
+            "tools",
+            "--test",
+            "ebpf_agent",
             "--",
             "--ignored",
             "--test-threads=1",

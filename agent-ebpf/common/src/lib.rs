@@ -1,5 +1,5 @@
 //! Map layout shared by the kernel program (`agent-ebpf`) and the agent's
-//! loader (`doic_agent::ebpf`): names, key and value types, indices.
+//! loader (`agent::ebpf`): names, key and value types, indices.
 //!
 //! The program counts Diameter traffic (RFC 6733 §3 message header, carried
 //! over TCP per RFC 6733 §2.1) per peer. Every type here is `#[repr(C)]` with

@@ -35,13 +35,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::agent::Shared;
-use crate::peer::capx::{self, Capabilities, CerVerdict};
-use crate::peer::fsm::{DisconnectCause, Event, Fsm, Role, State, Transmit};
 use crate::peer::table::{PeerSlot, PeerStats, Relayed, ToConn, state};
-use crate::peer::watchdog::{Delivery, Watchdog, WatchdogAction, WatchdogState};
 use crate::relay;
 use crate::routing::{PeerId, PeerView};
-use crate::wire::{self, Head, cmd};
+use diameter::peer::capx::{self, Capabilities, CerVerdict};
+use diameter::peer::fsm::{DisconnectCause, Event, Fsm, Role, State, Transmit};
+use diameter::peer::watchdog::{Delivery, Watchdog, WatchdogAction, WatchdogState};
+use diameter::wire::{self, Head, cmd};
 
 /// Bytes asked of the kernel per read once the peer is open.
 pub const READ_CHUNK: usize = 256 * 1024;
@@ -135,7 +135,7 @@ pub(crate) async fn run(
     }
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = unbounded_channel();
-    let local = Capabilities::local(&shared.config, local_ip);
+    let local = shared.config.capabilities(local_ip);
     let timeout = shared.config.cer_timeout();
     let fsm = Fsm::with_exchange_timeout(accepted.into_std(), role, local, timeout);
     let peer = expect.and_then(|p| shared.table.get(p).map(|s| (p, s)));
@@ -321,7 +321,7 @@ impl Conn {
         self.shared.io.reads.fetch_add(1, Ordering::Relaxed);
         let mut messages = 0u64;
         loop {
-            match crate::codec::frame_len_max(&self.inbuf, max_len) {
+            match diameter::codec::frame_len_max(&self.inbuf, max_len) {
                 Ok(Some(n)) => {
                     let msg = self.inbuf.split_to(n).freeze();
                     messages += 1;
@@ -915,7 +915,7 @@ impl Conn {
             let mut framed = true;
             loop {
                 while framed {
-                    match crate::codec::frame_len_max(inbuf, wire::MAX_MESSAGE_LEN) {
+                    match diameter::codec::frame_len_max(inbuf, wire::MAX_MESSAGE_LEN) {
                         Ok(Some(n)) => {
                             discarded += u64::from(Head::read(inbuf).is_request());
                             inbuf.advance(n);

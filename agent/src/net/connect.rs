@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use crate::agent::Shared;
 use crate::net::conn::{self, Waiting};
-use crate::peer::fsm::Role;
 use crate::routing::PeerId;
+use diameter::peer::fsm::Role;
 
 /// At most one log line per this interval about connections closed before
 /// CER; the line counts the others.

@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 
 use super::Overload;
 use crate::agent::Shared;
-use crate::doic::Doic;
-use crate::doic::own_load::{OwnLoad, OwnLoadParams, OwnReport};
-use crate::doic::report::Abatement;
 use crate::telemetry::KernelLoad;
+use doic::Doic;
+use doic::own_load::{OwnLoad, OwnLoadParams, OwnReport};
+use doic::report::Abatement;
 
 thread_local! {
     /// The generation of own reports this worker's core holds.

@@ -1,8 +1,5 @@
-//! Diameter peers (RFC 6733 §2.1, §5): the watchdog of RFC 3539 and the
-//! capability exchange and peer state machine of RFC 6733 §5.3 and §5.6.
-//! Sans-io: nothing here owns a socket or reads a clock.
+//! The agent's peer table (RFC 6733 §2.6): one slot per configured or
+//! accepted peer, shared by the workers. The state machines themselves are
+//! in [`diameter::peer`].
 
-pub mod capx;
-pub mod fsm;
 pub mod table;
-pub mod watchdog;

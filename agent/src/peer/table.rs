@@ -30,10 +30,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::Bytes;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::capx::local_wins_election;
-use super::watchdog::Watchdog;
 use crate::config::Config;
 use crate::routing::{PeerId, PeerView};
+use diameter::peer::capx::local_wins_election;
+use diameter::peer::watchdog::Watchdog;
 
 /// A message for a connection task.
 #[derive(Debug)]
@@ -107,7 +107,7 @@ pub struct Relayed {
     /// (given back to the core with the answer); the agent's
     /// OC-Supported-Features ([`crate::overload::Overload::features_avp`])
     /// then follow the Route-Record on the way out (RFC 7683 §5.1.3).
-    pub doic: Option<crate::doic::TxState>,
+    pub doic: Option<doic::TxState>,
     /// Bytes of `msg` left out on the way upstream: the client's
     /// OC-Supported-Features (start, end), replaced by the agent's (RFC 7683
     /// §5.1.3, RFC 8581 §6.1.1) without copying the request first.

@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use agent::agent::Agent;
+use agent::config::Config;
+use agent::peer::table::state;
 use bytes::{Bytes, BytesMut};
-use doic_agent::agent::Agent;
-use doic_agent::config::Config;
-use doic_agent::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, TEST_CMD};
-use doic_agent::peer::table::state;
-use doic_agent::wire::{self, avp, flags};
+use diameter::wire::{self, avp, flags};
+use tools::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, TEST_CMD};
 
 pub const AGENT: &str = "agent.example.com";
 
@@ -188,7 +188,7 @@ pub fn result_code(m: &[u8]) -> Option<u32> {
 /// The value of one sample of the agent's `/metrics` text, given as
 /// `name{labels}` exactly as rendered; `None` when it is not there.
 pub fn metric(agent: &Agent, sample: &str) -> Option<f64> {
-    doic_agent::metrics::render(agent.shared())
+    agent::metrics::render(agent.shared())
         .lines()
         .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
 }

@@ -12,19 +12,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent::agent::Agent;
+use agent::config::Config;
+use agent::peer::table::state;
 use bytes::{Bytes, BytesMut};
-use doic_agent::agent::Agent;
-use doic_agent::codec::doic::{OcOlr, OcSupportedFeatures};
-use doic_agent::codec::{MessageBuf, Routing};
-use doic_agent::config::Config;
-use doic_agent::dictionary::code;
-use doic_agent::doic::wire::DoicAvps;
-use doic_agent::loadgen::{Client, Identity, TEST_APP, TEST_CMD};
-use doic_agent::peer::capx::Capabilities;
-use doic_agent::peer::table::state;
-use doic_agent::wire::{self, Head, avp, cmd, flags};
+use diameter::codec::doic::{OcOlr, OcSupportedFeatures};
+use diameter::codec::{MessageBuf, Routing};
+use diameter::dictionary::code;
+use diameter::peer::capx::Capabilities;
+use diameter::wire::{self, Head, avp, cmd, flags};
+use doic::wire::DoicAvps;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tools::loadgen::{Client, Identity, TEST_APP, TEST_CMD};
 
 pub const AGENT: &str = "agent.example.com";
 pub const CLIENT: &str = "client1.example.org";
@@ -82,7 +82,7 @@ impl Reporter {
         let stop = Arc::new(AtomicBool::new(false));
         let id = Identity::new(host, "example.net");
         let (s, sc, st) = (seen.clone(), script.clone(), stop.clone());
-        doic_agent::loadgen::accept_until(listener, stop.clone(), move |stream| {
+        tools::loadgen::accept_until(listener, stop.clone(), move |stream| {
             let (s, sc, st, id) = (s.clone(), sc.clone(), st.clone(), id.clone());
             async move {
                 let _ = serve(stream, id, s, sc, st).await;
@@ -197,7 +197,7 @@ async fn serve(
 
 /// Every OC-Supported-Features AVP of a message.
 pub fn features_of(m: &[u8]) -> Vec<OcSupportedFeatures> {
-    doic_agent::codec::avp::AvpIter::with_offset(&m[20..], 20)
+    diameter::codec::avp::AvpIter::with_offset(&m[20..], 20)
         .filter_map(Result::ok)
         .filter(|a| a.vendor_id.is_none() && a.code == code::OC_SUPPORTED_FEATURES)
         .filter_map(|a| OcSupportedFeatures::from_raw(&a).ok())
@@ -221,10 +221,8 @@ fn scripted_answer(req: &[u8], o: (&str, &str), s: &Script) -> Bytes {
     if let Some(code) = s.experimental {
         b.remove_avps(|x| x.vendor_id.is_none() && x.code == code::RESULT_CODE)
             .unwrap();
-        b.append_avp(&doic_agent::codec::builder::experimental_result(
-            10415, code,
-        ))
-        .unwrap();
+        b.append_avp(&diameter::codec::builder::experimental_result(10415, code))
+            .unwrap();
     }
     if let Some(f) = &s.features {
         b.append_avp(&f.to_avp()).unwrap();

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
-use doic_agent::ebpf::Direction;
+use agent::ebpf::Direction;
 
 /// Packets and bytes per (peer, direction).
 pub(crate) type Counts = HashMap<(SocketAddr, Direction), (u64, u64)>;

@@ -12,11 +12,11 @@
 
 use std::net::SocketAddr;
 
+use agent::agent::Agent;
 use anyhow::Context;
 use clap::Parser;
-use doic_agent::agent::Agent;
-use doic_agent::loadgen::{Identity, Pace, Report, Server, ServerBehaviour};
 use interop::fd::{FdRelay, FdServer, PeerTarget};
+use tools::loadgen::{Identity, Pace, Report, Server, ServerBehaviour};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

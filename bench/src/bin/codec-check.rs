@@ -12,7 +12,7 @@ use bench::codec::{
     relay_fast_path,
 };
 use bench::speed::{Verdict, median};
-use doic_agent::codec::Message;
+use diameter::codec::Message;
 
 const ROUNDS: usize = 21;
 
@@ -32,12 +32,12 @@ fn thread_cpu_ns() -> u128 {
     ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
 }
 
-fn count_avps(avps: &[doic_agent::codec::Avp]) -> usize {
+fn count_avps(avps: &[diameter::codec::Avp]) -> usize {
     avps.iter()
         .map(|a| {
             1 + a.children().map_or(0, |c| {
                 if a.def()
-                    .is_some_and(|d| d.ty == doic_agent::dictionary::AvpType::Grouped)
+                    .is_some_and(|d| d.ty == diameter::dictionary::AvpType::Grouped)
                 {
                     count_avps(&c)
                 } else {

@@ -13,9 +13,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+use agent::ebpf::{self, Config};
 use anyhow::{Context, bail};
 use bench::speed::{Verdict, median};
-use doic_agent::ebpf::{self, Config};
 
 /// Runs per `bpftool prog run` call.
 const REPEAT: u32 = 1_000_000;

@@ -26,13 +26,13 @@ use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
 use super::{Conn, Pending};
-use crate::codec::{DecodeError, Routing};
-use crate::peer::fsm::State;
 use crate::peer::table::{PeerSlot, Relayed, ToConn};
-use crate::peer::watchdog::Watchdog;
 use crate::relay::{self, AnswerFate};
 use crate::routing::{self, PeerId, PeerView};
-use crate::wire::{self, Head, flags};
+use diameter::codec::{DecodeError, Routing};
+use diameter::peer::fsm::State;
+use diameter::peer::watchdog::Watchdog;
+use diameter::wire::{self, Head, flags};
 
 /// At most one warning per connection per this interval for malformed
 /// answers; the metric counts every one.

@@ -1,0 +1,281 @@
+//! The evidence trail of seed 003: every overload report received and what was
+//! done with it, every version of every overload control state (RFC 7683
+//! §5.2.1.1, RFC 8581 §6.2.1.2) with its sequence and validity, and per-version
+//! treatment counters with their denominators (matched = passed + diverted +
+//! throttled + delegated).
+//!
+//! Bounded: the newest records are kept, older ones are counted as dropped.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::ocs::OcsKey;
+use crate::report::Abatement;
+use diameter::codec::doic::OcOlr;
+
+/// Treatment counts for one OCS version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Requests that matched the OCS while it was in force.
+    pub matched: u64,
+    /// Matched and not selected for abatement.
+    pub passed: u64,
+    /// Selected, sent to another candidate instead.
+    pub diverted: u64,
+    /// Selected and answered locally with an error.
+    pub throttled: u64,
+    /// Matched requests of a DOIC client that had received this report: the
+    /// client abates at the source, the agent does not abate again
+    /// (RFC 7683 §5.2.3).
+    pub delegated: u64,
+}
+
+/// What happened to a received overload report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// A new OCS was created.
+    Created,
+    /// The matching OCS was updated (greater sequence).
+    Updated,
+    /// Updated across an OC-Sequence-Number rollover (RFC 7683 §5.2.1.3).
+    Rollover,
+    /// Validity 0: the OCS now ends in a controlled fashion.
+    Ended,
+    /// Validity 0 for a condition without state: nothing to end.
+    NoState,
+    /// Sequence less than or equal to the stored one: silently ignored.
+    Stale,
+    /// From a peer not trusted for DOIC (RFC 7683 §10.2, §10.4).
+    Untrusted,
+    /// Peer report whose SourceID is not the sending peer (RFC 8581 §6.2.3).
+    NotFromPeer,
+    /// Outside the scope of the transaction (RFC 7683 §10.1), e.g. a realm
+    /// report for a realm the request was not sent to.
+    OutOfScope,
+    /// Not acted upon: malformed or not supported, with the reason.
+    Invalid(String),
+    /// The OCS table is full (RFC 7683 §10.2 defence): not stored.
+    TableFull,
+}
+
+/// One received report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReportRecord {
+    /// When the answer carrying it was handled.
+    pub at: Instant,
+    /// The peer the answer came from.
+    pub from_peer: String,
+    /// Application-ID of the answer.
+    pub app_id: u32,
+    /// Origin-Host of the answer.
+    pub origin_host: String,
+    /// Origin-Realm of the answer.
+    pub origin_realm: String,
+    /// The report as received.
+    pub olr: OcOlr,
+    /// What was done with it.
+    pub verdict: Verdict,
+}
+
+/// An event in the life of an OCS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OcsEvent {
+    /// First version of a new overload condition.
+    Created,
+    /// A new version (greater sequence) replaced the previous one.
+    Updated,
+    /// The validity ran out; the controlled ending begins.
+    Expired,
+    /// A report with validity 0 ended it; the controlled ending begins.
+    Ended,
+    /// Probes got answers without a new report: the ramp begins.
+    Ramping,
+    /// The ramp is over; the state is gone and traffic is unrestricted.
+    Removed,
+}
+
+/// One OCS version event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VersionRecord {
+    /// When it happened (for an expiry: the instant of expiry).
+    pub at: Instant,
+    /// Which OCS.
+    pub key: OcsKey,
+    /// The agent's own report (reporting side, e.g. the realm report of seed
+    /// 002) rather than state made from a received one.
+    pub own: bool,
+    /// The event.
+    pub event: OcsEvent,
+    /// OC-Sequence-Number of the version in force after the event.
+    pub sequence: u64,
+    /// Its abatement.
+    pub abatement: Abatement,
+    /// Its validity.
+    pub validity: Duration,
+    /// Treatment counts of the version that this event closes (zero for
+    /// `Created`).
+    pub closed_counts: Counters,
+}
+
+/// Agent-wide treatment totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Requests treated.
+    pub requests: u64,
+    /// Forwarded to the first-choice next hop.
+    pub forwarded: u64,
+    /// Forwarded to another candidate.
+    pub diverted: u64,
+    /// Answered locally with an error.
+    pub throttled: u64,
+    /// Without any candidate next hop (answered 3002 by the relay); requests
+    /// = forwarded + diverted + throttled + no_route.
+    pub no_route: u64,
+}
+
+/// The evidence trail.
+#[derive(Debug)]
+pub struct Audit {
+    cap: usize,
+    reports: VecDeque<ReportRecord>,
+    versions: VecDeque<VersionRecord>,
+    /// Records evicted because the trail was full.
+    pub dropped: u64,
+    /// Agent-wide totals.
+    pub totals: Totals,
+}
+
+impl Audit {
+    /// A trail keeping the newest `cap` records of each kind.
+    #[must_use]
+    pub fn new(cap: usize) -> Self {
+        Self {
+            cap: cap.max(1),
+            reports: VecDeque::new(),
+            versions: VecDeque::new(),
+            dropped: 0,
+            totals: Totals::default(),
+        }
+    }
+
+    /// Records a received report.
+    pub fn report(&mut self, r: ReportRecord) {
+        tracing::debug!(from = %r.from_peer, seq = r.olr.sequence_number, verdict = ?r.verdict, "overload report");
+        if self.reports.len() == self.cap {
+            self.reports.pop_front();
+            self.dropped += 1;
+        }
+        self.reports.push_back(r);
+    }
+
+    /// Records an OCS version event.
+    pub fn version(&mut self, v: VersionRecord) {
+        tracing::debug!(key = ?v.key, event = ?v.event, seq = v.sequence, "ocs version");
+        if self.versions.len() == self.cap {
+            self.versions.pop_front();
+            self.dropped += 1;
+        }
+        self.versions.push_back(v);
+    }
+
+    /// The report records, oldest first.
+    pub fn reports(&self) -> impl Iterator<Item = &ReportRecord> {
+        self.reports.iter()
+    }
+
+    /// The OCS version records, oldest first.
+    pub fn versions(&self) -> impl Iterator<Item = &VersionRecord> {
+        self.versions.iter()
+    }
+
+    /// The trail as JSON for operators (CLI queries, metrics endpoints), with
+    /// times in seconds since `origin`.
+    #[must_use]
+    pub fn to_json(&self, origin: Instant) -> serde_json::Value {
+        use serde_json::json;
+        let secs = |t: Instant| t.saturating_duration_since(origin).as_secs_f64();
+        let abatement = |a: Abatement| match a {
+            Abatement::Loss { percent } => json!({ "loss_percent": percent }),
+            Abatement::Rate { per_second } => json!({ "max_rate": per_second }),
+        };
+        let counts = |c: Counters| {
+            json!({
+                "matched": c.matched, "passed": c.passed, "diverted": c.diverted,
+                "throttled": c.throttled, "delegated": c.delegated,
+            })
+        };
+        let reports: Vec<_> = self
+            .reports
+            .iter()
+            .map(|r| {
+                json!({
+                    "at": secs(r.at), "from_peer": r.from_peer, "app_id": r.app_id,
+                    "origin_host": r.origin_host, "origin_realm": r.origin_realm,
+                    "sequence": r.olr.sequence_number, "report_type": r.olr.report_type.value(),
+                    "reduction_percentage": r.olr.reduction_percentage,
+                    "maximum_rate": r.olr.maximum_rate,
+                    "validity_duration": r.olr.validity_duration,
+                    "source_id": r.olr.source_id,
+                    "verdict": format!("{:?}", r.verdict),
+                })
+            })
+            .collect();
+        let versions: Vec<_> = self
+            .versions
+            .iter()
+            .map(|v| {
+                json!({
+                    "at": secs(v.at), "app_id": v.key.app_id,
+                    "report_type": v.key.report_type.value(), "id": v.key.id, "own": v.own,
+                    "event": format!("{:?}", v.event), "sequence": v.sequence,
+                    "abatement": abatement(v.abatement),
+                    "validity": v.validity.as_secs_f64(),
+                    "closed_counts": counts(v.closed_counts),
+                })
+            })
+            .collect();
+        let t = self.totals;
+        json!({
+            "reports": reports,
+            "versions": versions,
+            "dropped": self.dropped,
+            "totals": {
+                "requests": t.requests, "forwarded": t.forwarded,
+                "diverted": t.diverted, "throttled": t.throttled, "no_route": t.no_route,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::ReportType;
+
+    #[test]
+    fn trail_is_bounded_and_counts_drops() {
+        let mut a = Audit::new(2);
+        let now = Instant::now();
+        for seq in 0..5 {
+            a.version(VersionRecord {
+                at: now,
+                key: OcsKey::new(1, ReportType::Host, "s1"),
+                own: false,
+                event: OcsEvent::Created,
+                sequence: seq,
+                abatement: Abatement::Loss { percent: 1 },
+                validity: Duration::ZERO,
+                closed_counts: Counters::default(),
+            });
+        }
+        assert_eq!(a.versions().count(), 2);
+        assert_eq!(a.versions().next().unwrap().sequence, 3);
+        assert_eq!(a.dropped, 3);
+        let j = a.to_json(now);
+        assert_eq!(j["versions"].as_array().unwrap().len(), 2);
+        assert_eq!(j["versions"][0]["sequence"], 3);
+        assert_eq!(j["versions"][0]["event"], "Created");
+        assert_eq!(j["versions"][0]["abatement"]["loss_percent"], 1);
+        assert_eq!(j["dropped"], 3);
+    }
+}

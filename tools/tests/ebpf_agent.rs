@@ -1,0 +1,677 @@
+//! The `doic-agent` binary with its kernel telemetry (`[ebpf]`), against the
+//! real kernel: it relays real Diameter traffic (RFC 6733 §2.8) from a load
+//! client to an upstream server on loopback, and `/metrics` must show the
+//! program attached and per-peer kernel counters equal to what the client
+//! sent (requests, RFC 6733 §3 R bit) and to a packet capture on the same
+//! interface (packets, bytes). After SIGTERM nothing is left loaded. Without
+//! privileges, or with `mode = "off"`, the agent relays all the same and
+//! shows `doic_ebpf_attached 0`.
+//!
+//! The same runs in a network namespace with the program on a veth (the
+//! client in the other namespace).
+//!
+//! Needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN), so the tests are
+//! ignored by plain `cargo test`; `cargo xtask test --only ebpf` runs them
+//! one at a time (the XDP hook on `lo` takes one program).
+
+// Shared helpers; this file uses the capture and the namespaces only.
+#[allow(dead_code)]
+#[path = "../../agent/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agent::ebpf::Direction;
+use bytes::BytesMut;
+use support::capture::Capture;
+use tools::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, Traffic};
+
+/// Requests the client sends, one at a time (each answered before the next,
+/// so every request starts a segment and the kernel count is exact).
+const REQUESTS: u64 = 300;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn write_config(tag: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("doic-ebpf-agent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(format!("{tag}.toml"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn config(listen: u16, metrics: u16, upstream: SocketAddr, ebpf: &str) -> String {
+    format!(
+        "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\nworkers = 1\ntw_seconds = 60\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"{upstream}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n{ebpf}"
+    )
+}
+
+/// The agent process, its stderr collected line by line; killed on drop.
+struct AgentProc {
+    child: Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+    metrics: String,
+    /// The network namespace the agent runs in, if not the test's.
+    netns: Option<String>,
+}
+
+impl AgentProc {
+    fn spawn(cfg: &PathBuf, metrics: u16, wrap: &[&str]) -> Self {
+        let bin = env!("CARGO_BIN_EXE_doic-agent");
+        let mut cmd = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = cmd
+            .arg("run")
+            .arg("--config")
+            .arg(cfg)
+            .env("RUST_LOG", "agent::telemetry=info,agent::ebpf=info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (pipe, lines) = (child.stderr.take().unwrap(), stderr.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let a = AgentProc {
+            child,
+            stderr,
+            metrics: format!("127.0.0.1:{metrics}"),
+            netns: None,
+        };
+        // The agent prints this once its telemetry has started (or not).
+        let t0 = Instant::now();
+        while !a.log().contains("doic-agent: listening on") {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no start: {}",
+                a.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        a
+    }
+
+    fn metrics(&self) -> Option<String> {
+        let addr = self.metrics.clone();
+        match &self.netns {
+            Some(ns) => support::netns::in_netns(ns, move || http_metrics(&addr)),
+            None => http_metrics(&addr),
+        }
+    }
+
+    fn in_netns(mut self, ns: &str) -> Self {
+        self.netns = Some(ns.to_owned());
+        self
+    }
+}
+
+fn http_metrics(addr: &str) -> Option<String> {
+    {
+        let mut s = std::net::TcpStream::connect(addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    }
+}
+
+impl AgentProc {
+    /// Polls `/metrics` until `ok` holds; panics with the page and the log
+    /// after `limit`.
+    fn wait_for(&self, limit: Duration, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        loop {
+            if let Some(page) = self.metrics()
+                && ok(&page)
+            {
+                return page;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "{what} not seen within {limit:?}\npage:\n{}\nlog:\n{}",
+                self.metrics().unwrap_or_default(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The agent's stderr so far, without terminal colour codes.
+    fn log(&self) -> String {
+        let raw = self.stderr.lock().unwrap().join("\n");
+        let mut out = String::with_capacity(raw.len());
+        let mut chars = raw.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                // CSI: ESC [ parameters final-letter
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// SIGTERM, then the exit status within 15 s.
+    fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the reader thread take the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                let log = self.log();
+                return (status, log);
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "no exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of one sample line `name{labels} value`, if present.
+fn sample(page: &str, series: &str) -> Option<u64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn kernel(page: &str, metric: &str, peer: SocketAddr, dir: &str) -> Option<u64> {
+    sample(
+        page,
+        &format!("doic_kernel_{metric}_total{{peer=\"{peer}\",direction=\"{dir}\"}}"),
+    )
+}
+
+/// The kernel program ids the agent logged when it attached.
+fn program_ids(log: &str) -> Vec<u32> {
+    let Some(line) = log.lines().find(|l| l.contains("kernel telemetry started")) else {
+        return Vec::new();
+    };
+    let Some(list) = line
+        .split("program_ids=[")
+        .nth(1)
+        .and_then(|r| r.split(']').next())
+    else {
+        return Vec::new();
+    };
+    list.split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect()
+}
+
+fn prog_loaded(id: u32) -> bool {
+    Command::new("bpftool")
+        .args(["prog", "show", "id", &id.to_string()])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Sends `n` requests one at a time through the agent, each answered 2001
+/// before the next goes.
+async fn one_at_a_time(c: &mut Client, n: u64) {
+    let traffic = Traffic {
+        destination_realm: "example.net".into(),
+        destination_host: None,
+    };
+    for i in 0..n {
+        let mut out = BytesMut::new();
+        c.put_request(&mut out, &traffic, 1000 + i as u32);
+        c.write_raw(&out).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), c.read_message())
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        // The R bit is clear: an answer.
+        assert_eq!(answer[4] & 0x80, 0);
+        let rc = diameter::wire::scan(&answer)
+            .ok()
+            .and_then(|s| s.result_code);
+        assert_eq!(rc, Some(2001), "request {i}");
+    }
+}
+
+async fn upstream() -> Server {
+    Server::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        Identity::new("s.example.net", "example.net"),
+        ServerBehaviour::default(),
+    )
+    .await
+    .unwrap()
+}
+
+const UP: &str = "doic_peer_state{peer=\"s.example.net\"} 2";
+
+#[test]
+#[ignore = "needs root: attaches the kernel program to lo"]
+fn on_lo_the_kernel_counts_equal_what_the_client_sent_and_sigterm_detaches() {
+    let rt = rt();
+    let server = rt.block_on(upstream());
+    let (listen, metrics) = (free_port(), free_port());
+    let cfg = write_config(
+        "lo",
+        &config(
+            listen,
+            metrics,
+            server.addr,
+            "[ebpf]\ninterfaces = [\"lo\"]\nmode = \"auto\"\n",
+        ),
+    );
+    let capture = Capture::start("lo", listen);
+    let agent = AgentProc::spawn(&cfg, metrics, &[]);
+    let page = agent.wait_for(Duration::from_secs(10), "upstream peer open", |p| {
+        p.contains(UP)
+    });
+    assert!(
+        page.contains("\ndoic_ebpf_attached 1\n"),
+        "{page}\n{}",
+        agent.log()
+    );
+    let ids = program_ids(&agent.log());
+    assert!(!ids.is_empty(), "{}", agent.log());
+    assert!(ids.iter().all(|&id| prog_loaded(id)));
+
+    // The upstream connection may predate the attachment: count from here.
+    let up_before = (
+        kernel(&page, "requests", server.addr, "out").unwrap_or(0),
+        kernel(&page, "answers", server.addr, "in").unwrap_or(0),
+    );
+    let mut client = rt
+        .block_on(Client::connect(
+            format!("127.0.0.1:{listen}").parse().unwrap(),
+            Identity::new("client1.example.org", "example.org"),
+            vec![TEST_APP],
+        ))
+        .unwrap();
+    assert_eq!(client.cea_result, 2001);
+    let me = client.local_addr().unwrap();
+    rt.block_on(one_at_a_time(&mut client, REQUESTS));
+
+    // CER + the requests in; CEA + the answers out (TC egress).
+    let page = agent.wait_for(Duration::from_secs(5), "the client's requests", |p| {
+        kernel(p, "requests", me, "in") == Some(REQUESTS + 1)
+            && kernel(p, "answers", me, "out") == Some(REQUESTS + 1)
+    });
+    assert_eq!(kernel(&page, "answers", me, "in"), Some(0));
+    assert_eq!(kernel(&page, "requests", me, "out"), Some(0));
+    assert_eq!(kernel(&page, "syn", me, "in"), Some(1));
+    assert_eq!(kernel(&page, "syn_dropped", me, "in"), Some(0));
+    // The upstream leg is counted too (its port is a peer connect port):
+    // the agent relayed every request and got every answer.
+    let served = server
+        .stats
+        .requests
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(served, REQUESTS);
+    // The upstream leg is counted too (its port is a peer connect port):
+    // every relayed request out, every answer in, since the client began.
+    let page = agent.wait_for(Duration::from_secs(5), "the upstream leg", |p| {
+        kernel(p, "requests", server.addr, "out").unwrap_or(0) >= up_before.0 + REQUESTS
+            && kernel(p, "answers", server.addr, "in").unwrap_or(0) >= up_before.1 + REQUESTS
+    });
+    assert_eq!(
+        kernel(&page, "requests", server.addr, "out"),
+        Some(up_before.0 + REQUESTS)
+    );
+    assert_eq!(
+        kernel(&page, "answers", server.addr, "in"),
+        Some(up_before.1 + REQUESTS)
+    );
+
+    // Packets and bytes from the client equal the capture's, once both have
+    // seen the last ACK (the capture reads asynchronously).
+    let t0 = Instant::now();
+    let (mut kp, mut cp) = ((None, None), (0, 0));
+    while t0.elapsed() < Duration::from_secs(5) {
+        let page = agent.metrics().unwrap();
+        kp = (
+            kernel(&page, "packets", me, "in"),
+            kernel(&page, "bytes", me, "in"),
+        );
+        cp = capture
+            .counts()
+            .get(&(me, Direction::FromPeer))
+            .copied()
+            .unwrap_or_default();
+        if kp == (Some(cp.0), Some(cp.1)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(kp, (Some(cp.0), Some(cp.1)), "kernel vs capture");
+    // At least a SYN, the final handshake ACK, the CER and every request.
+    assert!(cp.0 >= REQUESTS + 3, "{cp:?}");
+
+    // A closed connection's entries are forgotten (after the grace).
+    rt.block_on(client.disconnect()).unwrap();
+    let gone = format!("peer=\"{me}\"");
+    agent.wait_for(
+        Duration::from_secs(8),
+        "the closed client's entries forgotten",
+        |p| !p.contains(&gone) && p.contains("doic_ebpf_attached 1"),
+    );
+
+    let (status, log) = agent.terminate();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("kernel telemetry detached"), "{log}");
+    for id in ids {
+        assert!(!prog_loaded(id), "program {id} still loaded after exit");
+    }
+    let link = Command::new("ip")
+        .args(["-d", "link", "show", "dev", "lo"])
+        .output()
+        .unwrap();
+    let link = String::from_utf8_lossy(&link.stdout);
+    assert!(!link.contains("doic_xdp"), "{link}");
+    server.stop();
+}
+
+/// Relays with the program off (or refused) and shows the gauge at 0.
+fn relays_without_the_program(tag: &str, ebpf: &str, wrap: &[&str], why: &str) {
+    let rt = rt();
+    let server = rt.block_on(upstream());
+    let (listen, metrics) = (free_port(), free_port());
+    let cfg = write_config(tag, &config(listen, metrics, server.addr, ebpf));
+    let agent = AgentProc::spawn(&cfg, metrics, wrap);
+    agent.wait_for(Duration::from_secs(10), "upstream peer open", |p| {
+        p.contains(UP)
+    });
+    let mut client = rt
+        .block_on(Client::connect(
+            format!("127.0.0.1:{listen}").parse().unwrap(),
+            Identity::new("client1.example.org", "example.org"),
+            vec![TEST_APP],
+        ))
+        .unwrap();
+    rt.block_on(one_at_a_time(&mut client, 50));
+    let page = agent.metrics().unwrap();
+    assert!(page.contains("\ndoic_ebpf_attached 0\n"), "{page}");
+    assert!(!page.contains("doic_kernel_packets_total{"), "{page}");
+    assert_eq!(
+        sample(
+            &page,
+            "doic_peer_requests_sent_total{peer=\"s.example.net\"}"
+        ),
+        Some(50)
+    );
+    let (status, log) = agent.terminate();
+    assert!(status.success(), "{status:?}\n{log}");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("kernel telemetry"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line says why: {log}");
+    assert!(lines[0].contains(why), "{log}");
+    server.stop();
+}
+
+#[test]
+#[ignore = "needs root to show that the off switch is what keeps it off"]
+fn mode_off_relays_and_shows_the_program_detached() {
+    relays_without_the_program(
+        "off",
+        "[ebpf]\nmode = \"off\"\n",
+        &[],
+        "ebpf.mode = \"off\"",
+    );
+}
+
+#[test]
+#[ignore = "needs root to drop the capabilities it then lacks"]
+fn without_privileges_the_agent_relays_and_says_why_in_one_line() {
+    // Root without any capability: the kernel refuses the program.
+    relays_without_the_program(
+        "nocaps",
+        "[ebpf]\ninterfaces = [\"lo\"]\n",
+        &[
+            "setpriv",
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ],
+        "kernel telemetry unavailable",
+    );
+}
+
+#[test]
+fn check_config_refuses_an_unusable_ebpf_section_in_one_line() {
+    // check-config: one precise line.
+    let cfg = write_config(
+        "bad",
+        "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:3868\"]\n[ebpf]\nsyn_guard = true\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_doic-agent"))
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("bad.toml: ebpf.syn_allow: is empty while syn_guard is on"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs root: creates network namespaces and attaches to a veth"]
+fn in_a_netns_on_a_veth_the_kernel_counts_equal_the_capture_and_the_client() {
+    use support::netns::{B4, VethPair, in_netns, link_details};
+    const LISTEN: u16 = 3868;
+    let pair = VethPair::new("agent");
+    // The upstream server lives in the agent's namespace, on its loopback.
+    let (server_rt, server) = in_netns(&pair.b, || {
+        let rt = rt();
+        let server = rt.block_on(async {
+            Server::spawn(
+                "127.0.0.1:3869".parse().unwrap(),
+                Identity::new("s.example.net", "example.net"),
+                ServerBehaviour::default(),
+            )
+            .await
+            .unwrap()
+        });
+        (rt, server)
+    });
+    let cfg = write_config(
+        "veth",
+        &format!(
+            "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"{B4}:{LISTEN}\"]\nworkers = 1\ntw_seconds = 60\n[metrics]\nlisten = \"127.0.0.1:9464\"\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"{}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n[ebpf]\ninterfaces = [\"{}\"]\nmode = \"auto\"\n",
+            server.addr, pair.veth_b
+        ),
+    );
+    let dev = pair.veth_b.clone();
+    let capture = in_netns(&pair.b, move || Capture::start(&dev, LISTEN));
+    let agent = AgentProc::spawn(&cfg, 9464, &["ip", "netns", "exec", &pair.b]).in_netns(&pair.b);
+    agent.wait_for(Duration::from_secs(10), "upstream peer open", |p| {
+        p.contains(UP) && p.contains("\ndoic_ebpf_attached 1\n")
+    });
+    assert!(
+        link_details(&pair.b, &pair.veth_b).contains("doic_xdp"),
+        "{}",
+        link_details(&pair.b, &pair.veth_b)
+    );
+    let ids = program_ids(&agent.log());
+    assert!(!ids.is_empty(), "{}", agent.log());
+
+    // The client, in the other namespace, across the veth.
+    let (client_rt, client, me) = in_netns(&pair.a, || {
+        let rt = rt();
+        let mut c = rt
+            .block_on(Client::connect(
+                format!("{B4}:{LISTEN}").parse().unwrap(),
+                Identity::new("client1.example.org", "example.org"),
+                vec![TEST_APP],
+            ))
+            .unwrap();
+        rt.block_on(one_at_a_time(&mut c, REQUESTS));
+        let me = c.local_addr().unwrap();
+        (rt, c, me)
+    });
+    let page = agent.wait_for(Duration::from_secs(5), "the client's requests", |p| {
+        kernel(p, "requests", me, "in") == Some(REQUESTS + 1)
+            && kernel(p, "answers", me, "out") == Some(REQUESTS + 1)
+    });
+    assert_eq!(kernel(&page, "syn", me, "in"), Some(1));
+    assert_eq!(kernel(&page, "answers", me, "in"), Some(0));
+    // Packets and bytes, both directions, equal the capture on the veth.
+    let t0 = Instant::now();
+    loop {
+        let page = agent.metrics().unwrap();
+        let counts = capture.counts();
+        let mut same = true;
+        let mut report = String::new();
+        for (dir, label) in [(Direction::FromPeer, "in"), (Direction::ToPeer, "out")] {
+            let cap = counts.get(&(me, dir)).copied().unwrap_or_default();
+            let ker = (
+                kernel(&page, "packets", me, label).unwrap_or(0),
+                kernel(&page, "bytes", me, label).unwrap_or(0),
+            );
+            same &= cap == ker && cap.0 > REQUESTS;
+            report.push_str(&format!("{label}: kernel {ker:?} capture {cap:?}; "));
+        }
+        if same {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{report}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The upstream leg is on the namespace's loopback, where nothing is
+    // attached: no series for the server.
+    assert!(
+        !page.contains(&format!("peer=\"{}\"", server.addr)),
+        "{page}"
+    );
+
+    let (status, log) = agent.terminate();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(!link_details(&pair.b, &pair.veth_b).contains("doic_xdp"));
+    for id in ids {
+        assert!(!prog_loaded(id), "program {id} still loaded after exit");
+    }
+    drop((client, client_rt));
+    server.stop();
+    drop(server_rt);
+}
+
+#[test]
+#[ignore = "needs root: attaches the kernel program to lo"]
+fn the_control_thread_hands_per_peer_arrival_rates_to_the_overload_logic() {
+    let rt = rt();
+    let server = rt.block_on(upstream());
+    let text = format!(
+        "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\ntw_seconds = 60\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"{}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n[ebpf]\ninterfaces = [\"lo\"]\n",
+        server.addr
+    );
+    let config =
+        agent::config::Config::from_str_named(&text, std::path::Path::new("rates.toml")).unwrap();
+    let agent = agent::agent::Agent::start(config).unwrap();
+    assert!(agent::telemetry::start(&agent));
+    let shared = agent.shared().clone();
+    let mut client = rt
+        .block_on(Client::connect(
+            agent.local_addrs()[0],
+            Identity::new("client1.example.org", "example.org"),
+            vec![TEST_APP],
+        ))
+        .unwrap();
+    let me = client.local_addr().unwrap();
+    // Steady load for about four ticks, one request at a time.
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    let mut seen = Vec::new();
+    let mut last_at = None;
+    while t0.elapsed() < Duration::from_millis(4500) {
+        rt.block_on(one_at_a_time(&mut client, 20));
+        sent += 20;
+        let load = shared.kernel.load();
+        if load.at != last_at {
+            last_at = load.at;
+            if let Some(r) = load.arrival_rate(me) {
+                assert!(load.total_arrival_rate() >= r);
+                seen.push(r);
+            }
+        }
+    }
+    let client_rate = sent as f64 / t0.elapsed().as_secs_f64();
+    // The first window may cover the connection's start: judge the rest.
+    assert!(seen.len() >= 2, "{seen:?}");
+    let steady = &seen[1..];
+    for r in steady {
+        assert!(
+            *r > client_rate * 0.5 && *r < client_rate * 1.5,
+            "kernel arrival rate {r:.0}/s vs client {client_rate:.0}/s: {seen:?}"
+        );
+    }
+    // Idle: the rate falls to zero within two ticks.
+    let t1 = Instant::now();
+    loop {
+        if shared.kernel.load().arrival_rate(me) == Some(0.0) {
+            break;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            shared.kernel.load()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    rt.block_on(client.disconnect()).unwrap();
+    agent.shutdown();
+    agent.join();
+    shared.kernel.detach();
+    assert!(!shared.kernel.is_attached());
+    server.stop();
+}
