@@ -7,6 +7,11 @@
 //! - through a freeDiameter relay (`rt_default`),
 //! - through the agent with 1 worker and with 2 workers.
 //!
+//! - with `--agent-bin NAME=PATH` (repeatable), through a `doic-agent`
+//!   binary run as its own process (`PATH run --config FILE`, 1 worker, no
+//!   kernel program): two builds of the agent side by side in one run, e.g.
+//!   before and after a change.
+//!
 //! Targets are measured in interleaved rounds; the table gives medians and
 //! the ratio of each to direct.
 
@@ -46,10 +51,14 @@ struct Args {
     /// (no freeDiameter relay row then): measures the agent's own cost.
     #[arg(long)]
     builtin: bool,
+    /// A `doic-agent` binary to measure as a path of its own, as
+    /// `NAME=PATH` (repeatable): run with 1 worker and `[ebpf] mode = "off"`.
+    #[arg(long = "agent-bin", value_name = "NAME=PATH")]
+    agent_bins: Vec<String>,
 }
 
 struct Target {
-    name: &'static str,
+    name: String,
     addr: SocketAddr,
     closed: Vec<Report>,
     open: Vec<Report>,
@@ -63,6 +72,89 @@ fn agent(server: &PeerTarget, workers: usize) -> anyhow::Result<Agent> {
         server.identity, server.addr, server.identity
     );
     bench::relay::start_agent(&text)
+}
+
+/// A `doic-agent` binary running as a child process, stopped on drop.
+struct AgentProcess {
+    child: std::process::Child,
+    addr: SocketAddr,
+    _config: TempConfig,
+}
+
+/// A configuration file removed on drop.
+struct TempConfig(std::path::PathBuf);
+
+impl Drop for TempConfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl AgentProcess {
+    /// Starts `bin` between the load client and `server`, and waits until a
+    /// request through it is answered 2001.
+    fn start(
+        rt: &tokio::runtime::Runtime,
+        name: &str,
+        bin: &str,
+        server: &PeerTarget,
+    ) -> anyhow::Result<AgentProcess> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let text = format!(
+            "[node]\norigin_host = \"agent-bin.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"{addr}\"]\nworkers = 1\ntc_seconds = 1\n\
+             [ebpf]\nmode = \"off\"\n\
+             [[peer]]\nhost = \"{}\"\nrealm = \"example.net\"\nconnect = \"{}\"\n\
+             [[route]]\nrealm = \"example.net\"\npeers = [\"{}\"]\n[accept]\nhosts = [\"*.example.org\"]\n",
+            server.identity, server.addr, server.identity
+        );
+        let path =
+            std::env::temp_dir().join(format!("bench-relay-{}-{port}.toml", std::process::id()));
+        std::fs::write(&path, text)?;
+        let config = TempConfig(path);
+        let child = std::process::Command::new(bin)
+            .arg("run")
+            .arg("--config")
+            .arg(&config.0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("{name}: cannot run {bin}"))?;
+        let mut p = AgentProcess {
+            child,
+            addr,
+            _config: config,
+        };
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(status) = p.child.try_wait()? {
+                anyhow::bail!("{name}: {bin} exited with {status} before it relayed");
+            }
+            let ready = std::net::TcpStream::connect(addr).is_ok()
+                && bench::relay::measure(rt, addr, Pace::Open(100), 1).is_ok();
+            if ready {
+                return Ok(p);
+            }
+            anyhow::ensure!(
+                t0.elapsed() < std::time::Duration::from_secs(20),
+                "{name}: {bin} did not relay a request within 20 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        // SIGTERM: the agent sends DPR and drains; then wait for it.
+        let _ = std::process::Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -98,8 +190,8 @@ fn main() -> anyhow::Result<()> {
     };
     let a1 = agent(&server_target, 1)?;
     let a2 = agent(&server_target, 2)?;
-    let target = |name, addr| Target {
-        name,
+    let target = |name: &str, addr| Target {
+        name: name.to_owned(),
         addr,
         closed: vec![],
         open: vec![],
@@ -110,6 +202,15 @@ fn main() -> anyhow::Result<()> {
     }
     targets.push(target("agent, 1 worker", a1.local_addrs()[0]));
     targets.push(target("agent, 2 workers", a2.local_addrs()[0]));
+    let mut processes = Vec::new();
+    for spec in &args.agent_bins {
+        let (name, bin) = spec
+            .split_once('=')
+            .with_context(|| format!("--agent-bin {spec:?}: expected NAME=PATH"))?;
+        let p = AgentProcess::start(&rt, name, bin, &server_target)?;
+        targets.push(target(&format!("{name} (binary), 1 worker"), p.addr));
+        processes.push(p);
+    }
     eprintln!(
         "bench-relay: {} rounds x {} s, closed loop {} outstanding, then open loop at {:.0}% of direct",
         args.rounds,
@@ -172,6 +273,7 @@ fn main() -> anyhow::Result<()> {
             p(&t.open, 99.0)
         );
     }
+    drop(processes);
     a1.shutdown();
     a2.shutdown();
     a1.join();
