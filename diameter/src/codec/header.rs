@@ -359,9 +359,11 @@ mod tests {
         b[0] = 2;
         assert_eq!(Header::decode(&b).unwrap_err().result_code(), 5011);
         assert_eq!(frame_len(&b).unwrap_err().result_code(), 5011);
+        assert!(frame_len(&b).unwrap_err().is_framing_error());
         let mut b = cer_header();
         b[3] = 19;
         assert_eq!(frame_len(&b).unwrap_err().result_code(), 5015);
+        assert!(frame_len(&b).unwrap_err().is_framing_error());
         b[3] = 22;
         assert_eq!(frame_len(&b).unwrap_err().result_code(), 5015);
         b[3] = 24;

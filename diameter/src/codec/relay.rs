@@ -714,6 +714,18 @@ mod tests {
         b[20 + 7] = 3; // Session-Id length 3 < 8
         let e = Routing::scan(&b).unwrap_err();
         assert_eq!((e.result_code(), e.offset()), (5014, 20));
+        // an AVP overrunning the message: answered, with it in Failed-AVP,
+        // and the stream still framed
+        let mut b = request().to_bytes().unwrap();
+        let at = 20 + Avp::str(code::SESSION_ID, "client.example.org;1;2").encoded_len();
+        b[at + 6] = 0x10; // 4 KiB more than it has
+        let e = Routing::scan(&b).unwrap_err();
+        assert_eq!((e.result_code(), e.offset()), (5014, at));
+        assert!(!e.is_framing_error());
+        assert_eq!(
+            &e.failed_avp().unwrap()[..4],
+            &code::ORIGIN_HOST.to_be_bytes()
+        );
     }
 
     #[test]
