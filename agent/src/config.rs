@@ -12,7 +12,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use diameter::peer::capx::{Capabilities, firmware_revision};
+use diameter::codec::Capabilities;
+use diameter::peer::capx::firmware_revision;
 use serde::Deserialize;
 
 /// A configuration that could not be read or is not valid. The message names
@@ -297,8 +298,8 @@ impl Config {
             vendor_id: self.node.vendor_id,
             product_name: self.node.product_name.clone(),
             firmware_revision: Some(firmware_revision()),
-            auth_applications: self.node.applications.clone(),
-            acct_applications: Vec::new(),
+            auth_application_ids: self.node.applications.clone(),
+            ..Capabilities::default()
         }
     }
 

@@ -30,10 +30,10 @@ use crate::agent::Shared;
 use crate::clock::Clock;
 use crate::routing::PeerId;
 use diameter::codec::avp::{Avp, AvpIter, RawAvp};
+use diameter::codec::header::finish;
 use diameter::codec::relay::{MessageBuf, Routing};
-use diameter::codec::{CommandFlags, Header, builder};
+use diameter::codec::{Header, builder};
 use diameter::dictionary::code;
-use diameter::wire::Head;
 use doic::audit::Totals;
 use doic::report::Abatement;
 use doic::treatment::{Replica, ThrottleAnswer};
@@ -46,7 +46,7 @@ pub mod own;
 
 /// Vendor-Id put in the Experimental-Result of a 5198 answer (3GPP; the code
 /// is vendor practice, the vendor the deployment's choice).
-pub const RETRY_NOT_ALLOWED_VENDOR: u32 = 10415;
+pub const RETRY_NOT_ALLOWED_VENDOR: u32 = diameter::dictionary::vendor::TGPP;
 /// Most candidates offered to the core for one request.
 const MAX_CANDIDATES: usize = 4;
 
@@ -316,7 +316,7 @@ pub(crate) struct RequestIn<'a> {
     /// The request bytes.
     pub msg: &'a Bytes,
     /// Its header.
-    pub head: Head,
+    pub head: Header,
     /// Its relay scan.
     pub routing: &'a Routing<'a>,
     /// The downstream peer's identity.
@@ -436,7 +436,7 @@ pub(crate) fn client_features(raw: &RawAvp<'_>, from: &str) -> Option<(u64, bool
 /// `msg` without the `len` bytes of the top-level AVP at `offset`, its
 /// Message Length set: the bytes [`MessageBuf::remove_avps`] leaves when
 /// that AVP is the only one removed, in one copy (what
-/// `wire::put_relayed_request_cut` writes before the Route-Record).
+/// `diameter::codec::forward::put_relayed_request_cut` writes before the Route-Record).
 #[cfg(test)]
 #[must_use]
 pub(crate) fn without_avp(msg: &[u8], offset: usize, len: usize) -> Option<Bytes> {
@@ -448,7 +448,7 @@ pub(crate) fn without_avp(msg: &[u8], offset: usize, len: usize) -> Option<Bytes
     let mut out = BytesMut::with_capacity(msg.len() - len);
     out.extend_from_slice(head);
     out.extend_from_slice(tail);
-    diameter::wire::finish(&mut out, 0);
+    finish(&mut out, 0);
     Some(out.freeze())
 }
 
@@ -459,7 +459,7 @@ pub(crate) fn with_avp(msg: &[u8], avp: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(msg.len() + avp.len());
     out.extend_from_slice(msg);
     out.extend_from_slice(avp);
-    diameter::wire::finish(&mut out, 0);
+    finish(&mut out, 0);
     out.freeze()
 }
 
@@ -472,7 +472,7 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
         &shared.table,
         r.dest_host,
         r.realm,
-        r.head.app,
+        r.head.application_id,
         r.excluded,
         r.rotate,
     ) else {
@@ -514,8 +514,8 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
             .and_then(|a| OcSupportedFeatures::from_raw(a).ok()),
     };
     let view = RequestView {
-        app_id: r.head.app,
-        command_code: r.head.cmd,
+        app_id: r.head.application_id,
+        command_code: r.head.command_code,
         from_peer: r.from,
         dest_realm: r.realm,
         dest_host: r.dest_host,
@@ -628,7 +628,7 @@ pub(crate) fn retreat(
         ov,
         &RequestIn {
             msg: &r.msg,
-            head: Head::read(&r.msg),
+            head: Header::read(&r.msg),
             routing: &routing,
             from: &r.from,
             realm,
@@ -653,10 +653,7 @@ fn throttle_answer(
     result: ThrottleAnswer,
     act: &doic::AnswerActions,
 ) -> Bytes {
-    let h = Head::read(req);
-    let mut header = Header::new(h.cmd, h.app, CommandFlags(h.flags));
-    header.hop_by_hop = h.hbh;
-    header.end_to_end = h.e2e;
+    let header = Header::read(req);
     let node = &shared.config.node;
     let mut a = builder::ErrorAnswer::new(
         &header,
@@ -743,13 +740,13 @@ pub(crate) fn treat_answer(
         return (None, retry);
     }
     let tx = tx.pending(client, dest_realm, from_peer);
-    let head = Head::read(msg);
+    let head = Header::read(msg);
     let (doic, malformed) = match DoicAvps::read(routing) {
         Ok(d) => (d, false),
         Err(_) => (DoicAvps::default(), true),
     };
     let ans = AnswerView {
-        app_id: head.app,
+        app_id: head.application_id,
         origin_host: routing.origin_host().and_then(text).unwrap_or(""),
         origin_realm: routing.origin_realm().and_then(text).unwrap_or(""),
         result_code: routing.result_code(),
@@ -1038,14 +1035,15 @@ mod tests {
     /// §5.1.2, RFC 8581 §6.1.2).
     #[test]
     fn idle_doic_client_fast_path_is_byte_identical_to_full_treatment() {
-        let answer = diameter::codec::Message::new(272, 4, CommandFlags::default())
-            .with(Avp::str(code::SESSION_ID, "client;1"))
-            .with(Avp::u32(code::RESULT_CODE, 2001))
-            .with(Avp::str(code::ORIGIN_HOST, "server"))
-            .with(Avp::str(code::ORIGIN_REALM, "realm"))
-            .to_bytes()
-            .unwrap()
-            .freeze();
+        let answer =
+            diameter::codec::Message::new(272, 4, diameter::codec::CommandFlags::default())
+                .with(Avp::str(code::SESSION_ID, "client;1"))
+                .with(Avp::u32(code::RESULT_CODE, 2001))
+                .with(Avp::str(code::ORIGIN_HOST, "server"))
+                .with(Avp::str(code::ORIGIN_REALM, "realm"))
+                .to_bytes()
+                .unwrap()
+                .freeze();
         let cands = [Candidate {
             peer: "server",
             server: Some("server"),
@@ -1074,7 +1072,7 @@ mod tests {
                 // As the connection writes it (`put_relayed_request_cut`),
                 // and as `without_avp` gives it.
                 let mut written = BytesMut::new();
-                diameter::wire::put_relayed_request_cut(
+                diameter::codec::forward::put_relayed_request_cut(
                     &mut written,
                     &msg,
                     (a as usize, b as usize),
@@ -1107,7 +1105,7 @@ mod tests {
                 let full_msg = buf.freeze();
                 assert_eq!(fast_msg, full_msg, "forwarded request for {cf:?}");
                 let mut full_written = BytesMut::new();
-                diameter::wire::put_relayed_request(
+                diameter::codec::forward::put_relayed_request(
                     &mut full_written,
                     &full_msg,
                     "client",

@@ -16,22 +16,16 @@ use bytes::{Bytes, BytesMut};
 use crate::agent::Shared;
 use crate::peer::table::{PeerSlot, Relayed, ToConn};
 use crate::routing::{PeerId, RouteError};
-use diameter::wire;
+use diameter::codec::answer::put_error_answer;
 
 pub mod budget;
 
-/// Result-Code 3002 DIAMETER_UNABLE_TO_DELIVER.
-pub const UNABLE_TO_DELIVER: u32 = 3002;
-/// Result-Code 3004 DIAMETER_TOO_BUSY.
-pub const TOO_BUSY: u32 = 3004;
-/// Result-Code 3005 DIAMETER_LOOP_DETECTED.
-pub const LOOP_DETECTED: u32 = 3005;
-/// Result-Code 3007 DIAMETER_APPLICATION_UNSUPPORTED.
-pub const APPLICATION_UNSUPPORTED: u32 = 3007;
-/// Result-Code 5005 DIAMETER_MISSING_AVP.
-pub const MISSING_AVP: u32 = 5005;
-/// Experimental-Result-Code 5198 DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY.
-pub const RETRY_NOT_ALLOWED_TO_ANY: u32 = 5198;
+/// The Result-Codes the relay answers with itself (RFC 6733 §7.1), and
+/// the vendor Experimental-Result-Code 5198, from the dictionary.
+pub use diameter::dictionary::result::{
+    APPLICATION_UNSUPPORTED, LOOP_DETECTED, MISSING_AVP, OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY,
+    TOO_BUSY, UNABLE_TO_DELIVER,
+};
 
 /// Sends `r` to the next hop the router picks, skipping `r.tried`.
 /// `destination_host` is consulted only on the first attempt. A request
@@ -199,7 +193,7 @@ pub(crate) fn dispatch_to(
 #[must_use]
 pub(crate) fn local_answer(shared: &Shared, msg: &[u8], result_code: u32, why: &str) -> Bytes {
     let mut out = BytesMut::with_capacity(256);
-    wire::put_error_answer(
+    put_error_answer(
         &mut out,
         msg,
         (
@@ -314,7 +308,7 @@ pub(crate) fn answer_fate(
     experimental: Option<u32>,
     pinned: bool,
 ) -> AnswerFate {
-    if experimental == Some(RETRY_NOT_ALLOWED_TO_ANY) || pinned {
+    if experimental == Some(OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY) || pinned {
         return AnswerFate::Forward;
     }
     if result_code == Some(TOO_BUSY) {

@@ -174,7 +174,7 @@ async fn a_message_longer_than_64_kib_before_cer_is_answered_5015_and_closed() {
     msg.resize(100 * 1024, 0);
     msg[1..4].copy_from_slice(&(100u32 * 1024).to_be_bytes()[1..]);
     msg[4] = 0x80;
-    msg[5..8].copy_from_slice(&diameter::wire::cmd::CER.to_be_bytes()[1..]);
+    msg[5..8].copy_from_slice(&diameter::dictionary::cmd::CAPABILITIES_EXCHANGE.to_be_bytes()[1..]);
     c.write_all(&msg[..8 * 1024]).await.unwrap();
     // Answered and closed, long before the CER timeout (5 s).
     let mut got = Vec::new();
@@ -185,6 +185,6 @@ async fn a_message_longer_than_64_kib_before_cer_is_answered_5015_and_closed() {
     .await
     .expect("closed in time")
     .unwrap();
-    let n = diameter::wire::frame_len(&got).unwrap().unwrap();
+    let n = diameter::codec::frame_len(&got).unwrap().unwrap();
     assert_eq!(result_code(&got[..n]), Some(5015));
 }

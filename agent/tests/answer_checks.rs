@@ -13,7 +13,10 @@ use std::time::Duration;
 use bytes::BytesMut;
 use common::*;
 use diameter::codec::Routing;
-use diameter::wire::{self, Head, avp, flags};
+use diameter::codec::header::{begin, finish};
+use diameter::codec::{CommandFlags, Header};
+use diameter::dictionary::code;
+use tools::loadgen::put_mandatory_avp;
 use tools::loadgen::{Malformed, Pace, ServerBehaviour, Traffic};
 
 fn traffic() -> Traffic {
@@ -25,19 +28,16 @@ fn traffic() -> Traffic {
 
 /// The Error-Message of an answer.
 fn error_message(m: &[u8]) -> String {
-    wire::avps(m, 20, m.len())
-        .map(Result::unwrap)
-        .find(|a| a.code == avp::ERROR_MESSAGE)
-        .map(|a| String::from_utf8_lossy(wire::slice(m, a.data)).into_owned())
+    avps(m)
+        .find(|a| a.code == code::ERROR_MESSAGE)
+        .map(|a| String::from_utf8_lossy(a.data).into_owned())
         .unwrap_or_default()
 }
 
 /// The Failed-AVP's first AVP code.
 fn failed_avp_code(m: &[u8]) -> Option<u32> {
-    let f = wire::avps(m, 20, m.len())
-        .map(Result::unwrap)
-        .find(|a| a.code == avp::FAILED_AVP)?;
-    let d = wire::slice(m, f.data);
+    let f = avps(m).find(|a| a.code == code::FAILED_AVP)?;
+    let d = f.data;
     Some(u32::from_be_bytes(d[..4].try_into().unwrap()))
 }
 
@@ -67,12 +67,23 @@ async fn malformed_answers_are_never_forwarded_and_each_request_gets_one_3002() 
         let mut seen = HashSet::new();
         for _ in 1..=40 {
             let ans = answer(&mut c).await;
-            let h = Head::read(&ans);
-            assert!(seen.insert(h.hbh), "{defect:?}: one answer per request");
-            assert_eq!(h.e2e, h.hbh + 1000, "{defect:?}: the client's End-to-End");
+            let h = Header::read(&ans);
+            assert!(
+                seen.insert(h.hop_by_hop),
+                "{defect:?}: one answer per request"
+            );
+            assert_eq!(
+                h.end_to_end,
+                h.hop_by_hop + 1000,
+                "{defect:?}: the client's End-to-End"
+            );
             Routing::scan_answer(&ans).expect("a well-formed answer");
             assert_eq!(result_code(&ans), Some(3002), "{defect:?}");
-            assert_ne!(h.flags & flags::ERROR, 0, "{defect:?}: 3002 has the E bit");
+            assert_ne!(
+                h.flags.0 & CommandFlags::ERROR,
+                0,
+                "{defect:?}: 3002 has the E bit"
+            );
             let why = error_message(&ans);
             assert!(
                 why.contains("server1.example.net") && why.contains("malformed answer"),
@@ -124,15 +135,16 @@ async fn malformed_answers_are_never_forwarded_and_each_request_gets_one_3002() 
 /// The usual test request without its `missing` AVP.
 fn request_without(hbh: u32, missing: u32) -> BytesMut {
     let full = request(hbh, "example.net", &[]);
-    let h = Head::read(&full);
+    let h = Header::read(&full);
     let mut out = BytesMut::new();
-    let s = wire::begin(&mut out, h.flags, h.cmd, h.app, h.hbh, h.e2e);
-    for a in wire::avps(&full, 20, full.len()).map(Result::unwrap) {
+    let (cmd, app) = (h.command_code, h.application_id);
+    let s = begin(&mut out, h.flags.0, cmd, app, h.hop_by_hop, h.end_to_end);
+    for a in avps(&full) {
         if a.code != missing {
-            wire::put_avp(&mut out, a.code, wire::slice(&full, a.data));
+            put_mandatory_avp(&mut out, a.code, a.data);
         }
     }
-    wire::finish(&mut out, s);
+    finish(&mut out, s);
     out
 }
 
@@ -141,17 +153,17 @@ async fn requests_without_origin_are_5005_and_for_the_agent_are_answered_locally
     let s = setup(1).await;
     let mut c = s.client().await;
     let mut burst = BytesMut::new();
-    burst.extend_from_slice(&request_without(1, avp::ORIGIN_HOST));
-    burst.extend_from_slice(&request_without(2, avp::ORIGIN_REALM));
+    burst.extend_from_slice(&request_without(1, code::ORIGIN_HOST));
+    burst.extend_from_slice(&request_without(2, code::ORIGIN_REALM));
     burst.extend_from_slice(&request(
         3,
         "example.net",
-        &[(avp::ORIGIN_HOST, b"second.example.org")],
+        &[(code::ORIGIN_HOST, b"second.example.org")],
     ));
     burst.extend_from_slice(&request(
         4,
         "example.net",
-        &[(avp::DESTINATION_HOST, AGENT.to_uppercase().as_bytes())],
+        &[(code::DESTINATION_HOST, AGENT.to_uppercase().as_bytes())],
     ));
     c.write_raw(&burst).await.unwrap();
     let mut got = Vec::new();
@@ -159,18 +171,18 @@ async fn requests_without_origin_are_5005_and_for_the_agent_are_answered_locally
         let ans = answer(&mut c).await;
         Routing::scan_answer(&ans).expect("a well-formed answer");
         got.push((
-            Head::read(&ans).hbh,
+            Header::read(&ans).hop_by_hop,
             result_code(&ans),
             failed_avp_code(&ans),
         ));
-        if Head::read(&ans).hbh == 4 {
+        if Header::read(&ans).hop_by_hop == 4 {
             assert!(
                 error_message(&ans).contains("agent itself"),
                 "{}",
                 error_message(&ans)
             );
             assert_ne!(
-                Head::read(&ans).flags & flags::ERROR,
+                Header::read(&ans).flags.0 & CommandFlags::ERROR,
                 0,
                 "3007 has the E bit"
             );
@@ -180,9 +192,9 @@ async fn requests_without_origin_are_5005_and_for_the_agent_are_answered_locally
     assert_eq!(
         got,
         vec![
-            (1, Some(5005), Some(avp::ORIGIN_HOST)),
-            (2, Some(5005), Some(avp::ORIGIN_REALM)),
-            (3, Some(5009), Some(avp::ORIGIN_HOST)),
+            (1, Some(5005), Some(code::ORIGIN_HOST)),
+            (2, Some(5005), Some(code::ORIGIN_REALM)),
+            (3, Some(5009), Some(code::ORIGIN_HOST)),
             (4, Some(3007), None),
         ]
     );
@@ -194,5 +206,8 @@ async fn requests_without_origin_are_5005_and_for_the_agent_are_answered_locally
     // The connection stays up: the next request is relayed.
     c.write_raw(&request(5, "example.net", &[])).await.unwrap();
     let ans = answer(&mut c).await;
-    assert_eq!((Head::read(&ans).hbh, result_code(&ans)), (5, Some(2001)));
+    assert_eq!(
+        (Header::read(&ans).hop_by_hop, result_code(&ans)),
+        (5, Some(2001))
+    );
 }

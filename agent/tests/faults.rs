@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use agent::peer::table::state;
 use common::*;
-use diameter::wire::{self, Head};
+use diameter::codec::Header;
+use diameter::codec::answer::put_base;
+use diameter::dictionary::{cmd, code};
 use tools::loadgen::{Pace, ServerBehaviour, Traffic};
 
 fn traffic() -> Traffic {
@@ -96,14 +98,14 @@ async fn shutdown_sends_dpr_and_answers_every_pending_request() {
                 .await
                 .unwrap()
                 .unwrap();
-            let h = Head::read(&m);
+            let h = Header::read(&m);
             if h.is_request() {
-                if h.cmd == wire::cmd::DPR {
+                if h.command_code == cmd::DISCONNECT_PEER {
                     dpr = true;
                     let mut out = bytes::BytesMut::new();
-                    wire::put_base(
+                    put_base(
                         &mut out,
-                        wire::cmd::DPR,
+                        cmd::DISCONNECT_PEER,
                         ("client1.example.org", "example.org"),
                         Some(h),
                         0,
@@ -113,7 +115,7 @@ async fn shutdown_sends_dpr_and_answers_every_pending_request() {
                 }
                 continue;
             }
-            answers.push((h.hbh, result_code(&m)));
+            answers.push((h.hop_by_hop, result_code(&m)));
         }
         answers
     };
@@ -205,7 +207,7 @@ async fn pinned_requests_are_not_failed_over_realm_routed_ones_are() {
         let pinned = request(
             900 + i,
             "example.net",
-            &[(wire::avp::DESTINATION_HOST, b"server1.example.net")],
+            &[(code::DESTINATION_HOST, b"server1.example.net")],
         );
         c.write_raw(&pinned).await.unwrap();
     }
@@ -222,8 +224,8 @@ async fn pinned_requests_are_not_failed_over_realm_routed_ones_are() {
     let mut realm_codes = Vec::new();
     while pinned_codes.len() + realm_codes.len() < 5 + sent_realm as usize {
         let m = answer(&mut c).await;
-        let h = Head::read(&m);
-        if (900..905).contains(&h.hbh) {
+        let h = Header::read(&m);
+        if (900..905).contains(&h.hop_by_hop) {
             pinned_codes.push(result_code(&m));
         } else {
             realm_codes.push(result_code(&m));
@@ -285,8 +287,9 @@ async fn too_busy_is_retried_elsewhere_but_5198_is_not() {
             .await
             .unwrap();
         let m = answer(&mut c).await;
-        let sc = wire::scan(&m).unwrap();
-        match (sc.result_code, sc.experimental_result_code) {
+        let r = diameter::codec::Routing::scan(&m).unwrap();
+        let experimental = r.experimental_result_code().map(|(_, c)| c);
+        match (r.result_code(), experimental) {
             (None, Some(5198)) => got_5198 += 1,
             (Some(2001), None) => {}
             other => panic!("unexpected answer {other:?}"),

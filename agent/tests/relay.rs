@@ -6,7 +6,11 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use common::*;
-use diameter::wire::{self, Head, avp, flags};
+use diameter::codec::answer::{put_base, put_capabilities};
+use diameter::codec::header::{begin, finish};
+use diameter::codec::{CommandFlags, Header, Routing};
+use diameter::dictionary::{cmd, code};
+use tools::loadgen::put_mandatory_avp;
 use tools::loadgen::{Client, Identity, TEST_APP};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -16,7 +20,7 @@ async fn request_is_relayed_with_route_record_and_answer_restores_hop_by_hop() {
     let req = request(
         0x0102_0304,
         "example.net",
-        &[(avp::PROXY_INFO, b"\0\0\x01\x18\x40\0\0\x0fproxy.x\0")],
+        &[(code::PROXY_INFO, b"\0\0\x01\x18\x40\0\0\x0fproxy.x\0")],
     );
     c.write_raw(&req).await.unwrap();
     let ans = answer(&mut c).await;
@@ -24,25 +28,20 @@ async fn request_is_relayed_with_route_record_and_answer_restores_hop_by_hop() {
     let (up_req, up_ans) = s.servers[0].stats.last.lock().unwrap().clone().unwrap();
     // Upstream: new Hop-by-Hop, same End-to-End, a Route-Record naming the
     // peer the request came from (RFC 6733 §6.1.9), the rest untouched.
-    let h = Head::read(&up_req);
-    assert_ne!(h.hbh, 0x0102_0304);
-    assert_eq!(h.e2e, 0x0102_0304 + 1000);
-    let sc = wire::scan(&up_req).unwrap();
-    let rr: Vec<&[u8]> = sc
-        .route_records
-        .iter()
-        .map(|r| wire::slice(&up_req, *r))
-        .collect();
+    let h = Header::read(&up_req);
+    assert_ne!(h.hop_by_hop, 0x0102_0304);
+    assert_eq!(h.end_to_end, 0x0102_0304 + 1000);
+    let rr: Vec<&[u8]> = Routing::scan(&up_req).unwrap().route_records().collect();
     assert_eq!(rr, vec![&b"client1.example.org"[..]]);
     assert_eq!(&up_req[20..req.len()], &req[20..]);
     // Downstream: the server's answer byte for byte, but the original
     // Hop-by-Hop Identifier.
-    assert_eq!(Head::read(&ans).hbh, 0x0102_0304);
+    assert_eq!(Header::read(&ans).hop_by_hop, 0x0102_0304);
     assert_eq!(&ans[..12], &up_ans[..12]);
     assert_eq!(&ans[16..], &up_ans[16..]);
     assert_eq!(result_code(&ans), Some(2001));
     // Proxy-Info came back.
-    assert_eq!(wire::scan(&ans).unwrap().proxy_infos.len(), 1);
+    assert_eq!(avps(&ans).filter(|a| a.code == code::PROXY_INFO).count(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,28 +54,25 @@ async fn malformed_request_is_answered_5014_and_the_connection_stays_up() {
     bad[at + 7] = 0xf0;
     c.write_raw(&bad).await.unwrap();
     let ans = answer(&mut c).await;
-    let h = Head::read(&ans);
-    assert_eq!(h.hbh, 7);
-    assert_eq!(h.flags & flags::REQUEST, 0);
+    let h = Header::read(&ans);
+    assert_eq!(h.hop_by_hop, 7);
+    assert_eq!(h.flags.0 & CommandFlags::REQUEST, 0);
     assert_eq!(
-        h.flags & flags::ERROR,
+        h.flags.0 & CommandFlags::ERROR,
         0,
         "5014 is a permanent failure, not a protocol error"
     );
-    let sc = wire::scan(&ans).unwrap();
-    assert_eq!(sc.result_code, Some(5014));
-    let failed = wire::avps(&ans, 20, ans.len())
-        .map(Result::unwrap)
-        .find(|a| a.code == avp::FAILED_AVP);
+    assert_eq!(result_code(&ans), Some(5014));
+    let failed = avps(&ans).find(|a| a.code == code::FAILED_AVP);
     let failed = failed.expect("Failed-AVP present");
-    assert_eq!(
-        &wire::slice(&ans, failed.data)[..4],
-        &avp::DESTINATION_REALM.to_be_bytes()
-    );
+    assert_eq!(&failed.data[..4], &code::DESTINATION_REALM.to_be_bytes());
     // Still up: the next request is relayed.
     c.write_raw(&request(8, "example.net", &[])).await.unwrap();
     let ans = answer(&mut c).await;
-    assert_eq!((Head::read(&ans).hbh, result_code(&ans)), (8, Some(2001)));
+    assert_eq!(
+        (Header::read(&ans).hop_by_hop, result_code(&ans)),
+        (8, Some(2001))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,31 +85,38 @@ async fn no_route_is_3002_loop_is_3005_missing_realm_is_5005() {
     let ans = answer(&mut c).await;
     assert_eq!(result_code(&ans), Some(3002));
     assert_ne!(
-        Head::read(&ans).flags & flags::ERROR,
+        Header::read(&ans).flags.0 & CommandFlags::ERROR,
         0,
         "3xxx answers carry the E bit"
     );
     assert_eq!(
-        wire::scan(&ans)
+        Routing::scan(&ans)
             .unwrap()
-            .session_id
-            .map(|s| wire::slice(&ans, s).to_vec()),
+            .session_id()
+            .map(<[u8]>::to_vec),
         Some(b"client1.example.org;1;1".to_vec())
     );
 
     c.write_raw(&request(
         2,
         "example.net",
-        &[(avp::ROUTE_RECORD, AGENT.as_bytes())],
+        &[(code::ROUTE_RECORD, AGENT.as_bytes())],
     ))
     .await
     .unwrap();
     assert_eq!(result_code(&answer(&mut c).await), Some(3005));
 
     let mut m = bytes::BytesMut::new();
-    let st = wire::begin(&mut m, flags::REQUEST | flags::PROXIABLE, 1, 4, 3, 3);
-    wire::put_avp(&mut m, avp::SESSION_ID, b"x;1");
-    wire::finish(&mut m, st);
+    let st = begin(
+        &mut m,
+        CommandFlags::REQUEST | CommandFlags::PROXIABLE,
+        1,
+        4,
+        3,
+        3,
+    );
+    put_mandatory_avp(&mut m, code::SESSION_ID, b"x;1");
+    finish(&mut m, st);
     c.write_raw(&m).await.unwrap();
     assert_eq!(result_code(&answer(&mut c).await), Some(5005));
     assert_eq!(
@@ -131,7 +134,7 @@ async fn destination_host_goes_to_that_peer_only() {
         c.write_raw(&request(
             100 + i,
             "example.net",
-            &[(avp::DESTINATION_HOST, b"server2.example.net")],
+            &[(code::DESTINATION_HOST, b"server2.example.net")],
         ))
         .await
         .unwrap();
@@ -213,9 +216,9 @@ async fn agent_answers_dwr_and_dpr() {
     let s = setup(1).await;
     let mut c = s.client().await;
     let mut m = bytes::BytesMut::new();
-    wire::put_base(
+    put_base(
         &mut m,
-        wire::cmd::DWR,
+        cmd::DEVICE_WATCHDOG,
         ("client1.example.org", "example.org"),
         None,
         55,
@@ -224,13 +227,17 @@ async fn agent_answers_dwr_and_dpr() {
     c.write_raw(&m).await.unwrap();
     let a = answer(&mut c).await;
     assert_eq!(
-        (Head::read(&a).cmd, Head::read(&a).hbh, result_code(&a)),
-        (wire::cmd::DWR, 55, Some(2001))
+        (
+            Header::read(&a).command_code,
+            Header::read(&a).hop_by_hop,
+            result_code(&a)
+        ),
+        (cmd::DEVICE_WATCHDOG, 55, Some(2001))
     );
     m.clear();
-    wire::put_base(
+    put_base(
         &mut m,
-        wire::cmd::DPR,
+        cmd::DISCONNECT_PEER,
         ("client1.example.org", "example.org"),
         None,
         56,
@@ -239,8 +246,8 @@ async fn agent_answers_dwr_and_dpr() {
     c.write_raw(&m).await.unwrap();
     let a = answer(&mut c).await;
     assert_eq!(
-        (Head::read(&a).cmd, result_code(&a)),
-        (wire::cmd::DPR, Some(2001))
+        (Header::read(&a).command_code, result_code(&a)),
+        (cmd::DISCONNECT_PEER, Some(2001))
     );
 }
 
@@ -249,11 +256,11 @@ async fn e_bit_on_a_request_is_answered_3008_with_the_e_bit() {
     let s = setup(1).await;
     let mut c = s.client().await;
     let mut m = request(11, "example.net", &[]);
-    m[4] |= flags::ERROR;
+    m[4] |= CommandFlags::ERROR;
     c.write_raw(&m).await.unwrap();
     let ans = answer(&mut c).await;
     assert_eq!(result_code(&ans), Some(3008));
-    assert_ne!(Head::read(&ans).flags & flags::ERROR, 0);
+    assert_ne!(Header::read(&ans).flags.0 & CommandFlags::ERROR, 0);
     c.write_raw(&request(12, "example.net", &[])).await.unwrap();
     assert_eq!(result_code(&answer(&mut c).await), Some(2001));
 }
@@ -294,7 +301,7 @@ async fn relays_over_ipv6() {
     );
     assert_eq!(caps.origin_host, AGENT);
     assert_eq!(
-        caps.auth_applications,
+        caps.auth_application_ids,
         vec![0xffff_ffff],
         "Relay application"
     );
@@ -354,18 +361,18 @@ async fn under_load_one_socket_call_carries_many_messages() {
 async fn cer_on_an_open_connection_is_answered_5012_and_the_connection_stays() {
     let s = setup(1).await;
     let mut c = s.client().await;
-    let caps = diameter::peer::capx::Capabilities {
+    let caps = diameter::codec::Capabilities {
         origin_host: "client1.example.org".into(),
         origin_realm: "example.org".into(),
         ..Default::default()
     };
     let mut m = bytes::BytesMut::new();
-    wire::put_capabilities(&mut m, &caps, None, 77);
+    put_capabilities(&mut m, &caps, None, 77);
     c.write_raw(&m).await.unwrap();
     let a = answer(&mut c).await;
     assert_eq!(
-        (Head::read(&a).cmd, Head::read(&a).hbh),
-        (wire::cmd::CER, 77)
+        (Header::read(&a).command_code, Header::read(&a).hop_by_hop),
+        (cmd::CAPABILITIES_EXCHANGE, 77)
     );
     assert_eq!(result_code(&a), Some(5012));
     c.write_raw(&request(78, "example.net", &[])).await.unwrap();
@@ -428,7 +435,10 @@ async fn unframeable_stream_is_answered_5011_then_closed() {
     m[0] = 2; // version 2: the stream cannot be framed (RFC 6733 §3)
     c.write_raw(&m).await.unwrap();
     let a = answer(&mut c).await;
-    assert_eq!((Head::read(&a).hbh, result_code(&a)), (31, Some(5011)));
+    assert_eq!(
+        (Header::read(&a).hop_by_hop, result_code(&a)),
+        (31, Some(5011))
+    );
     let end = tokio::time::timeout(std::time::Duration::from_secs(5), c.read_message())
         .await
         .unwrap();

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use common::*;
-use diameter::wire::{self, Head, cmd};
+use diameter::codec::Header;
+use diameter::codec::answer::put_base;
+use diameter::dictionary::cmd;
 use tools::loadgen::{Client, Pace, ServerBehaviour, TEST_CMD, Traffic};
 
 /// Requests left pending at the server when the agent stops.
@@ -80,16 +82,16 @@ impl Seen {
     /// Handles one message from the agent: answers its DPR and DWR,
     /// matches answers.
     fn take(&mut self, m: &[u8], out: &mut BytesMut) {
-        let h = Head::read(m);
+        let h = Header::read(m);
         let o = ("client1.example.org", "example.org");
         if h.is_request() {
-            if h.cmd == cmd::DPR {
+            if h.command_code == cmd::DISCONNECT_PEER {
                 self.dpr = true;
             }
-            wire::put_base(out, h.cmd, o, Some(h), 0, None);
+            put_base(out, h.command_code, o, Some(h), 0, None);
             return;
         }
-        if self.outstanding.remove(&h.hbh) {
+        if self.outstanding.remove(&h.hop_by_hop) {
             self.answered += 1;
             if result_code(m) != Some(3002) {
                 self.not_3002 += 1;
@@ -233,18 +235,21 @@ async fn a_request_behind_the_peers_dpr_in_the_same_write_is_answered() {
     let mut c = s.client().await;
     let mut out = BytesMut::new();
     let o = ("client1.example.org", "example.org");
-    wire::put_base(&mut out, cmd::DPR, o, None, 77, Some(0));
+    put_base(&mut out, cmd::DISCONNECT_PEER, o, None, 77, Some(0));
     out.extend_from_slice(&request(78, "example.net", &[]));
     c.write_raw(&out).await.unwrap();
     let mut got = Vec::new();
     while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_secs(10), c.read_message()).await {
-        let h = Head::read(&m);
-        got.push((h.cmd, h.hbh, result_code(&m)));
+        let h = Header::read(&m);
+        got.push((h.command_code, h.hop_by_hop, result_code(&m)));
     }
     got.sort_unstable_by_key(|&(_, hbh, _)| hbh);
     assert_eq!(
         got,
-        vec![(cmd::DPR, 77, Some(2001)), (TEST_CMD, 78, Some(3002))],
+        vec![
+            (cmd::DISCONNECT_PEER, 77, Some(2001)),
+            (TEST_CMD, 78, Some(3002))
+        ],
         "the DPA and the request's one answer, then the end of stream"
     );
 }
@@ -300,18 +305,20 @@ async fn a_peer_that_sends_dpr_with_requests_in_flight_gets_their_answers_before
         out.extend_from_slice(&request(hbh, "example.net", &[]));
     }
     let o = ("client1.example.org", "example.org");
-    wire::put_base(&mut out, cmd::DPR, o, None, 99, Some(0));
+    put_base(&mut out, cmd::DISCONNECT_PEER, o, None, 99, Some(0));
     // A request behind the DPR, in the same write: answered, not relayed.
     out.extend_from_slice(&request(100, "example.net", &[]));
     c.write_raw(&out).await.unwrap();
     let mut got = Vec::new();
     while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_secs(10), c.read_message()).await {
-        let h = Head::read(&m);
-        got.push((h.cmd, h.hbh, result_code(&m)));
+        let h = Header::read(&m);
+        got.push((h.command_code, h.hop_by_hop, result_code(&m)));
     }
-    let dpa = got.iter().position(|&(cmd, _, _)| cmd == cmd::DPR);
+    let dpa = got
+        .iter()
+        .position(|&(cmd, _, _)| cmd == cmd::DISCONNECT_PEER);
     assert_eq!(dpa, Some(got.len() - 1), "the DPA comes last: {got:?}");
-    assert_eq!(got[got.len() - 1], (cmd::DPR, 99, Some(2001)));
+    assert_eq!(got[got.len() - 1], (cmd::DISCONNECT_PEER, 99, Some(2001)));
     let mut answers: Vec<(u32, Option<u32>)> = got[..got.len() - 1]
         .iter()
         .map(|&(_, h, rc)| (h, rc))

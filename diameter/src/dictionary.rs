@@ -339,7 +339,7 @@ const AVP_TABLE: &[AvpDef] = &[
         "Result-Code",
         T::Unsigned32,
         Must,
-        RESULT_CODE_NAMES,
+        result::RESULT_CODE_NAMES,
     ),
     d(269, "Product-Name", T::Utf8String, MustNot),
     d(270, "Session-Binding", T::Unsigned32, Must),
@@ -423,7 +423,7 @@ const AVP_TABLE: &[AvpDef] = &[
         "Experimental-Result-Code",
         T::Unsigned32,
         Must,
-        RESULT_CODE_NAMES,
+        result::RESULT_CODE_NAMES,
     ),
     v(
         299,
@@ -537,53 +537,6 @@ const AVP_TABLE: &[AvpDef] = &[
         &[],
     ),
 ];
-
-/// Names of the Result-Code values of RFC 6733 §7.1 and of the vendor
-/// Experimental-Result-Code 5198.
-pub static RESULT_CODE_NAMES: &[(i64, &str)] = &[
-    (1001, "DIAMETER_MULTI_ROUND_AUTH"),
-    (2001, "DIAMETER_SUCCESS"),
-    (2002, "DIAMETER_LIMITED_SUCCESS"),
-    (3001, "DIAMETER_COMMAND_UNSUPPORTED"),
-    (3002, "DIAMETER_UNABLE_TO_DELIVER"),
-    (3003, "DIAMETER_REALM_NOT_SERVED"),
-    (3004, "DIAMETER_TOO_BUSY"),
-    (3005, "DIAMETER_LOOP_DETECTED"),
-    (3006, "DIAMETER_REDIRECT_INDICATION"),
-    (3007, "DIAMETER_APPLICATION_UNSUPPORTED"),
-    (3008, "DIAMETER_INVALID_HDR_BITS"),
-    (3009, "DIAMETER_INVALID_AVP_BITS"),
-    (3010, "DIAMETER_UNKNOWN_PEER"),
-    (4001, "DIAMETER_AUTHENTICATION_REJECTED"),
-    (4002, "DIAMETER_OUT_OF_SPACE"),
-    (4003, "ELECTION_LOST"),
-    (5001, "DIAMETER_AVP_UNSUPPORTED"),
-    (5002, "DIAMETER_UNKNOWN_SESSION_ID"),
-    (5003, "DIAMETER_AUTHORIZATION_REJECTED"),
-    (5004, "DIAMETER_INVALID_AVP_VALUE"),
-    (5005, "DIAMETER_MISSING_AVP"),
-    (5006, "DIAMETER_RESOURCES_EXCEEDED"),
-    (5007, "DIAMETER_CONTRADICTING_AVPS"),
-    (5008, "DIAMETER_AVP_NOT_ALLOWED"),
-    (5009, "DIAMETER_AVP_OCCURS_TOO_MANY_TIMES"),
-    (5010, "DIAMETER_NO_COMMON_APPLICATION"),
-    (5011, "DIAMETER_UNSUPPORTED_VERSION"),
-    (5012, "DIAMETER_UNABLE_TO_COMPLY"),
-    (5013, "DIAMETER_INVALID_BIT_IN_HEADER"),
-    (5014, "DIAMETER_INVALID_AVP_LENGTH"),
-    (5015, "DIAMETER_INVALID_MESSAGE_LENGTH"),
-    (5016, "DIAMETER_INVALID_AVP_BIT_COMBO"),
-    (5017, "DIAMETER_NO_COMMON_SECURITY"),
-    (5198, "DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY"),
-];
-
-/// The name of a Result-Code value.
-pub fn result_code_name(code: u32) -> Option<&'static str> {
-    RESULT_CODE_NAMES
-        .iter()
-        .find(|(c, _)| *c == i64::from(code))
-        .map(|(_, n)| *n)
-}
 
 /// Looks an AVP up by (code, vendor id); `vendor_id` is [`vendor::NONE`] for
 /// an AVP without a Vendor-Id field.
@@ -783,7 +736,7 @@ mod tests {
             Some("PRIORITY_15")
         );
         assert_eq!(
-            result_code_name(5198),
+            result::result_code_name(5198),
             Some("DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY")
         );
     }

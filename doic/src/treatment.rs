@@ -10,12 +10,13 @@ use super::features::OcSupportedFeatures;
 use super::rate::RateControl;
 use super::report::{OcOlr, Report, ReportType};
 
-/// DIAMETER_TOO_BUSY (RFC 6733 §7.1.3).
-pub const DIAMETER_TOO_BUSY: u32 = 3004;
-/// DIAMETER_UNABLE_TO_COMPLY (RFC 6733 §7.1.5).
-pub const DIAMETER_UNABLE_TO_COMPLY: u32 = 5012;
-/// Vendor Experimental-Result-Code DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY.
-pub const DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY: u32 = 5198;
+/// Vendor Experimental-Result-Code DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY,
+/// from the dictionary.
+pub use diameter::dictionary::result::OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY as DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY;
+/// DIAMETER_TOO_BUSY (RFC 6733 §7.1.3), from the dictionary.
+pub use diameter::dictionary::result::TOO_BUSY as DIAMETER_TOO_BUSY;
+/// DIAMETER_UNABLE_TO_COMPLY (RFC 6733 §7.1.5), from the dictionary.
+pub use diameter::dictionary::result::UNABLE_TO_COMPLY as DIAMETER_UNABLE_TO_COMPLY;
 
 /// A request as the overload core needs to see it (decoded by the relay).
 #[derive(Clone, Copy, Debug)]

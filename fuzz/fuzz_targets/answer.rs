@@ -8,7 +8,7 @@
 
 use bytes::BytesMut;
 use diameter::codec::Routing;
-use diameter::wire;
+use diameter::codec::answer::put_error_answer;
 use libfuzzer_sys::fuzz_target;
 
 /// The request the agent answers in place of a malformed answer.
@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
                 e.result_code_name()
             );
             let mut out = BytesMut::new();
-            wire::put_error_answer(
+            put_error_answer(
                 &mut out,
                 REQUEST,
                 ("agent.example.com", "example.com"),

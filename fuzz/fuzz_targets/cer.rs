@@ -10,10 +10,10 @@
 use std::time::Instant;
 
 use bytes::BytesMut;
-use diameter::codec::{self, CheckOptions};
-use diameter::peer::capx::{self, Capabilities};
+use diameter::codec::answer::put_capabilities;
+use diameter::codec::{self, Capabilities, CheckOptions, Header};
+use diameter::peer::capx;
 use diameter::peer::fsm::{Fsm, Role, State, Transmit};
-use diameter::wire;
 use libfuzzer_sys::fuzz_target;
 
 fn local() -> Capabilities {
@@ -22,7 +22,7 @@ fn local() -> Capabilities {
         origin_realm: "example.com".into(),
         host_ip_addresses: vec!["127.0.0.1".parse().unwrap()],
         product_name: "doic-agent".into(),
-        auth_applications: vec![0xffff_ffff],
+        auth_application_ids: vec![0xffff_ffff],
         ..Capabilities::default()
     }
 }
@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let msg = &data[..n];
-    let head = wire::Head::read(msg);
+    let head = Header::read(msg);
     let read = capx::read_exchange(msg);
     if let Ok((caps, _)) = &read {
         codec::grammar::check(msg, CheckOptions::default()).expect("read means well formed");
@@ -55,12 +55,12 @@ fuzz_target!(|data: &[u8]| {
     let mut out = BytesMut::new();
     match &transmits[0] {
         Transmit::Cea { result_code } => {
-            wire::put_capabilities(&mut out, f.local(), Some((head, *result_code)), 0);
+            put_capabilities(&mut out, f.local(), Some((head, *result_code)), 0);
         }
         Transmit::CeaRefused(e) => {
             assert!(!strict);
             assert_eq!(f.state(), State::Closed, "a refused CER closes");
-            wire::put_refused_cea(&mut out, f.local(), head, e);
+            capx::put_refused_cea(&mut out, f.local(), &head, e);
         }
         other => panic!("a CER is answered with a CEA, not {other:?}"),
     }

@@ -16,13 +16,15 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use diameter::peer::capx::Capabilities;
-use diameter::wire::{self, Head, avp, cmd, flags};
+use diameter::codec::answer::{put_base, put_capabilities, put_error_answer};
+use diameter::codec::header::{begin, finish};
+use diameter::codec::{AvpFlags, Capabilities, CommandFlags, Header, Routing, frame_len, put_avp};
+use diameter::dictionary::{app, cmd, code};
 
 /// test_app's application id (vendor-specific 16777215).
-pub const TEST_APP: u32 = 16_777_215;
+pub const TEST_APP: u32 = app::FD_TEST;
 /// test_app's Test-Request command code.
-pub const TEST_CMD: u32 = 16_777_214;
+pub const TEST_CMD: u32 = cmd::FD_TEST;
 
 /// A peer's identity.
 #[derive(Debug, Clone)]
@@ -51,8 +53,8 @@ impl Identity {
             vendor_id: 0,
             product_name: "doic-loadgen".into(),
             firmware_revision: None,
-            auth_applications: apps,
-            acct_applications: Vec::new(),
+            auth_application_ids: apps,
+            ..Capabilities::default()
         }
     }
 }
@@ -234,43 +236,43 @@ async fn serve_conn(
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         let mut close = false;
-        while let Ok(Some(len)) = wire::frame_len(&inbuf) {
+        while let Ok(Some(len)) = frame_len(&inbuf) {
             let m = inbuf.split_to(len).freeze();
-            let h = Head::read(&m);
+            let h = Header::read(&m);
             if !h.is_request() {
                 continue;
             }
             let o = (id.host.as_str(), id.realm.as_str());
-            match h.cmd {
-                cmd::CER => {
+            match h.command_code {
+                cmd::CAPABILITIES_EXCHANGE => {
                     stats.cer.fetch_add(1, Ordering::Relaxed);
-                    if let Ok((caps, _)) = wire::read_capabilities(&m) {
+                    if let Ok((caps, _)) = Capabilities::read(&m) {
                         *stats
                             .peer_capabilities
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(caps);
                     }
-                    wire::put_capabilities(
+                    put_capabilities(
                         &mut out,
                         &id.caps(ip, b.applications.clone()),
                         Some((h, 2001)),
                         0,
                     );
                 }
-                cmd::DWR => {
+                cmd::DEVICE_WATCHDOG => {
                     stats.dwr.fetch_add(1, Ordering::Relaxed);
                     if b.answer_dwr {
-                        wire::put_base(&mut out, cmd::DWR, o, Some(h), 0, None);
+                        put_base(&mut out, cmd::DEVICE_WATCHDOG, o, Some(h), 0, None);
                     }
                 }
-                cmd::DPR => {
+                cmd::DISCONNECT_PEER => {
                     stats.dpr.fetch_add(1, Ordering::Relaxed);
-                    wire::put_base(&mut out, cmd::DPR, o, Some(h), 0, None);
+                    put_base(&mut out, cmd::DISCONNECT_PEER, o, Some(h), 0, None);
                     close = true;
                 }
                 _ => {
                     stats.requests.fetch_add(1, Ordering::Relaxed);
-                    if h.flags & flags::RETRANSMIT != 0 {
+                    if h.flags.is_retransmit() {
                         stats.retransmitted.fetch_add(1, Ordering::Relaxed);
                     }
                     if b.answer_requests {
@@ -290,7 +292,7 @@ async fn serve_conn(
                         }
                         match (b.malformed, experimental) {
                             (Some(d), _) => put_malformed_answer(&mut out, &m, o, d),
-                            (None, None) => wire::put_error_answer(&mut out, &m, o, rc, None, ""),
+                            (None, None) => put_error_answer(&mut out, &m, o, rc, None, ""),
                             (None, Some((vendor, code))) => {
                                 put_experimental_answer(&mut out, &m, o, vendor, code)
                             }
@@ -404,7 +406,7 @@ impl Client {
         let stream = TcpStream::connect(addr).await?;
         let ip = stream.local_addr()?.ip();
         let mut out = BytesMut::new();
-        wire::put_capabilities(&mut out, &id.caps(ip, applications), None, 1);
+        put_capabilities(&mut out, &id.caps(ip, applications), None, 1);
         Self::exchange(stream, id, &out).await
     }
 
@@ -436,7 +438,7 @@ impl Client {
         let m = tokio::time::timeout(Duration::from_secs(5), c.read_message())
             .await
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no CEA"))??;
-        let (_, rc) = wire::read_capabilities(&m).map_err(std::io::Error::other)?;
+        let (_, rc) = Capabilities::read(&m).map_err(std::io::Error::other)?;
         c.cea_result = rc.unwrap_or(0);
         c.cea = m;
         Ok(c)
@@ -456,7 +458,7 @@ impl Client {
     /// EOF or framing errors.
     pub async fn read_message(&mut self) -> std::io::Result<Bytes> {
         loop {
-            if let Some(n) = wire::frame_len(&self.inbuf).map_err(std::io::Error::other)? {
+            if let Some(n) = frame_len(&self.inbuf).map_err(std::io::Error::other)? {
                 return Ok(self.inbuf.split_to(n).freeze());
             }
             if self.stream.read_buf(&mut self.inbuf).await? == 0 {
@@ -496,21 +498,21 @@ impl Client {
 
     /// Appends one test request with Hop-by-Hop `hbh` to `out`.
     pub fn put_request(&self, out: &mut BytesMut, t: &Traffic, hbh: u32) {
-        let s = wire::begin(
+        let s = begin(
             out,
-            flags::REQUEST | flags::PROXIABLE,
+            CommandFlags::REQUEST | CommandFlags::PROXIABLE,
             TEST_CMD,
             TEST_APP,
             hbh,
             hbh,
         );
         let sid = format!("{};{};{}", self.id.host, std::process::id(), hbh);
-        wire::put_avp(out, avp::SESSION_ID, sid.as_bytes());
-        wire::put_avp(out, avp::ORIGIN_HOST, self.id.host.as_bytes());
-        wire::put_avp(out, avp::ORIGIN_REALM, self.id.realm.as_bytes());
-        wire::put_avp(out, avp::DESTINATION_REALM, t.destination_realm.as_bytes());
+        put_mandatory_avp(out, code::SESSION_ID, sid.as_bytes());
+        put_mandatory_avp(out, code::ORIGIN_HOST, self.id.host.as_bytes());
+        put_mandatory_avp(out, code::ORIGIN_REALM, self.id.realm.as_bytes());
+        put_mandatory_avp(out, code::DESTINATION_REALM, t.destination_realm.as_bytes());
         if let Some(h) = &t.destination_host {
-            wire::put_avp(out, avp::DESTINATION_HOST, h.as_bytes());
+            put_mandatory_avp(out, code::DESTINATION_HOST, h.as_bytes());
         }
         // Test-AVP (vendor 999999, code 16777215, Integer32): a vendor AVP
         // the agent does not know and relays untouched.
@@ -521,7 +523,7 @@ impl Client {
         if let Some(f) = &self.features {
             out.extend_from_slice(f);
         }
-        wire::finish(out, s);
+        finish(out, s);
     }
 
     /// Sends requests for `duration` (or until `stop`), at `pace`, then
@@ -587,24 +589,26 @@ impl Client {
                 Err(_) => continue,
             }
             let now = Instant::now();
-            while let Ok(Some(n)) = wire::frame_len(&self.inbuf) {
+            while let Ok(Some(n)) = frame_len(&self.inbuf) {
                 let m = self.inbuf.split_to(n).freeze();
-                let h = Head::read(&m);
+                let h = Header::read(&m);
                 if h.is_request() {
                     let o = (self.id.host.as_str(), self.id.realm.as_str());
-                    match h.cmd {
-                        cmd::DWR => wire::put_base(&mut out, cmd::DWR, o, Some(h), 0, None),
-                        cmd::DPR => {
-                            wire::put_base(&mut out, cmd::DPR, o, Some(h), 0, None);
+                    match h.command_code {
+                        cmd::DEVICE_WATCHDOG => {
+                            put_base(&mut out, cmd::DEVICE_WATCHDOG, o, Some(h), 0, None)
+                        }
+                        cmd::DISCONNECT_PEER => {
+                            put_base(&mut out, cmd::DISCONNECT_PEER, o, Some(h), 0, None);
                             report.got_dpr = true;
                         }
                         _ => {
-                            wire::put_error_answer(&mut out, &m, o, 3001, None, "");
+                            put_error_answer(&mut out, &m, o, 3001, None, "");
                         }
                     }
                     continue;
                 }
-                match sent_at.remove(&h.hbh) {
+                match sent_at.remove(&h.hop_by_hop) {
                     Some(at) => {
                         report.answered += 1;
                         let us = (now - at).as_micros().min(u128::from(u32::MAX)) as u32;
@@ -642,12 +646,19 @@ impl Client {
     pub async fn disconnect(mut self) -> std::io::Result<()> {
         let mut out = BytesMut::new();
         let o = (self.id.host.clone(), self.id.realm.clone());
-        wire::put_base(&mut out, cmd::DPR, (&o.0, &o.1), None, 7, Some(0));
+        put_base(
+            &mut out,
+            cmd::DISCONNECT_PEER,
+            (&o.0, &o.1),
+            None,
+            7,
+            Some(0),
+        );
         self.stream.write_all(&out).await?;
         let _ = tokio::time::timeout(Duration::from_secs(1), async {
             while let Ok(m) = self.read_message().await {
-                let h = Head::read(&m);
-                if !h.is_request() && h.cmd == cmd::DPR {
+                let h = Header::read(&m);
+                if !h.is_request() && h.command_code == cmd::DISCONNECT_PEER {
                     break;
                 }
             }
@@ -658,18 +669,29 @@ impl Client {
     }
 }
 
+/// Writes one AVP with the M bit and no Vendor-Id by the codec's
+/// [`put_avp`]: the AVPs of test messages.
+///
+/// # Panics
+/// For data longer than 2^24 bytes (the load generator's are a few bytes).
+pub fn put_mandatory_avp(out: &mut BytesMut, code: u32, data: &[u8]) {
+    put_avp(out, code, AvpFlags(AvpFlags::MANDATORY), None, data).expect("a short avp");
+}
+
 /// Begins an answer to `req`: header, Session-Id when the request has one,
-/// Origin-Host and Origin-Realm. Returns the start for [`wire::finish`].
+/// Origin-Host and Origin-Realm. Returns the start for [`finish`].
 fn begin_answer(out: &mut BytesMut, req: &[u8], origin: (&str, &str)) -> usize {
-    let h = Head::read(req);
-    let start = wire::begin(out, h.flags & flags::PROXIABLE, h.cmd, h.app, h.hbh, h.e2e);
-    if let Ok(s) = wire::scan(req)
-        && let Some(sid) = s.session_id
+    let h = Header::read(req);
+    let flags = h.flags.0 & CommandFlags::PROXIABLE;
+    let (cmd, app) = (h.command_code, h.application_id);
+    let start = begin(out, flags, cmd, app, h.hop_by_hop, h.end_to_end);
+    if let Ok(r) = Routing::scan(req)
+        && let Some(sid) = r.session_id()
     {
-        wire::put_avp(out, avp::SESSION_ID, wire::slice(req, sid));
+        put_mandatory_avp(out, code::SESSION_ID, sid);
     }
-    wire::put_avp(out, avp::ORIGIN_HOST, origin.0.as_bytes());
-    wire::put_avp(out, avp::ORIGIN_REALM, origin.1.as_bytes());
+    put_mandatory_avp(out, code::ORIGIN_HOST, origin.0.as_bytes());
+    put_mandatory_avp(out, code::ORIGIN_REALM, origin.1.as_bytes());
     start
 }
 
@@ -678,21 +700,21 @@ fn put_malformed_answer(out: &mut BytesMut, req: &[u8], origin: (&str, &str), d:
     let start = begin_answer(out, req, origin);
     let ok = 2001u32.to_be_bytes();
     match d {
-        Malformed::ResultCodeLength => wire::put_avp(out, avp::RESULT_CODE, &ok[2..]),
+        Malformed::ResultCodeLength => put_mandatory_avp(out, code::RESULT_CODE, &ok[2..]),
         Malformed::NoResultCode => {}
         Malformed::TwoOriginHosts => {
-            wire::put_avp(out, avp::ORIGIN_HOST, b"evil.example.net");
-            wire::put_avp(out, avp::RESULT_CODE, &ok);
+            put_mandatory_avp(out, code::ORIGIN_HOST, b"evil.example.net");
+            put_mandatory_avp(out, code::RESULT_CODE, &ok);
         }
         Malformed::TruncatedAvp => {
-            wire::put_avp(out, avp::RESULT_CODE, &ok);
+            put_mandatory_avp(out, code::RESULT_CODE, &ok);
             let at = out.len();
-            wire::put_avp(out, avp::PRODUCT_NAME, b"abcd");
+            put_mandatory_avp(out, code::PRODUCT_NAME, b"abcd");
             // AVP Length 12 + 16: past the end of the message
             out[at + 7] += 16;
         }
     }
-    wire::finish(out, start);
+    finish(out, start);
 }
 
 /// An answer to `req` with Experimental-Result { Vendor-Id, Experimental-Result-Code }
@@ -706,12 +728,12 @@ fn put_experimental_answer(
 ) {
     let start = begin_answer(out, req, origin);
     let mut inner = BytesMut::new();
-    wire::put_avp(&mut inner, avp::VENDOR_ID, &vendor.to_be_bytes());
-    wire::put_avp(
+    put_mandatory_avp(&mut inner, code::VENDOR_ID, &vendor.to_be_bytes());
+    put_mandatory_avp(
         &mut inner,
-        avp::EXPERIMENTAL_RESULT_CODE,
+        code::EXPERIMENTAL_RESULT_CODE,
         &code.to_be_bytes(),
     );
-    wire::put_avp(out, avp::EXPERIMENTAL_RESULT, &inner);
-    wire::finish(out, start);
+    put_mandatory_avp(out, code::EXPERIMENTAL_RESULT, &inner);
+    finish(out, start);
 }

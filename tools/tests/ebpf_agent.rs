@@ -273,9 +273,9 @@ async fn one_at_a_time(c: &mut Client, n: u64) {
             .unwrap();
         // The R bit is clear: an answer.
         assert_eq!(answer[4] & 0x80, 0);
-        let rc = diameter::wire::scan(&answer)
+        let rc = diameter::codec::Routing::scan(&answer)
             .ok()
-            .and_then(|s| s.result_code);
+            .and_then(|r| r.result_code());
         assert_eq!(rc, Some(2001), "request {i}");
     }
 }

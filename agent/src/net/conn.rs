@@ -38,11 +38,18 @@ use crate::agent::Shared;
 use crate::peer::table::{PeerSlot, PeerStats, Relayed, ToConn, state};
 use crate::relay;
 use crate::routing::{PeerId, PeerView};
-use diameter::peer::capx::{self, Capabilities, CerVerdict};
+use diameter::codec::Capabilities;
+use diameter::codec::answer::{put_base, put_capabilities};
+use diameter::codec::header::{HEADER_LEN, Header, finish, frame_len_max, set_hop_by_hop};
+use diameter::dictionary::cmd;
+use diameter::peer::capx::{self, CerVerdict, put_refused_cea};
 use diameter::peer::fsm::{DisconnectCause, Event, Fsm, Role, State, Transmit};
 use diameter::peer::watchdog::{Delivery, Watchdog, WatchdogAction, WatchdogState};
-use diameter::wire::{self, Head, cmd};
 
+/// The longest message the agent accepts once a peer is open (its policy;
+/// the codec's own limit is the 24-bit field, 16 MiB). Longer is a framing
+/// error (5015).
+pub const MAX_ACCEPTED_MESSAGE_LEN: usize = 1 << 20;
 /// Bytes asked of the kernel per read once the peer is open.
 pub const READ_CHUNK: usize = 256 * 1024;
 /// Bytes asked of the kernel per read before the capabilities exchange.
@@ -100,9 +107,9 @@ struct Conn {
     flushed_pending: bool,
     close: Option<&'static str>,
     /// Header of the CER being answered.
-    cer_head: Option<Head>,
+    cer_head: Option<Header>,
     /// Header of the DPR being answered.
-    last_dpr: Option<Head>,
+    last_dpr: Option<Header>,
     /// Set until the capabilities exchange is over (inbound connections).
     waiting: Option<Waiting>,
     /// Rate limit of the malformed-answer warning.
@@ -299,7 +306,7 @@ impl Conn {
     fn read_and_handle(&mut self) {
         let (chunk, max_len) = match self.fsm.state() {
             State::WaitCer | State::WaitCea => (PRE_OPEN_READ, PRE_OPEN_MAX_MESSAGE),
-            State::Open | State::Closing | State::Closed => (READ_CHUNK, wire::MAX_MESSAGE_LEN),
+            State::Open | State::Closing | State::Closed => (READ_CHUNK, MAX_ACCEPTED_MESSAGE_LEN),
         };
         // Messages handed on keep their part of the buffer alive, so a new
         // buffer is taken only when the spare room runs low (not per read).
@@ -321,7 +328,7 @@ impl Conn {
         self.shared.io.reads.fetch_add(1, Ordering::Relaxed);
         let mut messages = 0u64;
         loop {
-            match diameter::codec::frame_len_max(&self.inbuf, max_len) {
+            match frame_len_max(&self.inbuf, max_len) {
                 Ok(Some(n)) => {
                     let msg = self.inbuf.split_to(n).freeze();
                     messages += 1;
@@ -334,10 +341,10 @@ impl Conn {
                 Err(e) => {
                     // The stream cannot be framed any more (§3): answer what
                     // can be answered, then close.
-                    if self.inbuf.len() >= wire::HEADER_LEN {
-                        let head = Head::read(&self.inbuf);
+                    if self.inbuf.len() >= HEADER_LEN {
+                        let head = Header::read(&self.inbuf);
                         if head.is_request() {
-                            let req = self.inbuf.split_to(wire::HEADER_LEN);
+                            let req = self.inbuf.split_to(HEADER_LEN);
                             let why = e.to_string();
                             self.answer_error(&req, e.result_code(), None, &why);
                         }
@@ -354,12 +361,12 @@ impl Conn {
     }
 
     fn handle_message(&mut self, msg: Bytes) {
-        let head = Head::read(&msg);
+        let head = Header::read(&msg);
         tracing::trace!(
-            hop_by_hop = head.hbh,
-            end_to_end = head.e2e,
-            cmd_code = head.cmd,
-            app_id = head.app,
+            hop_by_hop = head.hop_by_hop,
+            end_to_end = head.end_to_end,
+            cmd_code = head.command_code,
+            app_id = head.application_id,
             "message"
         );
         let now = Instant::now().into_std();
@@ -375,7 +382,7 @@ impl Conn {
             }
             State::Open | State::Closing => {}
         }
-        let is_dwa = !head.is_request() && head.cmd == cmd::DWR;
+        let is_dwa = !head.is_request() && head.command_code == cmd::DEVICE_WATCHDOG;
         // RFC 3539 REOPEN throws received traffic away; the agent instead
         // answers every request it receives (it never drops one) and applies
         // REOPEN to what it sends: no requests are routed to the peer until
@@ -385,20 +392,27 @@ impl Conn {
         }
         self.pump_watchdog();
         if head.is_request() {
-            match head.cmd {
-                cmd::DWR => {
+            match head.command_code {
+                cmd::DEVICE_WATCHDOG => {
                     let o = self.origin();
                     let (h, r) = (o.0.to_owned(), o.1.to_owned());
-                    wire::put_base(&mut self.out, cmd::DWR, (&h, &r), Some(head), 0, None);
+                    put_base(
+                        &mut self.out,
+                        cmd::DEVICE_WATCHDOG,
+                        (&h, &r),
+                        Some(head),
+                        0,
+                        None,
+                    );
                 }
-                cmd::DPR => {
+                cmd::DISCONNECT_PEER => {
                     self.last_dpr = Some(head);
                     // Answers to the peer's own requests still on their way
                     // come first; each is bounded by the request timeout.
                     let bound = self.shared.config.request_timeout() + Duration::from_secs(1);
                     self.fsm.handle_dpr(now, self.inflight_down > 0, bound);
                 }
-                cmd::CER => {
+                cmd::CAPABILITIES_EXCHANGE => {
                     // A CER on an open connection: answered 5012, kept open.
                     self.cer_head = Some(head);
                     self.fsm.handle_cer(Capabilities::default(), true, false);
@@ -409,10 +423,10 @@ impl Conn {
                 }
             }
         } else {
-            match head.cmd {
-                cmd::DWR => self.count(|st| &st.dwa_received),
-                cmd::CER => {}
-                cmd::DPR => {
+            match head.command_code {
+                cmd::DEVICE_WATCHDOG => self.count(|st| &st.dwa_received),
+                cmd::CAPABILITIES_EXCHANGE => {}
+                cmd::DISCONNECT_PEER => {
                     self.count(|st| &st.dpa_received);
                     self.fsm.handle_dpa();
                     self.check_drained();
@@ -423,8 +437,10 @@ impl Conn {
     }
 
     /// CER/CEA before the connection is open.
-    fn handle_exchange(&mut self, msg: Bytes, head: Head) {
-        if head.cmd != cmd::CER || head.is_request() != (self.fsm.state() == State::WaitCer) {
+    fn handle_exchange(&mut self, msg: Bytes, head: Header) {
+        if head.command_code != cmd::CAPABILITIES_EXCHANGE
+            || head.is_request() != (self.fsm.state() == State::WaitCer)
+        {
             self.close = Some("message before capabilities exchange");
             return;
         }
@@ -471,7 +487,7 @@ impl Conn {
         self.cer_head = Some(head);
     }
 
-    fn handle_cer(&mut self, head: Head, caps: Capabilities) {
+    fn handle_cer(&mut self, head: Header, caps: Capabilities) {
         let cfg = &self.shared.config;
         let host = caps.origin_host.clone();
         let configured = self.shared.table.by_host(&host);
@@ -516,26 +532,33 @@ impl Conn {
             match t {
                 Transmit::Cer => {
                     let hbh = self.alloc_hbh();
-                    wire::put_capabilities(&mut self.out, &local, None, hbh);
+                    put_capabilities(&mut self.out, &local, None, hbh);
                 }
                 Transmit::Cea { result_code } => {
                     if let Some(h) = self.cer_head {
-                        wire::put_capabilities(&mut self.out, &local, Some((h, result_code)), 0);
+                        put_capabilities(&mut self.out, &local, Some((h, result_code)), 0);
                     }
                 }
                 Transmit::CeaRefused(e) => {
                     if let Some(h) = self.cer_head {
-                        wire::put_refused_cea(&mut self.out, &local, h, &e);
+                        put_refused_cea(&mut self.out, &local, &h, &e);
                     }
                 }
                 Transmit::Dpr(cause) => {
                     self.count(|st| &st.dpr_sent);
                     let hbh = self.alloc_hbh();
-                    wire::put_base(&mut self.out, cmd::DPR, o, None, hbh, Some(cause as u32));
+                    put_base(
+                        &mut self.out,
+                        cmd::DISCONNECT_PEER,
+                        o,
+                        None,
+                        hbh,
+                        Some(cause as u32),
+                    );
                 }
                 Transmit::Dpa => {
                     if let Some(h) = self.last_dpr {
-                        wire::put_base(&mut self.out, cmd::DPR, o, Some(h), 0, None);
+                        put_base(&mut self.out, cmd::DISCONNECT_PEER, o, Some(h), 0, None);
                     }
                 }
             }
@@ -690,7 +713,14 @@ impl Conn {
                     let hbh = self.alloc_hbh();
                     let o = self.origin();
                     let (h, r) = (o.0.to_owned(), o.1.to_owned());
-                    wire::put_base(&mut self.out, cmd::DWR, (&h, &r), None, hbh, None);
+                    put_base(
+                        &mut self.out,
+                        cmd::DEVICE_WATCHDOG,
+                        (&h, &r),
+                        None,
+                        hbh,
+                        None,
+                    );
                 }
                 WatchdogAction::Failover => {
                     tracing::info!(peer = %self.peer_host(), "peer suspect: failing over pending requests");
@@ -734,8 +764,8 @@ impl Conn {
         if let Some(ov) = &self.shared.overload {
             self.out.extend_from_slice(ov.answer_features_avp(features));
         }
-        wire::finish(&mut self.out, start);
-        wire::set_hbh(&mut self.out[start..], hbh);
+        finish(&mut self.out, start);
+        set_hop_by_hop(&mut self.out[start..], hbh);
         self.inflight_down = self.inflight_down.saturating_sub(1);
         if let Some((_, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_out, code);
@@ -826,7 +856,7 @@ impl Conn {
             ToConn::Answer { msg, hbh, code } => {
                 let start = self.out.len();
                 self.out.extend_from_slice(&msg);
-                wire::set_hbh(&mut self.out[start..], hbh);
+                set_hop_by_hop(&mut self.out[start..], hbh);
                 self.inflight_down = self.inflight_down.saturating_sub(1);
                 if let Some((_, slot)) = &self.peer {
                     PeerSlot::count(&slot.stats.answers_out, code);
@@ -915,9 +945,9 @@ impl Conn {
             let mut framed = true;
             loop {
                 while framed {
-                    match diameter::codec::frame_len_max(inbuf, wire::MAX_MESSAGE_LEN) {
+                    match frame_len_max(inbuf, MAX_ACCEPTED_MESSAGE_LEN) {
                         Ok(Some(n)) => {
-                            discarded += u64::from(Head::read(inbuf).is_request());
+                            discarded += u64::from(Header::read(inbuf).is_request());
                             inbuf.advance(n);
                         }
                         Ok(None) => break,

@@ -11,7 +11,10 @@ use agent::agent::Agent;
 use agent::config::Config;
 use agent::peer::table::state;
 use bytes::{Bytes, BytesMut};
-use diameter::wire::{self, avp, flags};
+use diameter::codec::header::{begin, finish};
+use diameter::codec::{AvpIter, CommandFlags, HEADER_LEN, Header, RawAvp, Routing};
+use diameter::dictionary::code;
+use tools::loadgen::put_mandatory_avp;
 use tools::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, TEST_CMD};
 
 pub const AGENT: &str = "agent.example.com";
@@ -144,26 +147,26 @@ impl Drop for Setup {
 /// A test request with extra AVPs appended.
 pub fn request(hbh: u32, realm: &str, extra: &[(u32, &[u8])]) -> BytesMut {
     let mut out = BytesMut::new();
-    let s = wire::begin(
+    let s = begin(
         &mut out,
-        flags::REQUEST | flags::PROXIABLE,
+        CommandFlags::REQUEST | CommandFlags::PROXIABLE,
         TEST_CMD,
         TEST_APP,
         hbh,
         hbh + 1000,
     );
-    wire::put_avp(
+    put_mandatory_avp(
         &mut out,
-        avp::SESSION_ID,
+        code::SESSION_ID,
         format!("client1.example.org;1;{hbh}").as_bytes(),
     );
-    wire::put_avp(&mut out, avp::ORIGIN_HOST, b"client1.example.org");
-    wire::put_avp(&mut out, avp::ORIGIN_REALM, b"example.org");
-    wire::put_avp(&mut out, avp::DESTINATION_REALM, realm.as_bytes());
+    put_mandatory_avp(&mut out, code::ORIGIN_HOST, b"client1.example.org");
+    put_mandatory_avp(&mut out, code::ORIGIN_REALM, b"example.org");
+    put_mandatory_avp(&mut out, code::DESTINATION_REALM, realm.as_bytes());
     for (c, d) in extra {
-        wire::put_avp(&mut out, *c, d);
+        put_mandatory_avp(&mut out, *c, d);
     }
-    wire::finish(&mut out, s);
+    finish(&mut out, s);
     out
 }
 
@@ -174,7 +177,7 @@ pub async fn answer(c: &mut Client) -> Bytes {
             .await
             .expect("an answer in time")
             .unwrap();
-        let h = wire::Head::read(&m);
+        let h = Header::read(&m);
         if !h.is_request() {
             return m;
         }
@@ -182,7 +185,12 @@ pub async fn answer(c: &mut Client) -> Bytes {
 }
 
 pub fn result_code(m: &[u8]) -> Option<u32> {
-    wire::scan(m).unwrap().result_code
+    Routing::scan(m).unwrap().result_code()
+}
+
+/// The top-level AVPs of a message (which must be well formed).
+pub fn avps(m: &[u8]) -> impl Iterator<Item = RawAvp<'_>> {
+    AvpIter::with_offset(&m[HEADER_LEN..], HEADER_LEN).map(Result::unwrap)
 }
 
 /// The value of one sample of the agent's `/metrics` text, given as

@@ -16,14 +16,17 @@ use agent::agent::Agent;
 use agent::config::Config;
 use agent::peer::table::state;
 use bytes::{Bytes, BytesMut};
+use diameter::codec::answer::{put_base, put_capabilities, put_error_answer};
 use diameter::codec::doic::{OcOlr, OcSupportedFeatures};
+use diameter::codec::header::{begin, finish};
+use diameter::codec::{Capabilities, CommandFlags, Header, frame_len};
 use diameter::codec::{MessageBuf, Routing};
+use diameter::dictionary::cmd;
 use diameter::dictionary::code;
-use diameter::peer::capx::Capabilities;
-use diameter::wire::{self, Head, avp, cmd, flags};
 use doic::wire::DoicAvps;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tools::loadgen::put_mandatory_avp;
 use tools::loadgen::{Client, Identity, TEST_APP, TEST_CMD};
 
 pub const AGENT: &str = "agent.example.com";
@@ -135,14 +138,14 @@ async fn serve(
         if n == 0 || stop.load(Ordering::Relaxed) {
             return Ok(());
         }
-        while let Ok(Some(len)) = wire::frame_len(&inbuf) {
+        while let Ok(Some(len)) = frame_len(&inbuf) {
             let m = inbuf.split_to(len).freeze();
-            let h = Head::read(&m);
+            let h = Header::read(&m);
             if !h.is_request() {
                 continue;
             }
-            match h.cmd {
-                cmd::CER => {
+            match h.command_code {
+                cmd::CAPABILITIES_EXCHANGE => {
                     let caps = Capabilities {
                         origin_host: id.host.clone(),
                         origin_realm: id.realm.clone(),
@@ -150,13 +153,17 @@ async fn serve(
                         vendor_id: 0,
                         product_name: "doic-reporter".into(),
                         firmware_revision: None,
-                        auth_applications: vec![TEST_APP],
-                        acct_applications: Vec::new(),
+                        auth_application_ids: vec![TEST_APP],
+                        ..Capabilities::default()
                     };
-                    wire::put_capabilities(&mut out, &caps, Some((h, 2001)), 0);
+                    put_capabilities(&mut out, &caps, Some((h, 2001)), 0);
                 }
-                cmd::DWR => wire::put_base(&mut out, cmd::DWR, o, Some(h), 0, None),
-                cmd::DPR => wire::put_base(&mut out, cmd::DPR, o, Some(h), 0, None),
+                cmd::DEVICE_WATCHDOG => {
+                    put_base(&mut out, cmd::DEVICE_WATCHDOG, o, Some(h), 0, None)
+                }
+                cmd::DISCONNECT_PEER => {
+                    put_base(&mut out, cmd::DISCONNECT_PEER, o, Some(h), 0, None)
+                }
                 _ => {
                     seen.requests.fetch_add(1, Ordering::Relaxed);
                     let feats = features_of(&m);
@@ -168,7 +175,7 @@ async fn serve(
                         let mut g = script.lock().unwrap();
                         if let Some(n) = g.vanish_after {
                             let mut v = seen.vanished.lock().unwrap();
-                            v.push(h.e2e);
+                            v.push(h.end_to_end);
                             if v.len() as u64 >= n {
                                 // Closed with requests pending at the agent.
                                 g.vanish_after = None;
@@ -216,7 +223,7 @@ fn scripted_answer(req: &[u8], o: (&str, &str), s: &Script) -> Bytes {
     } else {
         s.result_code.unwrap_or(2001)
     };
-    wire::put_error_answer(&mut a, req, o, rc, None, "");
+    put_error_answer(&mut a, req, o, rc, None, "");
     let mut b = MessageBuf::new(a).unwrap();
     if let Some(code) = s.experimental {
         b.remove_avps(|x| x.vendor_id.is_none() && x.code == code::RESULT_CODE)
@@ -264,26 +271,26 @@ pub fn agent_config(servers: &[(&Reporter, bool)], doic: Option<&str>, workers: 
 /// Destination-Host.
 pub fn request(hbh: u32, features: Option<&OcSupportedFeatures>, dest_host: Option<&str>) -> Bytes {
     let mut out = BytesMut::new();
-    let s = wire::begin(
+    let s = begin(
         &mut out,
-        flags::REQUEST | flags::PROXIABLE,
+        CommandFlags::REQUEST | CommandFlags::PROXIABLE,
         TEST_CMD,
         TEST_APP,
         hbh,
         hbh ^ 0x5555_0000,
     );
-    wire::put_avp(
+    put_mandatory_avp(
         &mut out,
-        avp::SESSION_ID,
+        code::SESSION_ID,
         format!("{CLIENT};1;{hbh}").as_bytes(),
     );
-    wire::put_avp(&mut out, avp::ORIGIN_HOST, CLIENT.as_bytes());
-    wire::put_avp(&mut out, avp::ORIGIN_REALM, b"example.org");
-    wire::put_avp(&mut out, avp::DESTINATION_REALM, b"example.net");
+    put_mandatory_avp(&mut out, code::ORIGIN_HOST, CLIENT.as_bytes());
+    put_mandatory_avp(&mut out, code::ORIGIN_REALM, b"example.org");
+    put_mandatory_avp(&mut out, code::DESTINATION_REALM, b"example.net");
     if let Some(h) = dest_host {
-        wire::put_avp(&mut out, avp::DESTINATION_HOST, h.as_bytes());
+        put_mandatory_avp(&mut out, code::DESTINATION_HOST, h.as_bytes());
     }
-    wire::finish(&mut out, s);
+    finish(&mut out, s);
     let mut b = MessageBuf::new(out).unwrap();
     if let Some(f) = features {
         b.append_avp(&f.to_avp()).unwrap();
@@ -346,11 +353,11 @@ pub async fn exchange_to(
             .await
             .expect("an answer in time")
             .unwrap();
-        let h = Head::read(&m);
+        let h = Header::read(&m);
         if h.is_request() {
             continue;
         }
-        let i = h.hbh.wrapping_sub(hbh0) as usize;
+        let i = h.hop_by_hop.wrapping_sub(hbh0) as usize;
         assert!(i < n as usize, "answer to an unknown request {h:?}");
         assert!(answers[i].is_none(), "two answers to request {i}");
         answers[i] = Some(m);

@@ -4,22 +4,16 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-/// RFC 6733 §3: the header is 20 bytes.
-pub(crate) const HEADER_LEN: usize = 20;
-const CMD_DEVICE_WATCHDOG: u32 = 280;
-const AVP_ORIGIN_HOST: u32 = 264;
-const AVP_ORIGIN_REALM: u32 = 296;
-const AVP_RESULT_CODE: u32 = 268;
-const AVP_PROXY_INFO_STATE: u32 = 33; // Proxy-State, an OctetString
-const FLAG_MANDATORY: u8 = 0x40;
+pub(crate) use diameter::codec::HEADER_LEN;
+use diameter::codec::{AvpFlags, put_avp};
+use diameter::dictionary::cmd::DEVICE_WATCHDOG as CMD_DEVICE_WATCHDOG;
+use diameter::dictionary::code::{
+    ORIGIN_HOST as AVP_ORIGIN_HOST, ORIGIN_REALM as AVP_ORIGIN_REALM,
+    PROXY_STATE as AVP_PROXY_INFO_STATE, RESULT_CODE as AVP_RESULT_CODE,
+};
 
 fn avp(out: &mut Vec<u8>, code: u32, data: &[u8]) {
-    let len = 8 + data.len();
-    out.extend_from_slice(&code.to_be_bytes());
-    out.push(FLAG_MANDATORY);
-    out.extend_from_slice(&(len as u32).to_be_bytes()[1..]);
-    out.extend_from_slice(data);
-    out.resize(out.len() + (4 - len % 4) % 4, 0);
+    put_avp(out, code, AvpFlags(AvpFlags::MANDATORY), None, data).unwrap();
 }
 
 fn message(request: bool, hop_by_hop: u32, avps: &[u8]) -> Vec<u8> {

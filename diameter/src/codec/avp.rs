@@ -238,6 +238,21 @@ pub(crate) fn min_failed_avp(code: u32, flags: AvpFlags, vendor_id: Option<u32>)
     Bytes::from(out)
 }
 
+/// An example of a missing AVP for a Failed-AVP (RFC 6733 §7.5): its
+/// header with the M bit and an empty value.
+#[must_use]
+pub fn empty_avp(code: u32) -> Bytes {
+    let mut out = Vec::with_capacity(AVP_HEADER_LEN);
+    write_avp_header(
+        &mut out,
+        code,
+        AvpFlags(AvpFlags::MANDATORY),
+        None,
+        AVP_HEADER_LEN,
+    );
+    Bytes::from(out)
+}
+
 pub(crate) fn write_avp_header(
     out: &mut impl BufMut,
     code: u32,

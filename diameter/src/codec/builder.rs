@@ -8,7 +8,8 @@ use std::net::IpAddr;
 use bytes::Bytes;
 
 use super::avp::{Avp, AvpData, AvpIter};
-use super::header::{CommandFlags, HEADER_LEN, Header};
+use super::error::DecodeError;
+use super::header::{CommandFlags, HEADER_LEN, Header, VERSION};
 use super::message::Message;
 use crate::dictionary::{app, cmd, code, result};
 
@@ -42,6 +43,61 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// Reads the capabilities and the Result-Code of a CER or CEA: the
+    /// applications inside Vendor-Specific-Application-Id join the plain
+    /// ones; AVPs the exchange does not use are skipped. It checks AVP
+    /// lengths and that Origin-Host and Origin-Realm are there and not
+    /// empty, nothing more (the grammar is [`super::grammar::check`]'s).
+    ///
+    /// # Errors
+    /// 5014 for a malformed AVP, 5005 DIAMETER_MISSING_AVP (Failed-AVP an
+    /// example of it) when Origin-Host or Origin-Realm is absent or empty.
+    pub fn read(m: &[u8]) -> Result<(Capabilities, Option<u32>), DecodeError> {
+        let mut c = Capabilities::default();
+        let mut rc = None;
+        let text = |d: &[u8]| String::from_utf8_lossy(d).into_owned();
+        let u32_of = |d: &[u8]| d.try_into().ok().map(u32::from_be_bytes);
+        for a in AvpIter::with_offset(m.get(HEADER_LEN..).unwrap_or_default(), HEADER_LEN) {
+            let a = a?;
+            if a.vendor_id.is_some() {
+                continue;
+            }
+            match a.code {
+                code::ORIGIN_HOST => c.origin_host = text(a.data),
+                code::ORIGIN_REALM => c.origin_realm = text(a.data),
+                code::RESULT_CODE => rc = u32_of(a.data),
+                code::VENDOR_ID => c.vendor_id = u32_of(a.data).unwrap_or(0),
+                code::PRODUCT_NAME => c.product_name = text(a.data),
+                code::FIRMWARE_REVISION => c.firmware_revision = u32_of(a.data),
+                code::HOST_IP_ADDRESS => c.host_ip_addresses.extend(address(a.data)),
+                code::AUTH_APPLICATION_ID => c.auth_application_ids.extend(u32_of(a.data)),
+                code::ACCT_APPLICATION_ID => c.acct_application_ids.extend(u32_of(a.data)),
+                code::VENDOR_SPECIFIC_APPLICATION_ID => {
+                    for i in a.children() {
+                        let i = i?;
+                        match i.code {
+                            code::AUTH_APPLICATION_ID => {
+                                c.auth_application_ids.extend(u32_of(i.data));
+                            }
+                            code::ACCT_APPLICATION_ID => {
+                                c.acct_application_ids.extend(u32_of(i.data));
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if c.origin_host.is_empty() {
+            return Err(missing(code::ORIGIN_HOST));
+        }
+        if c.origin_realm.is_empty() {
+            return Err(missing(code::ORIGIN_REALM));
+        }
+        Ok((c, rc))
+    }
+
     fn push_avps(&self, m: &mut Message) {
         m.push(Avp::str(code::ORIGIN_HOST, &self.origin_host));
         m.push(Avp::str(code::ORIGIN_REALM, &self.origin_realm));
@@ -77,6 +133,33 @@ impl Capabilities {
         if let Some(f) = self.firmware_revision {
             m.push(Avp::u32(code::FIRMWARE_REVISION, f));
         }
+    }
+}
+
+/// A Host-IP-Address value (RFC 6733 §4.3.1 Address: family 1 IPv4, 2
+/// IPv6); other families are skipped.
+fn address(d: &[u8]) -> Option<IpAddr> {
+    match (d.len(), d.first().zip(d.get(1))) {
+        (6, Some((0, 1))) => Some(IpAddr::from([d[2], d[3], d[4], d[5]])),
+        (18, Some((0, 2))) => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&d[2..]);
+            Some(IpAddr::from(o))
+        }
+        _ => None,
+    }
+}
+
+/// 5005 for an AVP the capabilities exchange needs (RFC 6733 §7.5:
+/// Failed-AVP holds an example of it, with an empty value).
+fn missing(code: u32) -> DecodeError {
+    DecodeError::MissingAvp {
+        code,
+        vendor_id: None,
+        name: crate::dictionary::avp(code, 0).map_or("AVP", |d| d.name),
+        context: "capabilities exchange",
+        offset: 0,
+        failed_avp: super::avp::empty_avp(code),
     }
 }
 
@@ -167,11 +250,14 @@ pub fn dpa(request: &Header, result_code: u32, origin_host: &str, origin_realm: 
 
 /// The header of an answer to `request` (RFC 6733 §6.2): same Command Code,
 /// Application-ID, Hop-by-Hop and End-to-End identifiers; R and T cleared, P
-/// copied; E set when `error` (a 3xxx protocol error, §7.1.3).
+/// copied; E set when `error` (a 3xxx protocol error, §7.1.3). The version
+/// is 1 whatever the request's (a 5011 answer to a version it does not
+/// speak).
 pub fn answer_header(request: &Header, error: bool) -> Header {
     let flags =
         CommandFlags(request.flags.0 & CommandFlags::PROXIABLE).with(CommandFlags::ERROR, error);
     Header {
+        version: VERSION,
         flags,
         length: HEADER_LEN as u32,
         ..*request

@@ -176,7 +176,7 @@ impl DecodeError {
 
     /// The name of [`Self::result_code`] (e.g. `DIAMETER_INVALID_AVP_LENGTH`).
     pub fn result_code_name(&self) -> &'static str {
-        crate::dictionary::result_code_name(self.result_code()).unwrap_or("UNKNOWN")
+        crate::dictionary::result::result_code_name(self.result_code()).unwrap_or("UNKNOWN")
     }
 
     /// True when the answer must carry the E bit (a 3xxx protocol error).

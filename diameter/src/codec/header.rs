@@ -2,7 +2,7 @@
 //! flags (R, P, E, T), 24-bit Command Code, Application-ID, Hop-by-Hop and
 //! End-to-End identifiers; and stream framing.
 
-use bytes::BufMut;
+use bytes::{BufMut, BytesMut};
 
 use super::error::DecodeError;
 
@@ -10,8 +10,10 @@ use super::error::DecodeError;
 pub const HEADER_LEN: usize = 20;
 /// The only Diameter version (RFC 6733 §3).
 pub const VERSION: u8 = 1;
-/// The largest Message Length the 24-bit field can carry.
-pub const MAX_MESSAGE_LEN: usize = 0x00ff_ffff;
+/// The largest Message Length the 24-bit field can carry: the codec's
+/// limit. A node's own acceptance limit is its policy, passed to
+/// [`frame_len_max`].
+pub const MAX_LENGTH_FIELD: usize = 0x00ff_ffff;
 
 /// The command flags byte of the header (RFC 6733 §3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -144,17 +146,37 @@ impl Header {
                 offset: 0,
             });
         }
-        let length = u24(&b[1..4]);
-        check_length(length as usize)?;
-        Ok(Header {
+        let h = Header::read(b);
+        check_length(h.length as usize)?;
+        Ok(h)
+    }
+
+    /// Reads the header fields of a message already framed and checked
+    /// ([`frame_len_max`], [`Header::decode`]), without checking them again:
+    /// the relay's per-message read.
+    ///
+    /// # Panics
+    /// When `buf` is shorter than the 20-byte header.
+    #[inline]
+    #[must_use]
+    pub fn read(buf: &[u8]) -> Header {
+        let b = &buf[..HEADER_LEN];
+        Header {
             version: b[0],
-            length,
+            length: u24(&b[1..4]),
             flags: CommandFlags(b[4]),
             command_code: u24(&b[5..8]),
             application_id: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
             hop_by_hop: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
             end_to_end: u32::from_be_bytes([b[16], b[17], b[18], b[19]]),
-        })
+        }
+    }
+
+    /// True for a request (R bit).
+    #[inline]
+    #[must_use]
+    pub const fn is_request(&self) -> bool {
+        self.flags.is_request()
     }
 
     /// Writes the 20 header bytes with the given Message Length.
@@ -170,6 +192,63 @@ impl Header {
     pub fn encode(&self, out: &mut impl BufMut) {
         self.encode_with_length(self.length, out);
     }
+}
+
+/// Overwrites the Hop-by-Hop Identifier of the message at the start of
+/// `msg` (RFC 6733 §6.1.9), in place.
+///
+/// # Panics
+/// When `msg` is shorter than the 20-byte header.
+#[inline]
+pub fn set_hop_by_hop(msg: &mut [u8], id: u32) {
+    msg[12..16].copy_from_slice(&id.to_be_bytes());
+}
+
+/// Overwrites the End-to-End Identifier of the message at the start of
+/// `msg`, in place.
+///
+/// # Panics
+/// When `msg` is shorter than the 20-byte header.
+#[inline]
+pub fn set_end_to_end(msg: &mut [u8], id: u32) {
+    msg[16..20].copy_from_slice(&id.to_be_bytes());
+}
+
+/// Sets or clears the T flag (RFC 6733 §3, §5.5.4 potentially
+/// retransmitted) of the message at the start of `msg`, in place.
+///
+/// # Panics
+/// When `msg` is empty.
+#[inline]
+pub fn set_retransmit(msg: &mut [u8], on: bool) {
+    msg[4] = CommandFlags(msg[4]).with(CommandFlags::RETRANSMIT, on).0;
+}
+
+/// Writes the 24-bit Message Length of the message at the start of `msg`
+/// (the caller checked it against [`MAX_LENGTH_FIELD`]).
+///
+/// # Panics
+/// When `msg` is shorter than 4 bytes.
+#[inline]
+pub fn set_length(msg: &mut [u8], len: usize) {
+    msg[1..4].copy_from_slice(&(len as u32).to_be_bytes()[1..]);
+}
+
+/// Starts a message at the end of `out` with these header fields and a
+/// zero length; returns its start for [`finish`].
+pub fn begin(out: &mut BytesMut, flags: u8, command: u32, app: u32, hbh: u32, e2e: u32) -> usize {
+    let start = out.len();
+    let mut h = Header::new(command, app, CommandFlags(flags));
+    h.hop_by_hop = hbh;
+    h.end_to_end = e2e;
+    h.encode_with_length(0, out);
+    start
+}
+
+/// Writes the Message Length of the message [`begin`] started at `start`.
+pub fn finish(out: &mut BytesMut, start: usize) {
+    let len = out.len() - start;
+    set_length(&mut out[start..], len);
 }
 
 fn check_length(length: usize) -> Result<(), DecodeError> {
@@ -232,7 +311,7 @@ pub fn frame_len_max(buf: &[u8], max_len: usize) -> Result<Option<usize>, Decode
 /// # Errors
 /// As [`frame_len_max`].
 pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, DecodeError> {
-    frame_len_max(buf, MAX_MESSAGE_LEN)
+    frame_len_max(buf, MAX_LENGTH_FIELD)
 }
 
 #[cfg(test)]
@@ -280,9 +359,11 @@ mod tests {
         b[0] = 2;
         assert_eq!(Header::decode(&b).unwrap_err().result_code(), 5011);
         assert_eq!(frame_len(&b).unwrap_err().result_code(), 5011);
+        assert!(frame_len(&b).unwrap_err().is_framing_error());
         let mut b = cer_header();
         b[3] = 19;
         assert_eq!(frame_len(&b).unwrap_err().result_code(), 5015);
+        assert!(frame_len(&b).unwrap_err().is_framing_error());
         b[3] = 22;
         assert_eq!(frame_len(&b).unwrap_err().result_code(), 5015);
         b[3] = 24;

@@ -31,7 +31,7 @@ use serde_json::{Map, Value as Json, json};
 
 use super::avp::{AvpFlags, AvpIter, RawAvp, padding};
 use super::error::DecodeError;
-use super::header::{CommandFlags, HEADER_LEN, Header, MAX_MESSAGE_LEN};
+use super::header::{CommandFlags, HEADER_LEN, Header, MAX_LENGTH_FIELD};
 use super::value::{Address, FAMILY_IPV4, FAMILY_IPV6, Time, Value};
 use crate::dictionary::{self, AvpType};
 
@@ -314,7 +314,7 @@ pub fn from_json(doc: &Json) -> Result<Vec<u8>, JsonError> {
     if let Some(avps) = doc.get("avps") {
         write_avps(avps, "avps", 1, &mut out)?;
     }
-    if out.len() > MAX_MESSAGE_LEN {
+    if out.len() > MAX_LENGTH_FIELD {
         return Err(jerr(
             "avps",
             "message longer than the 24-bit message length",

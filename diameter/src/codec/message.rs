@@ -6,7 +6,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::avp::{Avp, AvpIter, RawAvp};
 use super::error::{DecodeError, EncodeError};
-use super::header::{CommandFlags, HEADER_LEN, Header, MAX_MESSAGE_LEN};
+use super::header::{CommandFlags, HEADER_LEN, Header, MAX_LENGTH_FIELD};
 use super::value;
 use crate::dictionary::{self, AvpType};
 
@@ -202,7 +202,7 @@ impl Message {
     /// When a length exceeds its 24-bit field.
     pub fn encode(&self, out: &mut impl BufMut) -> Result<(), EncodeError> {
         let length = self.encoded_len();
-        if length > MAX_MESSAGE_LEN {
+        if length > MAX_LENGTH_FIELD {
             return Err(EncodeError::MessageTooLong { length });
         }
         self.header.encode_with_length(length as u32, out);
@@ -226,7 +226,7 @@ impl Message {
             a.push_to(&mut out);
         }
         let length = out.len();
-        if length > MAX_MESSAGE_LEN {
+        if length > MAX_LENGTH_FIELD {
             return Err(EncodeError::MessageTooLong { length });
         }
         let mut h = &mut out[..HEADER_LEN];

@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::avp::{Avp, AvpFlags, AvpIter, RawAvp, min_failed_avp, parse_one};
 use super::error::{DecodeError, EncodeError};
-use super::header::{CommandFlags, HEADER_LEN, Header, MAX_MESSAGE_LEN};
+use super::header::{self, CommandFlags, HEADER_LEN, Header, MAX_LENGTH_FIELD};
 use super::message::Message;
 use crate::dictionary::{AvpType, code};
 
@@ -440,19 +440,17 @@ impl MessageBuf {
 
     /// Rewrites the Hop-by-Hop identifier.
     pub fn set_hop_by_hop(&mut self, id: u32) {
-        self.buf[12..16].copy_from_slice(&id.to_be_bytes());
+        header::set_hop_by_hop(&mut self.buf, id);
     }
 
     /// Rewrites the End-to-End identifier.
     pub fn set_end_to_end(&mut self, id: u32) {
-        self.buf[16..20].copy_from_slice(&id.to_be_bytes());
+        header::set_end_to_end(&mut self.buf, id);
     }
 
     /// Sets or clears the T (potentially retransmitted) flag.
     pub fn set_retransmit(&mut self, on: bool) {
-        self.buf[4] = CommandFlags(self.buf[4])
-            .with(CommandFlags::RETRANSMIT, on)
-            .0;
+        header::set_retransmit(&mut self.buf, on);
     }
 
     /// Replaces the command flags byte.
@@ -461,11 +459,10 @@ impl MessageBuf {
     }
 
     fn set_length(&mut self, len: usize) -> Result<(), EncodeError> {
-        if len > MAX_MESSAGE_LEN {
+        if len > MAX_LENGTH_FIELD {
             return Err(EncodeError::MessageTooLong { length: len });
         }
-        let l = (len as u32).to_be_bytes();
-        self.buf[1..4].copy_from_slice(&l[1..4]);
+        header::set_length(&mut self.buf, len);
         Ok(())
     }
 
@@ -475,7 +472,7 @@ impl MessageBuf {
     /// When the message or the AVP would exceed its 24-bit length.
     pub fn append_avp(&mut self, avp: &Avp) -> Result<(), EncodeError> {
         let new_len = self.buf.len() + avp.encoded_len();
-        if new_len > MAX_MESSAGE_LEN {
+        if new_len > MAX_LENGTH_FIELD {
             return Err(EncodeError::MessageTooLong { length: new_len });
         }
         avp.encode(&mut self.buf)?;
@@ -717,6 +714,18 @@ mod tests {
         b[20 + 7] = 3; // Session-Id length 3 < 8
         let e = Routing::scan(&b).unwrap_err();
         assert_eq!((e.result_code(), e.offset()), (5014, 20));
+        // an AVP overrunning the message: answered, with it in Failed-AVP,
+        // and the stream still framed
+        let mut b = request().to_bytes().unwrap();
+        let at = 20 + Avp::str(code::SESSION_ID, "client.example.org;1;2").encoded_len();
+        b[at + 6] = 0x10; // 4 KiB more than it has
+        let e = Routing::scan(&b).unwrap_err();
+        assert_eq!((e.result_code(), e.offset()), (5014, at));
+        assert!(!e.is_framing_error());
+        assert_eq!(
+            &e.failed_avp().unwrap()[..4],
+            &code::ORIGIN_HOST.to_be_bytes()
+        );
     }
 
     #[test]

@@ -12,53 +12,22 @@
 //! the transport connection; several Origin-Host AVPs never pick an
 //! identity.
 
-use std::net::IpAddr;
+use bytes::{Bytes, BytesMut};
 
-use bytes::Bytes;
-
-use crate::codec::{CheckOptions, DecodeError};
+use crate::codec::answer::put_message;
+use crate::codec::builder::{Capabilities, cea};
+use crate::codec::{Avp, AvpData, CheckOptions, DecodeError, Header};
 use crate::dictionary::app::RELAY as RELAY_APPLICATION_ID;
-use crate::wire;
+use crate::dictionary::code;
+use crate::dictionary::result::{NO_COMMON_APPLICATION, SUCCESS, UNKNOWN_PEER};
 
-/// Result-Code 2001 DIAMETER_SUCCESS (RFC 6733 §7.1.2).
-pub const SUCCESS: u32 = 2001;
-/// Result-Code 3010 DIAMETER_UNKNOWN_PEER (RFC 6733 §7.1.3).
-pub const UNKNOWN_PEER: u32 = 3010;
-/// Result-Code 5010 DIAMETER_NO_COMMON_APPLICATION (RFC 6733 §7.1.5).
-pub const NO_COMMON_APPLICATION: u32 = 5010;
-/// Result-Code 4003 DIAMETER_ELECTION_LOST (RFC 6733 §7.1.4).
-pub const ELECTION_LOST: u32 = 4003;
-
-/// The capabilities a node advertises in CER or CEA (RFC 6733 §5.3.1,
-/// §5.3.2).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Capabilities {
-    /// Origin-Host.
-    pub origin_host: String,
-    /// Origin-Realm.
-    pub origin_realm: String,
-    /// Host-IP-Address values.
-    pub host_ip_addresses: Vec<IpAddr>,
-    /// Vendor-Id.
-    pub vendor_id: u32,
-    /// Product-Name.
-    pub product_name: String,
-    /// Firmware-Revision, if sent.
-    pub firmware_revision: Option<u32>,
-    /// Auth-Application-Id values, including those inside
-    /// Vendor-Specific-Application-Id.
-    pub auth_applications: Vec<u32>,
-    /// Acct-Application-Id values, including those inside
-    /// Vendor-Specific-Application-Id.
-    pub acct_applications: Vec<u32>,
-}
-
+/// What the exchange judges in the capabilities of either side.
 impl Capabilities {
     /// True when the node advertises the Relay application (0xffffffff).
     #[must_use]
     pub fn is_relay(&self) -> bool {
-        self.auth_applications.contains(&RELAY_APPLICATION_ID)
-            || self.acct_applications.contains(&RELAY_APPLICATION_ID)
+        self.auth_application_ids.contains(&RELAY_APPLICATION_ID)
+            || self.acct_application_ids.contains(&RELAY_APPLICATION_ID)
     }
 
     /// The application ids both sides support. RFC 6733 §5.3: a node
@@ -78,9 +47,9 @@ impl Capabilities {
     }
 
     fn all_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        self.auth_applications
+        self.auth_application_ids
             .iter()
-            .chain(&self.acct_applications)
+            .chain(&self.acct_application_ids)
             .copied()
     }
 }
@@ -143,11 +112,39 @@ impl ExchangeError {
 /// AVP the exchange uses is unusable.
 pub fn read_exchange(msg: &[u8]) -> Result<(Capabilities, Option<u32>), ExchangeError> {
     crate::codec::grammar::check(msg, CheckOptions::default())?;
-    wire::read_capabilities(msg).map_err(|e| ExchangeError::Content {
-        result_code: e.result_code,
-        failed_avp: e.failed_avp,
-        why: e.why,
+    Capabilities::read(msg).map_err(|e| ExchangeError::Content {
+        result_code: e.result_code(),
+        failed_avp: e.failed_avp().cloned(),
+        why: match e {
+            DecodeError::MissingAvp { .. } => "missing avp",
+            _ => "invalid avp length",
+        },
     })
+}
+
+/// Appends a CEA refusing the CER with header `h` for `error` (RFC 6733
+/// §5.3.2, §7.1.5): its Result-Code, an Error-Message naming the defect and
+/// the Failed-AVP the error carries.
+pub fn put_refused_cea(out: &mut BytesMut, caps: &Capabilities, h: &Header, error: &ExchangeError) {
+    let req = Header {
+        command_code: crate::dictionary::cmd::CAPABILITIES_EXCHANGE,
+        application_id: 0,
+        ..*h
+    };
+    let mut m = cea(&req, error.result_code(), caps);
+    m.push(Avp::str(code::ERROR_MESSAGE, &error.to_string()));
+    if let Some(f) = error.failed_avp() {
+        // the offending AVP as grouped data holds it: padded (§4.1, §4.4)
+        let mut padded = BytesMut::from(&f[..]);
+        padded.resize(f.len().next_multiple_of(4), 0);
+        m.push(Avp::new(
+            code::FAILED_AVP,
+            None,
+            true,
+            AvpData::Bytes(padded.freeze()),
+        ));
+    }
+    put_message(out, &m);
 }
 
 /// The verdict on a received CER.
@@ -210,7 +207,7 @@ mod tests {
         Capabilities {
             origin_host: "x.example.org".into(),
             origin_realm: "example.org".into(),
-            auth_applications: apps.to_vec(),
+            auth_application_ids: apps.to_vec(),
             ..Capabilities::default()
         }
     }
@@ -246,7 +243,7 @@ mod tests {
             CerVerdict::Accept(vec![5])
         );
         let mut acct = caps(&[]);
-        acct.acct_applications = vec![3];
+        acct.acct_application_ids = vec![3];
         assert_eq!(
             judge_cer(&caps(&[3]), &acct, true),
             CerVerdict::Accept(vec![3])
@@ -275,7 +272,7 @@ mod tests {
     }
 
     fn cer_bytes(extra: Vec<crate::codec::Avp>, drop: u32) -> Vec<u8> {
-        let c = crate::codec::builder::Capabilities {
+        let c = Capabilities {
             origin_host: "client1.example.org".into(),
             origin_realm: "example.org".into(),
             host_ip_addresses: vec!["127.0.0.1".parse().unwrap()],
@@ -306,7 +303,7 @@ mod tests {
     fn a_well_formed_cer_is_read() {
         let (c, rc) = read_exchange(&cer_bytes(vec![], 0)).unwrap();
         assert_eq!((c.origin_host.as_str(), rc), ("client1.example.org", None));
-        assert_eq!(c.auth_applications, vec![4]);
+        assert_eq!(c.auth_application_ids, vec![4]);
     }
 
     #[test]
@@ -369,7 +366,7 @@ mod tests {
         local.host_ip_addresses = vec!["127.0.0.1".parse().unwrap()];
         local.product_name = "doic-agent".into();
         let mut out = bytes::BytesMut::new();
-        wire::put_refused_cea(&mut out, &local, wire::Head::read(&cer), &e);
+        put_refused_cea(&mut out, &local, &Header::read(&cer), &e);
         // the CEA itself passes the strict check, with the extra AVPs
         crate::codec::grammar::check(&out, CheckOptions::default()).unwrap();
         let a = crate::codec::Message::decode(out.freeze()).unwrap();

@@ -10,7 +10,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::capx::{self, Capabilities, CerVerdict, ExchangeError};
+use super::capx::{self, CerVerdict, ExchangeError};
+use crate::codec::builder::Capabilities;
+use crate::dictionary::result;
 
 /// Which side opened the transport connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,7 +196,7 @@ impl Fsm {
             return;
         }
         let verdict = if election_lost {
-            CerVerdict::Refuse(capx::ELECTION_LOST)
+            CerVerdict::Refuse(result::ELECTION_LOST)
         } else {
             capx::judge_cer(&self.local, &remote, known)
         };
@@ -203,7 +205,7 @@ impl Fsm {
             // R-Accept, Process-CER, R-Snd-CEA  ->  R-Open
             CerVerdict::Accept(common_applications) => {
                 self.transmits.push_back(Transmit::Cea {
-                    result_code: capx::SUCCESS,
+                    result_code: result::SUCCESS,
                 });
                 self.transition(State::Open);
                 self.deadline = None;
@@ -389,7 +391,7 @@ mod tests {
         Capabilities {
             origin_host: host.into(),
             origin_realm: "example.org".into(),
-            auth_applications: apps.to_vec(),
+            auth_application_ids: apps.to_vec(),
             ..Capabilities::default()
         }
     }

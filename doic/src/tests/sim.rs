@@ -14,8 +14,7 @@ use crate::report::{Abatement, OcOlr, Report, ReportType};
 use crate::treatment::{Candidate, RequestView, Treatment};
 use crate::{DoicConfig, PeerPolicy};
 
-/// DIAMETER_SUCCESS.
-pub(crate) const SUCCESS: u32 = 2001;
+pub(crate) use diameter::dictionary::result::SUCCESS;
 
 /// A request on the simulated wire.
 #[derive(Clone, Debug)]

@@ -28,14 +28,15 @@ use crate::process::{Daemon, RunDir, peers_dir, require};
 
 /// freeDiameter's extension directory on Debian.
 pub const EXT_DIR: &str = "/usr/lib/freeDiameter";
-/// test_app's vendor-specific application id.
-pub const TEST_APP_ID: u32 = 16_777_215;
-/// test_app's vendor id.
-pub const TEST_VENDOR_ID: u32 = 999_999;
-/// test_app's Test-Request/Answer command code.
-pub const TEST_CMD: u32 = 16_777_214;
-/// test_app's Test-AVP code (vendor [`TEST_VENDOR_ID`], Integer32).
-pub const TEST_AVP: u32 = 16_777_215;
+/// test_app's vendor-specific application id, from the dictionary.
+pub const TEST_APP_ID: u32 = diameter::dictionary::app::FD_TEST;
+/// test_app's vendor id, from the dictionary.
+pub const TEST_VENDOR_ID: u32 = diameter::dictionary::vendor::FD_TEST;
+/// test_app's Test-Request/Answer command code, from the dictionary.
+pub const TEST_CMD: u32 = diameter::dictionary::cmd::FD_TEST;
+/// test_app's Test-AVP code (vendor [`TEST_VENDOR_ID`], Integer32), from
+/// the dictionary.
+pub const TEST_AVP: u32 = diameter::dictionary::code::fd_test::TEST_AVP;
 
 /// How long a daemon may take to initialise.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

@@ -22,17 +22,21 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::{Conn, Pending};
 use crate::peer::table::{PeerSlot, Relayed, ToConn};
 use crate::relay::{self, AnswerFate};
 use crate::routing::{self, PeerId, PeerView};
+use diameter::codec::answer::put_error_answer;
+use diameter::codec::avp::empty_avp;
+use diameter::codec::forward::{put_relayed_request, put_relayed_request_cut};
+use diameter::codec::header::{Header, finish};
 use diameter::codec::{DecodeError, Routing};
+use diameter::dictionary::code;
 use diameter::peer::fsm::State;
 use diameter::peer::watchdog::Watchdog;
-use diameter::wire::{self, Head, flags};
 
 /// At most one warning per connection per this interval for malformed
 /// answers; the metric counts every one.
@@ -88,7 +92,7 @@ impl Conn {
         let hbh = self.alloc_hbh();
         let start = self.out.len();
         match r.cut {
-            Some((a, b)) => wire::put_relayed_request_cut(
+            Some((a, b)) => put_relayed_request_cut(
                 &mut self.out,
                 &r.msg,
                 (a as usize, b as usize),
@@ -96,13 +100,13 @@ impl Conn {
                 hbh,
                 r.retransmit,
             ),
-            None => wire::put_relayed_request(&mut self.out, &r.msg, &r.from, hbh, r.retransmit),
+            None => put_relayed_request(&mut self.out, &r.msg, &r.from, hbh, r.retransmit),
         }
         if r.doic.is_some()
             && let Some(ov) = &self.shared.overload
         {
             self.out.extend_from_slice(ov.features_avp());
-            wire::finish(&mut self.out, start);
+            finish(&mut self.out, start);
         }
         slot.stats.requests_out.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + self.shared.config.request_timeout();
@@ -124,7 +128,7 @@ impl Conn {
     pub(super) fn answer_error(&mut self, req: &[u8], code: u32, failed: Option<&[u8]>, why: &str) {
         let o = self.origin();
         let (h, r) = (o.0.to_owned(), o.1.to_owned());
-        wire::put_error_answer(&mut self.out, req, (&h, &r), code, failed, why);
+        put_error_answer(&mut self.out, req, (&h, &r), code, failed, why);
         if let Some((_, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_out, code);
         }
@@ -141,7 +145,7 @@ impl Conn {
     /// A request from this connection's peer: check (the codec's relay
     /// scan, RFC 6733 §7.1 Result-Codes), loop check (§6.1.3), route
     /// (§6.1.6-6.1.7), dispatch (§6.1.9).
-    pub(super) fn relay_request(&mut self, msg: Bytes, head: Head) {
+    pub(super) fn relay_request(&mut self, msg: Bytes, head: Header) {
         if let Some((_, slot)) = &self.peer {
             slot.stats.requests_in.fetch_add(1, Ordering::Relaxed);
         }
@@ -152,7 +156,7 @@ impl Conn {
             Ok(r) => r,
             Err(e) => return self.answer_defect(&msg, &e),
         };
-        if head.flags & flags::PROXIABLE == 0 {
+        if !head.flags.is_proxiable() {
             return self.answer_error(
                 &msg,
                 relay::APPLICATION_UNSUPPORTED,
@@ -177,8 +181,7 @@ impl Conn {
             );
         }
         let Some(realm) = routing.destination_realm() else {
-            let mut f = BytesMut::new();
-            wire::put_avp(&mut f, wire::avp::DESTINATION_REALM, &[]);
+            let f = empty_avp(code::DESTINATION_REALM);
             return self.answer_error(
                 &msg,
                 relay::MISSING_AVP,
@@ -221,24 +224,27 @@ impl Conn {
         self.rotate = self.rotate.wrapping_add(1);
         let decision = match &self.shared.overload {
             None => crate::overload::Decision::Relay,
-            Some(ov) => match crate::overload::idle_forward(ov, &msg, head.app, &routing, &from) {
-                Some(d) => d,
-                None => crate::overload::treat_request(
-                    &self.shared,
-                    ov,
-                    &crate::overload::RequestIn {
-                        msg: &msg,
-                        head,
-                        routing: &routing,
-                        from: &from,
-                        realm: &String::from_utf8_lossy(&realm),
-                        dest_host: dest_host.as_deref(),
-                        excluded: &tried,
-                        rotate: self.rotate,
-                        prior: None,
-                    },
-                ),
-            },
+            Some(ov) => {
+                match crate::overload::idle_forward(ov, &msg, head.application_id, &routing, &from)
+                {
+                    Some(d) => d,
+                    None => crate::overload::treat_request(
+                        &self.shared,
+                        ov,
+                        &crate::overload::RequestIn {
+                            msg: &msg,
+                            head,
+                            routing: &routing,
+                            from: &from,
+                            realm: &String::from_utf8_lossy(&realm),
+                            dest_host: dest_host.as_deref(),
+                            excluded: &tried,
+                            rotate: self.rotate,
+                            prior: None,
+                        },
+                    ),
+                }
+            }
         };
         let mut cut = None;
         let (msg, doic, to) = match decision {
@@ -269,12 +275,12 @@ impl Conn {
         let r = Relayed {
             realm,
             msg,
-            hbh: head.hbh,
+            hbh: head.hop_by_hop,
             reply: self.tx.clone(),
             pinned: false,
             tried,
-            retransmit: head.flags & flags::RETRANSMIT != 0,
-            app: head.app,
+            retransmit: head.flags.is_retransmit(),
+            app: head.application_id,
             from,
             doic,
             cut,
@@ -306,9 +312,9 @@ impl Conn {
     }
 
     /// An answer from this connection's peer to a request the agent relayed.
-    pub(super) fn relay_answer(&mut self, msg: Bytes, head: Head) {
-        let Some(p) = self.pending.remove(&head.hbh) else {
-            tracing::trace!(hop_by_hop = head.hbh, "answer to no pending request");
+    pub(super) fn relay_answer(&mut self, msg: Bytes, head: Header) {
+        let Some(p) = self.pending.remove(&head.hop_by_hop) else {
+            tracing::trace!(hop_by_hop = head.hop_by_hop, "answer to no pending request");
             return;
         };
         self.upstream_done();
