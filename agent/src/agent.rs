@@ -3,6 +3,11 @@
 //! endpoint and the control thread, assembled from a [`Config`]. The
 //! shutdown of RFC 6733 §5.4 (DPR to every peer, drain, answer every
 //! pending request) starts with [`Agent::shutdown`].
+//!
+//! [`Agent::start_on`] runs the same agent as tasks on a runtime the caller
+//! passes in (`agent::hosted`): a test that pauses tokio's clock then drives
+//! every timer of the agent, Tc, Tw, the request timeout and DOIC's
+//! validity, probes and ramps included.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,8 +19,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 
 use crate::config::Config;
+use crate::overload::hosted::HostedCore;
 use crate::peer::table::PeerTable;
 use crate::routing::{PeerView, Router};
+
+mod hosted;
 
 /// The agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -88,8 +96,20 @@ struct WorkerSlot {
     idle: Arc<Notify>,
     /// Busy share of the last second, in per mille (control thread).
     utilisation: AtomicU32,
-    /// The worker thread's kernel thread id.
+    /// The worker thread's kernel thread id (0: not a thread, [`hosted`]).
     tid: i32,
+    /// The worker's DOIC state when it is not a thread ([`hosted`]).
+    hosted: Option<Arc<HostedCore>>,
+}
+
+impl WorkerSlot {
+    /// Runs `fut` on the worker, uncounted.
+    fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        match &self.hosted {
+            None => drop(self.handle.spawn(fut)),
+            Some(core) => drop(self.handle.spawn(hosted::on_worker(core.clone(), fut))),
+        }
+    }
 }
 
 impl Shared {
@@ -114,6 +134,9 @@ impl Shared {
     #[must_use]
     pub fn worker_cpu_time(&self, i: usize) -> Option<Duration> {
         let tid = self.workers.get(i)?.tid;
+        if tid == 0 {
+            return None;
+        }
         let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
         let ns = stat.split_whitespace().next()?.parse().ok()?;
         Some(Duration::from_nanos(ns))
@@ -126,7 +149,7 @@ impl Shared {
         let live = w.live.clone();
         let idle = w.idle.clone();
         live.fetch_add(1, Ordering::SeqCst);
-        w.handle.spawn(async move {
+        w.spawn(async move {
             fut.await;
             if live.fetch_sub(1, Ordering::SeqCst) == 1 {
                 idle.notify_waiters();
@@ -150,6 +173,8 @@ pub struct Agent {
     threads: Vec<JoinHandle<()>>,
     control: Option<JoinHandle<()>>,
     control_stop: Arc<AtomicBool>,
+    /// The control tick of an agent on a caller's runtime.
+    control_task: Option<tokio::task::JoinHandle<()>>,
     listen: Vec<SocketAddr>,
     metrics: Option<SocketAddr>,
 }
@@ -160,6 +185,32 @@ impl Agent {
     /// # Errors
     /// [`StartError`] when an address cannot be bound or a thread started.
     pub fn start(config: Config) -> Result<Agent, StartError> {
+        Agent::launch(config, None)
+    }
+
+    /// [`Agent::start`] on the caller's runtime `handle`: the workers are
+    /// groups of tasks there, not threads (each keeps its own DOIC core,
+    /// lent to whichever thread polls one of its tasks), and the listeners,
+    /// the dialling, every connection, the control tick and the metrics
+    /// endpoint are tasks too. Every time the agent reads is the runtime's
+    /// (`tokio::time`, and the request path's clock follows it:
+    /// [`Clock::following`](crate::clock::Clock::following)), so on a
+    /// runtime whose clock is paused (`tokio::time::pause`,
+    /// `#[tokio::test(start_paused = true)]`) the agent's timers follow the
+    /// paused clock. Stop with [`Agent::shutdown`], then await
+    /// [`Agent::wait`]. No thread is pinned and no worker's CPU time is
+    /// measured ([`Shared::worker_cpu_time`] is `None`).
+    ///
+    /// # Errors
+    /// [`StartError`] when an address cannot be bound.
+    pub fn start_on(handle: &tokio::runtime::Handle, config: Config) -> Result<Agent, StartError> {
+        // Every `now` read while starting is the runtime's too.
+        let _entered = handle.enter();
+        Agent::launch(config, Some(handle))
+    }
+
+    /// Starts the agent on pinned worker threads, or as tasks on `on`.
+    fn launch(config: Config, on: Option<&tokio::runtime::Handle>) -> Result<Agent, StartError> {
         let mut listeners = Vec::new();
         for addr in &config.node.listen {
             let l = bind(*addr)?;
@@ -188,7 +239,12 @@ impl Agent {
         let mut threads = Vec::new();
         let mut slots = Vec::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        for index in 0..n {
+        // Pinned worker threads, or workers on the caller's runtime.
+        let threads_to_start = if on.is_some() { 0 } else { n };
+        if let Some(handle) = on {
+            slots.extend((0..n).map(|index| hosted::worker_slot(handle, index)));
+        }
+        for index in 0..threads_to_start {
             let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
             let ready_tx = ready_tx.clone();
             let mut shutdown = shutdown.clone();
@@ -242,12 +298,18 @@ impl Agent {
                 idle,
                 utilisation: AtomicU32::new(0),
                 tid,
+                hosted: None,
             });
         }
         let table = PeerTable::from_config(&config);
         let router = Router::from_config(&config, |h| table.by_host(h));
-        let overload =
-            crate::overload::Overload::new(&config.node.origin_host, config.doic_effective(), n);
+        let identity = &config.node.origin_host;
+        let overload = match on {
+            None => crate::overload::Overload::new(identity, config.doic_effective(), n),
+            Some(_) => config.doic_effective().map(|cfg| {
+                crate::overload::Overload::with_clock(identity, cfg, n, hosted::clock())
+            }),
+        };
         let retry = crate::relay::budget::RetryGate::new(&config.retry);
         let admission = crate::admission::Admission::new(
             config.node.max_pending_cer,
@@ -282,21 +344,23 @@ impl Agent {
             shared.spawn_on(0, crate::metrics::serve(s, l));
         }
         let control_stop = Arc::new(AtomicBool::new(false));
-        let control = {
+        let control = on.is_none().then(|| {
             let shared = shared.clone();
             let stop = control_stop.clone();
             std::thread::Builder::new()
                 .name("doic-control".into())
                 .spawn(move || control_loop(&shared, &stop))
                 .ok()
-        };
+        });
+        let control_task = on.map(|h| h.spawn(hosted::control(shared.clone())));
         tracing::info!(workers = n, listen = ?listen, metrics = ?metrics, "agent started");
         Ok(Agent {
             shared,
             stop,
             threads,
-            control,
+            control: control.flatten(),
             control_stop,
+            control_task,
             listen,
             metrics,
         })
@@ -332,7 +396,9 @@ impl Agent {
     }
 
     /// Waits until every worker has finished (call [`Agent::shutdown`]
-    /// first).
+    /// first). An agent on a caller's runtime ([`Agent::start_on`]) has no
+    /// thread to wait for: its control tick stops, its tasks end on their
+    /// own; await [`Agent::wait`] to wait for them.
     pub fn join(mut self) {
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -340,6 +406,39 @@ impl Agent {
         self.control_stop.store(true, Ordering::Relaxed);
         if let Some(c) = self.control.take() {
             let _ = c.join();
+        }
+        if let Some(c) = self.control_task.take() {
+            c.abort();
+        }
+    }
+
+    /// [`Agent::join`] for async callers: on a caller's runtime, waits for
+    /// every task of every worker to end (call [`Agent::shutdown`] first);
+    /// with pinned workers, joins them on a blocking thread.
+    pub async fn wait(mut self) {
+        if self.control_task.is_none() {
+            let _ = tokio::task::spawn_blocking(move || self.join()).await;
+            return;
+        }
+        let mut shutdown = self.shared.shutdown.clone();
+        stopped(&mut shutdown).await;
+        for w in &self.shared.workers {
+            hosted::idle(w).await;
+        }
+        if let Some(c) = self.control_task.take() {
+            c.abort();
+            let _ = c.await;
+        }
+    }
+}
+
+impl Drop for Agent {
+    /// An agent on a caller's runtime stops its control tick with it (the
+    /// workers stop as on [`Agent::shutdown`]: the stop signal's sender is
+    /// gone).
+    fn drop(&mut self) {
+        if let Some(c) = self.control_task.take() {
+            c.abort();
         }
     }
 }
@@ -352,47 +451,74 @@ fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
     Ok(l)
 }
 
-/// The control thread: once a second, the workers' busy share. (Overload
-/// control attaches here: it reads the same load signals.)
+/// The control thread: every 100 ms the DOIC ticks of the workers, once a
+/// second their busy share. (Overload control attaches here: it reads the
+/// same load signals.)
 fn control_loop(shared: &Arc<Shared>, stop: &AtomicBool) {
-    let mut last: Vec<Duration> = shared
-        .workers
-        .iter()
-        .map(|w| w.handle.metrics().worker_total_busy_duration(0))
-        .collect();
-    let mut at = Instant::now();
-    let mut ticks = 0u64;
+    let mut control = Control::new(shared, Instant::now());
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-        ticks += 1;
+        std::thread::sleep(CONTROL_TICK);
+        control.handle_tick(shared, Instant::now());
+    }
+}
+
+/// The period of the control tick.
+const CONTROL_TICK: Duration = Duration::from_millis(100);
+
+/// What the control tick keeps between ticks.
+struct Control {
+    /// Each worker's busy time at the last second.
+    last: Vec<Duration>,
+    /// When that was.
+    at: Instant,
+    ticks: u64,
+}
+
+impl Control {
+    fn new(shared: &Shared, now: Instant) -> Control {
+        let last = shared
+            .workers
+            .iter()
+            .map(|w| w.handle.metrics().worker_total_busy_duration(0))
+            .collect();
+        Control {
+            last,
+            at: now,
+            ticks: 0,
+        }
+    }
+
+    /// One tick at `now`.
+    fn handle_tick(&mut self, shared: &Arc<Shared>, now: Instant) {
+        self.ticks += 1;
         if shared.overload.is_some() && !*shared.shutdown.borrow() {
             // DOIC expiry, ramps and snapshots run on each worker (its core
             // lives there); the audit trail is rendered once a second.
-            let full = ticks.is_multiple_of(10);
-            for i in 0..shared.workers.len() {
+            let full = self.ticks.is_multiple_of(10);
+            for w in &shared.workers {
                 let s = shared.clone();
-                shared.workers[i].handle.spawn(async move {
+                w.spawn(async move {
                     if let Some(ov) = &s.overload {
                         crate::overload::tick(ov, full);
                     }
                 });
             }
         }
-        if at.elapsed() < Duration::from_secs(1) {
-            continue;
+        let elapsed = now.saturating_duration_since(self.at);
+        if elapsed < Duration::from_secs(1) {
+            return;
         }
-        let elapsed = at.elapsed();
-        at = Instant::now();
+        self.at = now;
         for (i, w) in shared.workers.iter().enumerate() {
             let busy = w.handle.metrics().worker_total_busy_duration(0);
-            let delta = busy.saturating_sub(last[i]);
-            last[i] = busy;
+            let delta = busy.saturating_sub(self.last[i]);
+            self.last[i] = busy;
             let permille = (delta.as_secs_f64() / elapsed.as_secs_f64() * 1000.0).min(1000.0);
             w.utilisation.store(permille as u32, Ordering::Relaxed);
         }
-        shared.kernel.handle_tick(at);
+        shared.kernel.handle_tick(now);
         if let Some(ov) = &shared.overload {
-            crate::overload::own::control_tick(shared, ov, at);
+            crate::overload::own::control_tick(shared, ov, now);
         }
     }
 }

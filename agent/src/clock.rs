@@ -11,6 +11,10 @@
 //! of `CLOCK_MONOTONIC` through the vDSO orders the counter read with a
 //! fence and a sequence lock, and costs about twice as much (see
 //! `docs/bucket.md`, "Which clock").
+//!
+//! An agent on a caller's runtime ([`crate::agent::Agent::start_on`]) reads
+//! that runtime's time instead ([`Clock::following`]), so that a test which
+//! pauses tokio's clock pauses the request path's too.
 
 use std::time::{Duration, Instant};
 
@@ -30,10 +34,20 @@ use std::time::{Duration, Instant};
 /// most), so one component should take all its times from one `Clock`.
 #[derive(Clone, Debug)]
 pub struct Clock {
-    clock: quanta::Clock,
+    source: Source,
     base_raw: u64,
     base_ns: u64,
     base: Instant,
+}
+
+/// What a [`Clock`] reads.
+#[derive(Clone, Debug)]
+enum Source {
+    /// The CPU's counter (production).
+    Counter(quanta::Clock),
+    /// Another clock's `Instant`s: the time of the runtime the agent runs
+    /// on ([`Clock::following`]).
+    Following(fn() -> Instant),
 }
 
 impl Clock {
@@ -62,17 +76,45 @@ impl Clock {
         }
         let (_, base_raw, base_ns, base) = best;
         Clock {
-            clock,
+            source: Source::Counter(clock),
             base_raw,
             base_ns,
             base,
         }
     }
 
+    /// A clock that reads `now` instead of the CPU's counter: the agent on
+    /// a caller's runtime ([`crate::agent::Agent::start_on`]) follows that
+    /// runtime's time (`tokio::time::Instant`), which a test may pause and
+    /// advance. [`Clock::now`] is then `now()` itself, and [`Clock::now_ns`]
+    /// counts from `CLOCK_MONOTONIC` at the clock's making, advancing as
+    /// `now` does. Each reading costs a call of `now` (the production
+    /// [`Clock::new`] reads the counter, with no call).
+    #[must_use]
+    pub fn following(now: fn() -> Instant) -> Clock {
+        Clock {
+            source: Source::Following(now),
+            base_raw: 0,
+            base_ns: monotonic_ns(),
+            base: now(),
+        }
+    }
+
     /// Nanoseconds since the clock was made.
     #[inline]
     fn elapsed_ns(&self) -> u64 {
-        self.clock.delta_as_nanos(self.base_raw, self.clock.raw())
+        match &self.source {
+            Source::Counter(clock) => clock.delta_as_nanos(self.base_raw, clock.raw()),
+            Source::Following(now) => self.followed_ns(*now),
+        }
+    }
+
+    /// [`Clock::elapsed_ns`] of a followed clock, out of the counter's way.
+    #[cold]
+    #[inline(never)]
+    fn followed_ns(&self, now: fn() -> Instant) -> u64 {
+        let d = now().saturating_duration_since(self.base);
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Monotonic nanoseconds on the origin of [`monotonic_ns`], for
@@ -172,6 +214,31 @@ mod tests {
             coarse + 2 * res >= before,
             "coarse {coarse} lags precise {before} by more than two ticks of {res}"
         );
+    }
+
+    /// A clock a test moves by hand: a fixed base and an offset.
+    static OFFSET_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+    fn by_hand() -> Instant {
+        let offset = OFFSET_NS.load(std::sync::atomic::Ordering::Relaxed);
+        *BASE.get_or_init(Instant::now) + Duration::from_nanos(offset)
+    }
+
+    #[test]
+    fn a_following_clock_moves_with_the_clock_it_follows_only() {
+        let clock = Clock::following(by_hand);
+        let (start_ns, start) = (clock.now_ns(), clock.now());
+        assert_eq!(start, by_hand());
+        // Real time passes, the followed clock stands still.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!((clock.now_ns(), clock.now()), (start_ns, start));
+        OFFSET_NS.fetch_add(5_000_000_000, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(clock.now_ns() - start_ns, 5_000_000_000);
+        assert_eq!(clock.now() - start, Duration::from_secs(5));
+        assert_eq!(clock.now(), by_hand());
+        // On the origin of CLOCK_MONOTONIC, as the counter clock.
+        assert!(start_ns <= monotonic_ns());
     }
 
     #[test]

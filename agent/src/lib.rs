@@ -13,12 +13,12 @@
 //! | --- | --- |
 //! | [`ebpf`] | kernel telemetry: loads and attaches the XDP/TC program, reads per-peer Diameter counters, renders them for Prometheus |
 //! | [`telemetry`] | the kernel program inside the agent: `[ebpf]` section, attach/detach with the agent, per-tick counters and arrival rates for overload control |
-//! | [`clock`] | the time base of the request path: the CPU counter in nanoseconds (quanta) and CLOCK_MONOTONIC; the only clock reads the cores are given |
+//! | [`clock`] | the time base of the request path: the CPU counter in nanoseconds (quanta) and CLOCK_MONOTONIC, or the time of a caller's runtime; the only clock reads the cores are given |
 //! | [`config`] | the TOML configuration, defaults and validation |
 //! | [`peer`] | the peer table: one slot per configured or accepted peer (the state machines are in `diameter::peer`) |
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
 //! | [`admission`] | caps on inbound connections waiting for CER (RFC 6733 §5.3), per source and in total |
-//! | [`agent`] | the running agent: pinned workers, listeners, dialling, control thread, shutdown |
+//! | [`agent`] | the running agent: pinned workers (or tasks on a caller's runtime, `start_on`), listeners, dialling, control thread, shutdown |
 //! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O |
 //! | [`overload`] | DOIC in the relay: per-worker cores, request/answer treatment, replication, control tick, `/metrics` and `/audit` |
 //! | [`relay`] | relay duties across connections: dispatch, failover with the T flag, local answers |

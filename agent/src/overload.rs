@@ -7,7 +7,8 @@
 //! workers).
 //!
 //! Each worker thread owns one [`Doic`] core in a thread local: the
-//! per-request path takes no lock. A report accepted on one worker comes
+//! per-request path takes no lock. (A worker on a caller's runtime is not
+//! a thread: it lends its core to the thread polling its task, `overload::hosted`.) A report accepted on one worker comes
 //! back from [`Doic::on_answer`] as [`Replica`]s, which are put in the other
 //! workers' inboxes (a mutex taken only when a report arrives; the request
 //! path checks an atomic flag). The control thread ([`tick`], every 100 ms on
@@ -42,6 +43,7 @@ use doic::{
     AnswerView, Candidate, Doic, DoicConfig, OcSupportedFeatures, RequestView, Treatment, TxState,
 };
 
+pub(crate) mod hosted;
 pub mod own;
 
 /// Vendor-Id put in the Experimental-Result of a 5198 answer (3GPP; the code
@@ -125,11 +127,17 @@ impl Overload {
     /// `cfg` is `None` (DOIC off).
     #[must_use]
     pub fn new(identity: &str, cfg: Option<DoicConfig>, workers: usize) -> Option<Self> {
-        let cfg = cfg?;
+        cfg.map(|cfg| Self::with_clock(identity, cfg, workers, Clock::new()))
+    }
+
+    /// [`Overload::new`] with DOIC on, every `now` read from `clock` (the
+    /// agent on a caller's runtime follows that runtime's time,
+    /// [`Clock::following`]).
+    #[must_use]
+    pub fn with_clock(identity: &str, cfg: DoicConfig, workers: usize, clock: Clock) -> Self {
         let sequence_base = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_secs());
-        let clock = Clock::new();
         let origin = clock.now();
         let base_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -166,7 +174,7 @@ impl Overload {
             answer_avp(true, doic::Algorithm::Loss),
             answer_avp(true, doic::Algorithm::Rate),
         ];
-        Some(Self {
+        Self {
             answer_avps,
             features_avp: features_avp.freeze(),
             own: own::OwnState::new(identity, cfg.own_capacity, origin, base_ms),
@@ -177,7 +185,7 @@ impl Overload {
             sequence_base,
             inboxes: (0..workers).map(|_| Inbox::default()).collect(),
             snapshots: (0..workers).map(|_| Mutex::default()).collect(),
-        })
+        }
     }
 
     /// The agent's OC-Supported-Features AVP, encoded, as every relayed

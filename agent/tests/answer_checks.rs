@@ -4,18 +4,18 @@
 //! Origin-Realm are answered 5005, and a request whose Destination-Host is
 //! the agent is answered locally (RFC 6733 §6.1.4), not relayed.
 
-mod common;
+mod support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use common::*;
 use diameter::codec::Routing;
 use diameter::codec::header::{begin, finish};
 use diameter::codec::{CommandFlags, Header};
 use diameter::dictionary::code;
+use support::*;
 use tools::loadgen::put_mandatory_avp;
 use tools::loadgen::{Malformed, Pace, ServerBehaviour, Traffic};
 

@@ -11,7 +11,7 @@
 //! The relay's throughput with DOIC active and no overload against without is
 //! measured side by side by `bench-relay-ab --subject doic` (same stage).
 
-mod reporting;
+mod support;
 
 // The allocator of the agent's binaries (main.rs, bench-relay).
 #[global_allocator]
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
 use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
-use reporting::*;
+use support::*;
 use tools::loadgen::{Pace, Traffic};
 
 const S1: &str = "server1.example.net";
@@ -54,7 +54,7 @@ fn traffic() -> Traffic {
 async fn rate_within_two_percent_at_ten_times_offered_load() {
     const RATE: u32 = 500;
     let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let agent = start_agent(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
     let mut c = connect(agent.local_addrs()[0]).await;
     let mut r = OcOlr::new(1, ReportType::Host);
     r.maximum_rate = Some(RATE);
@@ -92,7 +92,7 @@ async fn rate_within_two_percent_at_ten_times_offered_load() {
 async fn loss_share_within_one_point_over_100k_requests() {
     const PERCENT: u32 = 37;
     let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let agent = start_agent(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
     let mut c = connect(agent.local_addrs()[0]).await;
     let mut r = OcOlr::new(1, ReportType::Host);
     r.reduction_percentage = Some(PERCENT);
@@ -120,7 +120,7 @@ async fn loss_share_within_one_point_over_100k_requests() {
 async fn report_takes_effect_on_the_first_request_after_its_answer() {
     let s1 = Reporter::spawn(S1).await;
     let cfg = agent_config(&[(&s1, true)], Some("ramp = 0.0\nprobe_interval = 0.01"), 2);
-    let agent = start(cfg, 1).await;
+    let agent = start_agent(cfg, 1).await;
     let mut c = connect(agent.local_addrs()[0]).await;
     let rounds = 5u32;
     let mut hits = 0;
@@ -162,5 +162,5 @@ async fn report_takes_effect_on_the_first_request_after_its_answer() {
 }
 
 fn stop_agent(agent: agent::agent::Agent) {
-    reporting::stop(agent);
+    stop(agent);
 }

@@ -2,14 +2,14 @@
 //! breaks its grammar is answered with the defect and closed; a peer that
 //! closes and reconnects at once is never refused 4003 (§5.6.4).
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::*;
 use diameter::codec::{Avp, Message, builder};
 use diameter::dictionary::code;
+use support::*;
 use tools::loadgen::{Client, Identity, TEST_APP};
 
 /// A CER from `client1.example.org`, AVPs with code `drop` left out, `extra`

@@ -2,7 +2,7 @@
 //! load client, the agent, and scripted reporting servers (RFC 7683, RFC
 //! 8581, RFC 8582 as seen on the wire).
 
-mod reporting;
+mod support;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -12,7 +12,7 @@ use agent::agent::Agent;
 use agent::config::Config;
 use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
 use diameter::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
-use reporting::*;
+use support::*;
 use tools::loadgen::Client;
 
 const S1: &str = "server1.example.net";
@@ -50,7 +50,7 @@ fn report_once(s: &Reporter, vector: u64, olrs: Vec<OcOlr>) {
 /// agent.
 async fn one_server(trusted: bool, doic: &str) -> (Reporter, Agent, Client) {
     let s1 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s1, trusted)], Some(doic), 2), 1).await;
+    let agent = start_agent(agent_config(&[(&s1, trusted)], Some(doic), 2), 1).await;
     let c = connect(agent.local_addrs()[0]).await;
     (s1, agent, c)
 }
@@ -126,7 +126,7 @@ async fn relayed_requests_carry_the_agents_features_and_source_id() {
 
     // `enabled = false`: the relay as without DOIC (the throughput anchor).
     let s2 = Reporter::spawn(S1).await;
-    let agent = start(agent_config(&[(&s2, true)], Some("enabled = false"), 1), 1).await;
+    let agent = start_agent(agent_config(&[(&s2, true)], Some("enabled = false"), 1), 1).await;
     let mut c = connect(agent.local_addrs()[0]).await;
     exchange(&mut c, 1, 3, 3, None).await;
     assert!(s2.seen.last_features.lock().unwrap().is_empty());
@@ -198,7 +198,7 @@ async fn upstream_5198_is_never_retried_elsewhere() {
         experimental: Some(5198),
         ..Script::default()
     });
-    let agent = start(agent_config(&[(&s1, true), (&s2, true)], Some(""), 2), 2).await;
+    let agent = start_agent(agent_config(&[(&s1, true), (&s2, true)], Some(""), 2), 2).await;
     let mut c = connect(agent.local_addrs()[0]).await;
     let a = exchange(&mut c, 1, 40, 8, None).await;
     assert_eq!(count(&a, 5198), 40);
@@ -216,7 +216,7 @@ async fn upstream_5198_is_never_retried_elsewhere() {
 async fn a_retry_after_too_busy_is_treated_again_for_the_alternate() {
     let s1 = Reporter::spawn(S1).await;
     let s2 = Reporter::spawn(S2).await;
-    let agent = start(agent_config(&[(&s1, true), (&s2, true)], Some(""), 2), 2).await;
+    let agent = start_agent(agent_config(&[(&s1, true), (&s2, true)], Some(""), 2), 2).await;
     let mut c = connect(agent.local_addrs()[0]).await;
     // S2's next answer carries a 100 % host report.
     host_loss_once(&s2, 100);
@@ -252,7 +252,7 @@ async fn vanished_connection_reroute(report: OcOlr, vector: u64, code: u32) {
     const K: u64 = 3;
     let s1 = Reporter::spawn(S1).await;
     let s2 = Reporter::spawn(S2).await;
-    let agent = start(agent_config(&[(&s1, true), (&s2, true)], Some(""), 2), 2).await;
+    let agent = start_agent(agent_config(&[(&s1, true), (&s2, true)], Some(""), 2), 2).await;
     let mut c = connect(agent.local_addrs()[0]).await;
     report_once(&s2, vector, vec![report]);
     reach(&mut c, &s2, 1).await;
@@ -542,4 +542,58 @@ fn doic_configuration_errors_are_precise() {
     let d = ok.doic_effective().unwrap();
     assert!(d.peer("s.example").trusted);
     assert!(!d.peer("other.example").trusted);
+}
+
+/// Reads from the agent (answering its DWRs) until `secs` after `t0` on
+/// the runtime's clock; no answer is due meanwhile.
+async fn idle_until(c: &mut Client, t0: tokio::time::Instant, secs: f64) {
+    let until = t0 + Duration::from_secs_f64(secs);
+    let unexpected = keep_open(c, until - tokio::time::Instant::now()).await;
+    assert!(unexpected.is_empty(), "{unexpected:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_report_ends_after_its_validity_then_probes_then_ramps_to_full_traffic() {
+    // RFC 7683 §5.2.1.3 (a report holds for its OC-Validity-Duration), §6.3
+    // and docs/doic.md, "The ramp": a 100 % host report valid 5 s, on the
+    // test's paused clock. Everything is abated for 5 s; then one probe per
+    // probe_interval goes through; its clean answer starts the ramp, over
+    // which the abated share falls from 100 % to 0; then all traffic passes.
+    // One worker: the probe's answer and the client's requests meet one core.
+    let s1 = Reporter::spawn(S1).await;
+    let cfg = agent_config(&[(&s1, true)], Some("probe_interval = 1.0\nramp = 4.0"), 1);
+    let agent = launch(Run::Here, cfg, 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(1, ReportType::Host, 100, Some(5))],
+    );
+    let t0 = tokio::time::Instant::now();
+    let carrying = exchange(&mut c, 1, 1, 1, None).await;
+    assert_eq!(code_of(&carrying[0]), 2001);
+    let reached = s1.requests();
+    let a = exchange(&mut c, 100, 50, 50, None).await;
+    assert_eq!(count(&a, 2001), 0, "abated at once");
+    idle_until(&mut c, t0, 4.9).await;
+    let a = exchange(&mut c, 200, 50, 50, None).await;
+    assert_eq!(count(&a, 2001), 0, "still valid at 4.9 s");
+    assert_eq!(s1.requests(), reached);
+    // Expired: one probe now, the rest abated while it is out.
+    idle_until(&mut c, t0, 5.1).await;
+    let a = exchange(&mut c, 300, 50, 50, None).await;
+    assert_eq!(count(&a, 2001), 1, "one probe at 5.1 s");
+    assert_eq!(s1.requests(), reached + 1);
+    // The probe's clean answer began the ramp at 5.1 s: half way (7.1 s)
+    // about half passes, each request drawn at random.
+    idle_until(&mut c, t0, 7.1).await;
+    let a = exchange(&mut c, 1000, 200, 50, None).await;
+    let passed = count(&a, 2001);
+    assert!((50..=150).contains(&passed), "{passed} of 200 half way");
+    // After the ramp (9.1 s), everything.
+    idle_until(&mut c, t0, 9.5).await;
+    let a = exchange(&mut c, 2000, 200, 50, None).await;
+    assert_eq!(count(&a, 2001), 200, "all traffic after the ramp");
+    agent.shutdown();
+    agent.wait().await;
 }

@@ -4,14 +4,14 @@
 //! agent's peer report with the rate algorithm, abates to the rate it is
 //! given, and sees the report end when its load falls.
 
-mod reporting;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
 use diameter::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
-use reporting::*;
+use support::*;
 use tools::loadgen::{Client, Identity, TEST_APP};
 
 const S1: &str = "server1.example.net";
@@ -71,7 +71,7 @@ async fn own_overload_rate_report_is_honoured_then_ended() {
     let doic = format!(
         "own_capacity = {CAPACITY}\n[doic.peers.\"{CLIENT}\"]\ntrusted = true\n[doic.peers.\"client2.example.org\"]\ntrusted = true\n"
     );
-    let agent = start(agent_config(&[(&s1, true)], Some(&doic), 2), 1).await;
+    let agent = start_agent(agent_config(&[(&s1, true)], Some(&doic), 2), 1).await;
     let metrics = agent.metrics_addr().unwrap();
     let mut c = connect(agent.local_addrs()[0]).await;
     let cf = client_features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT);
@@ -234,7 +234,7 @@ async fn own_overload_rate_report_is_honoured_then_ended() {
 async fn without_own_capacity_the_agent_never_reports_itself() {
     let s1 = Reporter::spawn(S1).await;
     let doic = format!("[doic.peers.\"{CLIENT}\"]\ntrusted = true\n");
-    let agent = start(agent_config(&[(&s1, true)], Some(&doic), 2), 1).await;
+    let agent = start_agent(agent_config(&[(&s1, true)], Some(&doic), 2), 1).await;
     let mut c = connect(agent.local_addrs()[0]).await;
     let cf = client_features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT);
     let mut hbh = 1;
@@ -262,7 +262,7 @@ async fn two_clients_share_the_capacity_in_proportion_to_their_load() {
     let doic = format!(
         "own_capacity = 200\n[doic.peers.\"{CLIENT}\"]\ntrusted = true\n[doic.peers.\"client2.example.org\"]\ntrusted = true\n"
     );
-    let agent = start(agent_config(&[(&s1, true)], Some(&doic), 2), 1).await;
+    let agent = start_agent(agent_config(&[(&s1, true)], Some(&doic), 2), 1).await;
     let mut c1 = connect(agent.local_addrs()[0]).await;
     let mut c2 = Client::connect(
         agent.local_addrs()[0],
@@ -311,7 +311,7 @@ async fn kernel_arrival_rates_drive_the_own_peer_report() {
         interfaces: Some(vec!["lo".into()]),
         ..agent::telemetry::Section::default()
     });
-    let agent = start(cfg, 1).await;
+    let agent = start_agent(cfg, 1).await;
     assert!(agent::telemetry::start(&agent), "program not attached");
     let shared = agent.shared().clone();
     let metrics = agent.metrics_addr().unwrap();

@@ -7,9 +7,9 @@
 //! Run by `cargo xtask test --only bench-ebpf` (root, bpffs mounted); prints
 //! the figures and checks that the program ran once per received frame.
 
-#[path = "support/diameter.rs"]
+#[path = "support/handmade.rs"]
 #[expect(dead_code, reason = "shared with ebpf_netns")]
-mod diameter;
+mod handmade;
 #[path = "support/netns.rs"]
 #[expect(dead_code, reason = "shared with ebpf_netns")]
 mod netns;
@@ -33,20 +33,20 @@ fn traffic(pair: &VethPair, port: u16) {
     let server = thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         s.set_nodelay(true).unwrap();
-        while let Some(req) = diameter::read_message(&mut s) {
-            diameter::send(&mut s, &diameter::answer(&req, "server.example.net"), None);
+        while let Some(req) = handmade::read_message(&mut s) {
+            handmade::send(&mut s, &handmade::answer(&req, "server.example.net"), None);
         }
     });
     in_netns(&pair.a, move || {
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
         s.set_nodelay(true).unwrap();
         for i in 0..EXCHANGES {
-            diameter::send(
+            handmade::send(
                 &mut s,
-                &diameter::request(i, "client.example.net", 64),
+                &handmade::request(i, "client.example.net", 64),
                 None,
             );
-            diameter::read_message(&mut s).unwrap();
+            handmade::read_message(&mut s).unwrap();
         }
     });
     server.join().unwrap();

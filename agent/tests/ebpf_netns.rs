@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use agent::ebpf::{Config, Direction, Hook, LoadError, Mode, PeerCounters, Telemetry};
 use support::capture::{Capture, Counts};
-use support::diameter;
+use support::handmade;
 use support::netns::{A4, A6, B4, B6, VethPair, in_netns, link_details};
 
 const PORT: u16 = 3868;
@@ -83,18 +83,18 @@ fn diameter_exchange_from(
         let (mut s, _) = listener.accept().expect("accept");
         s.set_nodelay(true).unwrap();
         for _ in 0..n {
-            let req = diameter::read_message(&mut s).expect("client request");
-            assert!(diameter::is_request(&req));
-            diameter::send(&mut s, &diameter::answer(&req, "server.example.net"), None);
+            let req = handmade::read_message(&mut s).expect("client request");
+            assert!(handmade::is_request(&req));
+            handmade::send(&mut s, &handmade::answer(&req, "server.example.net"), None);
         }
         for j in 0..m {
-            let req = diameter::request(0x1000 + j as u32, "server.example.net", 40);
-            diameter::send(&mut s, &req, None);
-            let ans = diameter::read_message(&mut s).expect("client answer");
-            assert!(!diameter::is_request(&ans));
+            let req = handmade::request(0x1000 + j as u32, "server.example.net", 40);
+            handmade::send(&mut s, &req, None);
+            let ans = handmade::read_message(&mut s).expect("client answer");
+            assert!(!handmade::is_request(&ans));
         }
         assert!(
-            diameter::read_message(&mut s).is_none(),
+            handmade::read_message(&mut s).is_none(),
             "expected end of stream"
         );
     });
@@ -103,15 +103,15 @@ fn diameter_exchange_from(
         s.set_nodelay(true).unwrap();
         for i in 0..n {
             let pad = 16 + (i as usize * 97) % 1100;
-            let req = diameter::request(i as u32, "client.example.net", pad);
-            let split = (i % 3 == 0).then_some(diameter::HEADER_LEN);
-            diameter::send(&mut s, &req, split);
-            let ans = diameter::read_message(&mut s).expect("answer");
-            assert!(!diameter::is_request(&ans));
+            let req = handmade::request(i as u32, "client.example.net", pad);
+            let split = (i % 3 == 0).then_some(handmade::HEADER_LEN);
+            handmade::send(&mut s, &req, split);
+            let ans = handmade::read_message(&mut s).expect("answer");
+            assert!(!handmade::is_request(&ans));
         }
         for _ in 0..m {
-            let req = diameter::read_message(&mut s).expect("server request");
-            diameter::send(&mut s, &diameter::answer(&req, "client.example.net"), None);
+            let req = handmade::read_message(&mut s).expect("server request");
+            handmade::send(&mut s, &handmade::answer(&req, "client.example.net"), None);
         }
         s.local_addr().unwrap()
     });
@@ -137,7 +137,7 @@ fn other_traffic(pair: &VethPair, server: IpAddr) {
     in_netns(&pair.a, move || {
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
         // Looks like a Diameter request header, but on the wrong port.
-        let fake = diameter::request(7, "x", 8);
+        let fake = handmade::request(7, "x", 8);
         for _ in 0..3 {
             s.write_all(&fake[..32]).unwrap();
             let mut back = [0u8; 32];

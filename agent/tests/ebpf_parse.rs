@@ -7,12 +7,12 @@
 //! Needs root (CAP_BPF), so every test is ignored by plain `cargo test`;
 //! `cargo xtask test --only ebpf` runs them.
 
-#[path = "support/diameter.rs"]
+#[path = "support/handmade.rs"]
 #[expect(
     dead_code,
     reason = "shared with ebpf_netns; the socket helpers are unused here"
 )]
-mod diameter;
+mod handmade;
 #[path = "support/packets.rs"]
 mod packets;
 
@@ -44,11 +44,11 @@ fn peer(p: &Probe, addr: &str, direction: Direction) -> Option<PeerCounters> {
 }
 
 fn request() -> Vec<u8> {
-    diameter::request(1, "client.example.net", 24)
+    handmade::request(1, "client.example.net", 24)
 }
 
 fn answer() -> Vec<u8> {
-    diameter::answer(&request(), "server.example.net")
+    handmade::answer(&request(), "server.example.net")
 }
 
 #[test]

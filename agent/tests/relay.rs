@@ -1,15 +1,15 @@
 //! The agent as an RFC 6733 relay on real TCP loopback: raw bytes in,
 //! answers out.
 
-mod common;
+mod support;
 
 use std::sync::atomic::Ordering;
 
-use common::*;
 use diameter::codec::answer::{put_base, put_capabilities};
 use diameter::codec::header::{begin, finish};
 use diameter::codec::{CommandFlags, Header, Routing};
 use diameter::dictionary::{cmd, code};
+use support::*;
 use tools::loadgen::put_mandatory_avp;
 use tools::loadgen::{Client, Identity, TEST_APP};
 

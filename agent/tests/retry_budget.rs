@@ -3,12 +3,12 @@
 //! what the clients sent), and at light load a 3004 is still retried on
 //! the alternate.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::*;
+use support::*;
 use tools::loadgen::{Pace, Report, ServerBehaviour, Traffic};
 
 fn traffic() -> Traffic {

@@ -5,17 +5,17 @@
 //! (many requests per write) well past it, and the connection ends with a
 //! FIN after the last answer, never with a reset.
 
-mod common;
+mod support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use common::*;
 use diameter::codec::Header;
 use diameter::codec::answer::put_base;
 use diameter::dictionary::cmd;
+use support::*;
 use tools::loadgen::{Client, Pace, ServerBehaviour, TEST_CMD, Traffic};
 
 /// Requests left pending at the server when the agent stops.
@@ -45,24 +45,21 @@ fn traffic() -> Traffic {
 /// One server that swallows requests, an agent with the default worker
 /// count and a drain of `drain` seconds in front of it.
 async fn silent_server_setup(drain: f64) -> Setup {
-    silent_server_with_timeout(drain, 60.0).await
+    silent_server_with_timeout(Run::Pinned, drain, 60.0).await
 }
 
-/// [`silent_server_setup`] with a request timeout of `timeout` seconds.
-async fn silent_server_with_timeout(drain: f64, timeout: f64) -> Setup {
-    let servers = servers(
-        1,
-        ServerBehaviour {
-            answer_requests: false,
-            ..Default::default()
-        },
-    )
-    .await;
-    let mut config = config_for(&servers, "");
-    config.node.workers = None;
-    config.node.drain_seconds = drain;
-    config.node.request_timeout_seconds = timeout;
-    start(servers, config).await
+/// [`silent_server_setup`] with a request timeout of `timeout` seconds, the
+/// agent run as `run` says.
+async fn silent_server_with_timeout(run: Run, drain: f64, timeout: f64) -> Setup {
+    let silent = ServerBehaviour {
+        answer_requests: false,
+        ..Default::default()
+    };
+    one_server(run, silent, |config| {
+        config.node.drain_seconds = drain;
+        config.node.request_timeout_seconds = timeout;
+    })
+    .await
 }
 
 /// What the client saw.
@@ -292,13 +289,14 @@ async fn requests_sent_past_the_drain_are_answered_or_counted_never_reset() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_peer_that_sends_dpr_with_requests_in_flight_gets_their_answers_before_the_dpa() {
     // RFC 6733 §5.4: the receiver of the DPA closes the transport, so a DPA
     // sent while the peer's requests are still in flight would lose their
     // answers. A server that never answers, a request timeout of 1 s: the
-    // answers are the agent's 3002s, a second after the DPR.
-    let s = silent_server_with_timeout(DEFAULT_DRAIN, 1.0).await;
+    // answers are the agent's 3002s, a second after the DPR (on the test's
+    // paused clock).
+    let s = silent_server_with_timeout(Run::Here, DEFAULT_DRAIN, 1.0).await;
     let mut c = s.client().await;
     let mut out = BytesMut::new();
     for hbh in 1..=40 {

@@ -172,7 +172,19 @@ impl Server {
         id: Identity,
         behaviour: ServerBehaviour,
     ) -> std::io::Result<Server> {
-        let listener = TcpListener::bind(addr).await?;
+        Server::serve(TcpListener::bind(addr).await?, id, behaviour)
+    }
+
+    /// Serves every connection of `listener` on the current runtime (a
+    /// test that reserved the address beforehand, say).
+    ///
+    /// # Errors
+    /// When the listener's address cannot be read.
+    pub fn serve(
+        listener: TcpListener,
+        id: Identity,
+        behaviour: ServerBehaviour,
+    ) -> std::io::Result<Server> {
         let addr = listener.local_addr()?;
         let stats = Arc::new(ServerStats::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -207,6 +219,28 @@ impl Server {
     }
 }
 
+/// Reads into `buf` until bytes arrive (true), or the peer closes or `stop`
+/// is set (false; `stop` is looked at every 50 ms while nothing arrives).
+///
+/// # Errors
+/// Read errors.
+pub async fn read_unless_stopped(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    stop: &AtomicBool,
+) -> std::io::Result<bool> {
+    loop {
+        let n = tokio::select! {
+            r = stream.read_buf(buf) => r?,
+            () = tokio::time::sleep(Duration::from_millis(50)) => {
+                if stop.load(Ordering::Relaxed) { return Ok(false) }
+                continue;
+            }
+        };
+        return Ok(n != 0 && !stop.load(Ordering::Relaxed));
+    }
+}
+
 async fn serve_conn(
     mut stream: TcpStream,
     id: Identity,
@@ -221,14 +255,7 @@ async fn serve_conn(
     // (start of the tenth of a second, requests answered within capacity)
     let mut tenth = (Instant::now(), 0u32);
     loop {
-        let n = tokio::select! {
-            r = stream.read_buf(&mut inbuf) => r?,
-            () = tokio::time::sleep(Duration::from_millis(50)) => {
-                if stop.load(Ordering::Relaxed) { return Ok(()) }
-                continue;
-            }
-        };
-        if n == 0 || stop.load(Ordering::Relaxed) {
+        if !read_unless_stopped(&mut stream, &mut inbuf, &stop).await? {
             return Ok(());
         }
         let b = behaviour

@@ -14,8 +14,8 @@
 //! ignored by plain `cargo test`; `cargo xtask test --only ebpf` runs them
 //! one at a time (the XDP hook on `lo` takes one program).
 
-// Shared helpers; this file uses the capture and the namespaces only.
-#[allow(dead_code)]
+// The agent's test helpers; this file uses the capture and the namespaces
+// only (the module allows what it leaves unused).
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
 

@@ -33,6 +33,13 @@ thread_local! {
     static APPLIED: Cell<u64> = const { Cell::new(0) };
 }
 
+/// Installs `generation` as the generation of own reports this thread's
+/// core holds and returns the one it replaces ([`super::hosted`] lends a
+/// worker's to the thread that polls its task).
+pub(super) fn swap_applied(generation: u64) -> u64 {
+    APPLIED.with(|a| a.replace(generation))
+}
+
 /// Where a peer's arrival rate came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {

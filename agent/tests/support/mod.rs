@@ -1,6 +1,33 @@
-//! Helpers for the kernel telemetry tests: network namespaces joined by a
-//! veth pair, a packet capture, and hand-written Diameter messages.
+//! Shared set-up of the integration tests (of `agent` and of `tools`, which
+//! includes this module by path), one helper per job:
+//!
+//! | module | what it does |
+//! | --- | --- |
+//! | [`node`] | the agent in front of loopback servers: its configuration, starting it on pinned workers or on the test's runtime (where a paused clock drives its timers), waiting for its peers, its metrics, stopping it |
+//! | [`messages`] | test requests as a client sends them, reading answers, Result-Codes |
+//! | [`reporting`] | a scripted DOIC reporting server and request/answer exchanges through the agent |
+//! | [`handmade`] | Diameter messages written byte by byte, for the kernel tests (no codec) |
+//! | [`packets`] | hand-built frames for the kernel program's parse path |
+//! | [`netns`] | network namespaces joined by a veth pair |
+//! | [`capture`] | a packet capture counting segments per peer and direction |
+//!
+//! Test files `mod support; use support::*;` for the first three.
 
-pub(crate) mod capture;
-pub(crate) mod diameter;
-pub(crate) mod netns;
+#![allow(
+    dead_code,
+    unused_imports,
+    unreachable_pub,
+    reason = "each test binary uses its own part of the helpers"
+)]
+
+pub mod capture;
+pub mod handmade;
+pub mod messages;
+pub mod netns;
+pub mod node;
+pub mod packets;
+pub mod reporting;
+
+pub use messages::*;
+pub use node::*;
+pub use reporting::*;

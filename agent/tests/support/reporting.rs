@@ -1,20 +1,16 @@
 //! A scripted DOIC reporting node on loopback (RFC 7683 §5.2): a Diameter
 //! server that records the OC-Supported-Features of every request it
 //! receives and attaches the OC-OLRs and OC-Supported-Features a test
-//! scripts to its answers. With a DOIC-aware load client and an agent
-//! configuration, the end-to-end and precision tests of overload control.
-
-#![allow(dead_code, unreachable_pub)]
+//! scripts to its answers. With request/answer exchanges through the agent
+//! and its configuration, the end-to-end and precision tests of overload
+//! control.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent::agent::Agent;
 use agent::config::Config;
-use agent::peer::table::state;
 use bytes::{Bytes, BytesMut};
 use diameter::codec::answer::{put_base, put_capabilities, put_error_answer};
 use diameter::codec::doic::{OcOlr, OcSupportedFeatures};
@@ -26,11 +22,10 @@ use diameter::dictionary::code;
 use doic::wire::DoicAvps;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tools::loadgen::put_mandatory_avp;
-use tools::loadgen::{Client, Identity, TEST_APP, TEST_CMD};
+use tools::loadgen::{Client, Identity, TEST_APP};
 
-pub const AGENT: &str = "agent.example.com";
-pub const CLIENT: &str = "client1.example.org";
+use super::messages::request_e2e;
+use super::node::{CLIENT, Upstream, agent_toml};
 
 /// What the server puts in its next answers.
 #[derive(Clone, Debug, Default)]
@@ -128,14 +123,7 @@ async fn serve(
     let mut out = BytesMut::with_capacity(64 * 1024);
     let o = (id.host.as_str(), id.realm.as_str());
     loop {
-        let n = tokio::select! {
-            r = stream.read_buf(&mut inbuf) => r?,
-            () = tokio::time::sleep(Duration::from_millis(50)) => {
-                if stop.load(Ordering::Relaxed) { return Ok(()) }
-                continue;
-            }
-        };
-        if n == 0 || stop.load(Ordering::Relaxed) {
+        if !tools::loadgen::read_unless_stopped(&mut stream, &mut inbuf, &stop).await? {
             return Ok(());
         }
         while let Ok(Some(len)) = frame_len(&inbuf) {
@@ -241,56 +229,35 @@ fn scripted_answer(req: &[u8], o: (&str, &str), s: &Script) -> Bytes {
 }
 
 /// The agent's configuration in front of `servers` (host, address, trusted),
-/// with `doic` as the `[doic]` section body (None: no section).
+/// with `workers` workers, a metrics listener and `doic` as the `[doic]`
+/// section body (None: no section).
 pub fn agent_config(servers: &[(&Reporter, bool)], doic: Option<&str>, workers: usize) -> Config {
-    let mut t = format!(
-        "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = {workers}\ntc_seconds = 0.2\ntw_seconds = 6\ndrain_seconds = 2\nrequest_timeout_seconds = 5\n[metrics]\nlisten = \"127.0.0.1:0\"\n"
-    );
-    let mut names = Vec::new();
-    for (s, trusted) in servers {
-        t += &format!(
-            "[[peer]]\nhost = \"{}\"\nrealm = \"example.net\"\nconnect = \"{}\"\ntrusted = {trusted}\n",
-            s.host, s.addr
-        );
-        names.push(format!("\"{}\"", s.host));
-    }
-    t += &format!(
-        "[[route]]\nrealm = \"example.net\"\npeers = [{}]\n",
-        names.join(", ")
-    );
-    t += "[accept]\nhosts = [\"*.example.org\"]\n";
+    let upstreams: Vec<Upstream<'_>> = servers
+        .iter()
+        .map(|(s, trusted)| (s.host.as_str(), s.addr, Some(*trusted)))
+        .collect();
+    let mut tail = String::from("[metrics]\nlisten = \"127.0.0.1:0\"\n");
     if let Some(d) = doic {
-        t += "[doic]\n";
-        t += d;
-        t += "\n";
+        tail += "[doic]\n";
+        tail += d;
+        tail += "\n";
     }
-    Config::from_str_named(&t, Path::new("test.toml")).unwrap()
+    agent_toml(Some(workers), "", &upstreams, &tail)
 }
 
-/// A test request; `features` adds an OC-Supported-Features, `dest_host` a
+/// A test request for example.net, End-to-End = Hop-by-Hop ^ 0x5555_0000;
+/// `features` adds an OC-Supported-Features, `dest_host` a
 /// Destination-Host.
-pub fn request(hbh: u32, features: Option<&OcSupportedFeatures>, dest_host: Option<&str>) -> Bytes {
-    let mut out = BytesMut::new();
-    let s = begin(
-        &mut out,
-        CommandFlags::REQUEST | CommandFlags::PROXIABLE,
-        TEST_CMD,
-        TEST_APP,
-        hbh,
-        hbh ^ 0x5555_0000,
-    );
-    put_mandatory_avp(
-        &mut out,
-        code::SESSION_ID,
-        format!("{CLIENT};1;{hbh}").as_bytes(),
-    );
-    put_mandatory_avp(&mut out, code::ORIGIN_HOST, CLIENT.as_bytes());
-    put_mandatory_avp(&mut out, code::ORIGIN_REALM, b"example.org");
-    put_mandatory_avp(&mut out, code::DESTINATION_REALM, b"example.net");
-    if let Some(h) = dest_host {
-        put_mandatory_avp(&mut out, code::DESTINATION_HOST, h.as_bytes());
-    }
-    finish(&mut out, s);
+pub fn doic_request(
+    hbh: u32,
+    features: Option<&OcSupportedFeatures>,
+    dest_host: Option<&str>,
+) -> Bytes {
+    let extra: Vec<(u32, &[u8])> = dest_host
+        .iter()
+        .map(|h| (code::DESTINATION_HOST, h.as_bytes()))
+        .collect();
+    let out = request_e2e(hbh, hbh ^ 0x5555_0000, "example.net", &extra);
     let mut b = MessageBuf::new(out).unwrap();
     if let Some(f) = features {
         b.append_avp(&f.to_avp()).unwrap();
@@ -305,14 +272,6 @@ pub fn client_features(vector: u64) -> OcSupportedFeatures {
         source_id: Some(CLIENT.into()),
         peer_algo: None,
     }
-}
-
-pub async fn connect(addr: SocketAddr) -> Client {
-    let c = Client::connect(addr, Identity::new(CLIENT, "example.org"), vec![TEST_APP])
-        .await
-        .unwrap();
-    assert_eq!(c.cea_result, 2001);
-    c
 }
 
 /// Sends `n` requests (pipelined, `window` at a time) starting at
@@ -343,7 +302,7 @@ pub async fn exchange_to(
     while got < n {
         let mut batch = BytesMut::new();
         while sent < n && sent - got < window {
-            batch.extend_from_slice(&request(hbh0 + sent, features, dest_host));
+            batch.extend_from_slice(&doic_request(hbh0 + sent, features, dest_host));
             sent += 1;
         }
         if !batch.is_empty() {
@@ -377,40 +336,4 @@ pub fn code_of(m: &[u8]) -> u32 {
 /// Whether an answer carries a Result-Code AVP at all.
 pub fn has_result_code(m: &[u8]) -> bool {
     Routing::scan(m).unwrap().result_code().is_some()
-}
-
-/// `GET path` on the metrics listener.
-pub async fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.unwrap();
-    body
-}
-
-/// Starts the agent and waits until `n` peers are OKAY.
-pub async fn start(config: Config, n: usize) -> Agent {
-    let agent = Agent::start(config).unwrap();
-    let shared = agent.shared().clone();
-    let t0 = std::time::Instant::now();
-    while shared
-        .table
-        .all()
-        .iter()
-        .filter(|(_, s)| s.state() == state::OKAY)
-        .count()
-        < n
-    {
-        assert!(t0.elapsed() < Duration::from_secs(10), "peers not open");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    agent
-}
-
-/// Stops the agent on another thread (tests end without waiting for it).
-pub fn stop(agent: Agent) {
-    agent.shutdown();
-    std::thread::spawn(move || agent.join());
 }
