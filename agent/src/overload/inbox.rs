@@ -106,8 +106,8 @@ impl Inboxes {
 mod tests {
     use std::time::{Duration, Instant};
 
+    use doic::DoicConfig;
     use doic::report::{Abatement, Report, ReportType};
-    use doic::{DoicConfig, PeerPolicy};
 
     use super::*;
 
@@ -129,15 +129,8 @@ mod tests {
     }
 
     fn core() -> Doic {
-        let mut cfg = DoicConfig::default();
-        cfg.peers.insert(
-            "s1".into(),
-            PeerPolicy {
-                trusted: true,
-                receive_reports: true,
-            },
-        );
-        Doic::new("agent", cfg, 1, 1).unwrap()
+        // Replicas are applied as accepted elsewhere: no trust to configure.
+        Doic::new("agent", DoicConfig::default(), 1, 1).unwrap()
     }
 
     /// A replica reaches every other worker's core, not the sender's.
