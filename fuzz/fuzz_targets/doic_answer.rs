@@ -108,7 +108,6 @@ fn answer_avps(origin_host: &str, rc: u32, wrap: u8, body: &[u8]) -> Option<Doic
         .with(Avp::u32(code::RESULT_CODE, rc))
         .encode(&mut out)
         .ok()?;
-    let start = out.len();
     match wrap % 3 {
         0 => out.extend_from_slice(body),
         w => {
