@@ -237,7 +237,13 @@ fn idle_doic_client_fast_path_is_byte_identical_to_full_treatment() {
             let full_msg = buf.freeze();
             assert_eq!(fast_msg, full_msg, "forwarded request for {cf:?}");
             let mut full_written = BytesMut::new();
-            diameter::codec::forward::put_relayed_request(&mut full_written, &full_msg, "client", 9, false);
+            diameter::codec::forward::put_relayed_request(
+                &mut full_written,
+                &full_msg,
+                "client",
+                9,
+                false,
+            );
             assert_eq!(written, full_written, "written request for {cf:?}");
             assert_eq!(tx, full_tx.to_state(), "transaction state for {cf:?}");
             assert_eq!(tx.client_features.is_some(), trusted);
