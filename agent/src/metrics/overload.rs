@@ -71,3 +71,27 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
     );
     crate::overload::own::render(ov, o);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every DOIC family is rendered, the dropped replicas included, with
+    /// no worker snapshot yet.
+    #[test]
+    fn every_doic_family_is_rendered() {
+        let ov = Overload::new("agent", Some(doic::DoicConfig::default()), 2).unwrap();
+        let mut o = String::new();
+        render(&ov, &mut o);
+        for line in [
+            "# TYPE doic_requests_treated_total counter",
+            "doic_requests_treated_total{treatment=\"forwarded\"} 0",
+            "# TYPE doic_reports_received_total counter",
+            "# TYPE doic_ocs_active gauge",
+            "# TYPE doic_replicas_dropped_total counter",
+            "doic_replicas_dropped_total 0",
+        ] {
+            assert!(o.lines().any(|l| l == line), "{line} in\n{o}");
+        }
+    }
+}
