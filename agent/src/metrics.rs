@@ -12,6 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::agent::Shared;
+
+mod overload;
 use crate::peer::table::PeerStats;
 
 /// Serves `/metrics` until shutdown.
@@ -274,7 +276,7 @@ pub fn render(shared: &Shared) -> String {
     }
     shared.kernel.render(&mut o);
     if let Some(ov) = &shared.overload {
-        crate::overload::render_metrics(ov, &mut o);
+        overload::render(ov, &mut o);
     }
     o
 }

@@ -56,12 +56,16 @@ pub(crate) fn dispatch(
                 slot,
                 pinned,
                 msg,
+                cut,
                 tx,
             } => {
                 if let Some(m) = msg {
                     // The client's features are already out of it.
                     r.msg = m;
                     r.cut = None;
+                } else {
+                    // Left out as it is written (the same bytes as before).
+                    r.cut = cut;
                 }
                 // The client's features stay those first recorded.
                 if let Some(prev) = r.doic.as_mut() {

@@ -9,8 +9,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::ocs::OcsKey;
-use crate::report::Abatement;
+use crate::report::{Abatement, OcsKey};
 use diameter::codec::doic::OcOlr;
 
 /// Treatment counts for one OCS version.
@@ -247,6 +246,22 @@ impl Audit {
     }
 }
 
+/// The evidence of every worker of an agent as JSON (`GET /audit`): its
+/// DiameterIdentity and, in worker order, each worker's trail
+/// ([`Audit::to_json`]).
+#[must_use]
+pub fn workers_json(
+    identity: &str,
+    trails: impl IntoIterator<Item = serde_json::Value>,
+) -> serde_json::Value {
+    let workers: Vec<_> = trails
+        .into_iter()
+        .enumerate()
+        .map(|(i, audit)| serde_json::json!({ "worker": i, "audit": audit }))
+        .collect();
+    serde_json::json!({ "identity": identity, "workers": workers })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,5 +292,17 @@ mod tests {
         assert_eq!(j["versions"][0]["event"], "Created");
         assert_eq!(j["versions"][0]["abatement"]["loss_percent"], 1);
         assert_eq!(j["dropped"], 3);
+    }
+
+    #[test]
+    fn workers_json_names_the_agent_and_each_worker() {
+        let trails = [serde_json::json!({"reports": []}), serde_json::Value::Null];
+        let v = workers_json("agent.example", trails);
+        assert_eq!(v["identity"], "agent.example");
+        assert_eq!(v["workers"][0]["worker"], 0);
+        assert_eq!(v["workers"][0]["audit"]["reports"], serde_json::json!([]));
+        assert_eq!(v["workers"][1]["worker"], 1);
+        assert!(v["workers"][1]["audit"].is_null());
+        assert_eq!(v["workers"].as_array().map(Vec::len), Some(2));
     }
 }

@@ -18,7 +18,7 @@
 //! | [`rate`] | rate algorithm leaky bucket, RFC 8582 §8.3 |
 //! | [`realm`] | realm reports made by the agent (seed 002) |
 //! | [`treatment`] | request/answer views and decisions, RFC 7683 §8 codes |
-//! | [`engine`] | the core: treatment order of RFC 8581 §5, answer handling |
+//! | [`engine`] | the core: treatment order of RFC 8581 §5, answer handling, the idle fast path |
 //! | [`config`] | the `[doic]` configuration section |
 //! | [`bucket`] | RFC 8582 §8.3 leaky bucket: lock-free, shared by all workers, priorities and randomised phase |
 //! | [`audit`] | evidence records: reports, OCS versions, treatment counters |
@@ -45,7 +45,7 @@ pub mod wire;
 mod tests;
 
 pub use config::{DoicConfig, DoicConfigError, PeerPolicy, ThrottleResult};
-pub use engine::{AnswerView, Doic};
+pub use engine::{AnswerFeatures, AnswerView, Doic, IdleAnswer, IdleAvps, Offer};
 pub use features::{Algorithm, OcSupportedFeatures};
 pub use report::{OcOlr, ReportType};
 pub use treatment::{

@@ -20,29 +20,7 @@ use crate::bucket::BucketConfig;
 /// Clients remembered per OCS version as having received the report.
 const MAX_DELIVERED: usize = 1024;
 
-/// What an OCS entry is identified by: Application-ID, report type and the
-/// host's DiameterIdentity, the realm, or the peer's DiameterIdentity.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct OcsKey {
-    /// Application-ID.
-    pub app_id: u32,
-    /// Report type.
-    pub report_type: ReportType,
-    /// Host DiameterIdentity, realm, or peer DiameterIdentity.
-    pub id: String,
-}
-
-impl OcsKey {
-    /// A key.
-    #[must_use]
-    pub fn new(app_id: u32, report_type: ReportType, id: &str) -> Self {
-        Self {
-            app_id,
-            report_type,
-            id: id.to_owned(),
-        }
-    }
-}
+pub use crate::report::OcsKey;
 
 /// RFC 7683 §5.2.1.3: a received sequence number replaces the stored one when
 /// it is greater, or when it "has rolled over": from within 1 % of the maximum

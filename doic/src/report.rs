@@ -158,6 +158,30 @@ impl Report {
     }
 }
 
+/// What an OCS entry is identified by: Application-ID, report type and the
+/// host's DiameterIdentity, the realm, or the peer's DiameterIdentity.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OcsKey {
+    /// Application-ID.
+    pub app_id: u32,
+    /// Report type.
+    pub report_type: ReportType,
+    /// Host DiameterIdentity, realm, or peer DiameterIdentity.
+    pub id: String,
+}
+
+impl OcsKey {
+    /// A key.
+    #[must_use]
+    pub fn new(app_id: u32, report_type: ReportType, id: &str) -> Self {
+        Self {
+            app_id,
+            report_type,
+            id: id.to_owned(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,13 @@ pub use diameter::dictionary::result::TOO_BUSY as DIAMETER_TOO_BUSY;
 /// DIAMETER_UNABLE_TO_COMPLY (RFC 6733 §7.1.5), from the dictionary.
 pub use diameter::dictionary::result::UNABLE_TO_COMPLY as DIAMETER_UNABLE_TO_COMPLY;
 
+/// Whether a request may be retried on an alternate path after an answer
+/// with this Experimental-Result-Code: not after 5198 (seed 004).
+#[must_use]
+pub fn retry_allowed(experimental_result_code: Option<u32>) -> bool {
+    experimental_result_code != Some(DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY)
+}
+
 /// A request as the overload core needs to see it (decoded by the relay).
 #[derive(Clone, Copy, Debug)]
 pub struct RequestView<'a> {

@@ -60,7 +60,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "fuzz",
-        about: "cargo-fuzz the Diameter decoder, the CER judgement, the relay's answer check and the relay's scan and edits, 60 s in all, from the seed corpora; fails on a crash",
+        about: "cargo-fuzz the Diameter decoder, the CER judgement, the relay's answer check, the relay's scan and edits and the DOIC core's answer handling, 60 s in all, from the seed corpora; fails on a crash",
         run: fuzz,
     },
     Stage {
@@ -335,7 +335,7 @@ const FUZZ_SECS: u32 = 60;
 
 /// The cargo-fuzz targets the `fuzz` stage runs, in order; each has its seed
 /// corpus in `fuzz/corpus/<target>`.
-const FUZZ_TARGETS: &[&str] = &["decode", "cer", "answer", "relay_scan"];
+const FUZZ_TARGETS: &[&str] = &["decode", "cer", "answer", "relay_scan", "doic_answer"];
 
 fn fuzz() -> anyhow::Result<()> {
     setup::cargo_fuzz()?;

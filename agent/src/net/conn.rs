@@ -758,7 +758,13 @@ impl Conn {
     /// OC-Supported-Features `features` appended as it is written. Out of
     /// line, away from the path of every other answer.
     #[inline(never)]
-    fn write_answer_with(&mut self, msg: &[u8], features: u8, hbh: u32, code: u32) {
+    fn write_answer_with(
+        &mut self,
+        msg: &[u8],
+        features: doic::AnswerFeatures,
+        hbh: u32,
+        code: u32,
+    ) {
         let start = self.out.len();
         self.out.extend_from_slice(msg);
         if let Some(ov) = &self.shared.overload {

@@ -1,7 +1,7 @@
 //! The DOIC state of a worker that is not a thread. On pinned workers
 //! ([`crate::agent::Agent::start`]) each worker thread keeps its core, its
 //! index and the generation of own reports its core holds in thread-locals
-//! ([`super::with_core`], [`super::own`]). On a caller's runtime
+//! ([`super::cores::with_core`], [`super::own`]). On a caller's runtime
 //! ([`crate::agent::Agent::start_on`]) one thread polls the tasks of every
 //! worker (and a task may move between threads): there each worker keeps
 //! that state in a [`HostedCore`] and lends it to the thread-locals for the
@@ -12,7 +12,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use doic::Doic;
 
-use super::{CORE, WORKER, own};
+use super::cores::{CORE, WORKER};
+use super::own;
 
 /// One worker's DOIC state while none of its tasks runs.
 #[derive(Debug)]
@@ -78,7 +79,8 @@ impl Drop for Lending<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::overload::{Overload, with_core};
+    use crate::overload::Overload;
+    use crate::overload::cores::with_core;
     use doic::DoicConfig;
 
     fn overload(workers: usize) -> Overload {

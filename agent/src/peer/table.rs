@@ -58,7 +58,7 @@ pub enum ToConn {
         msg: Bytes,
         /// Which of the agent's encoded OC-Supported-Features
         /// ([`crate::overload::Overload::answer_features_avp`]).
-        features: u8,
+        features: doic::AnswerFeatures,
         /// The Hop-by-Hop Identifier the downstream peer used.
         hbh: u32,
         /// As in [`ToConn::Answer`].

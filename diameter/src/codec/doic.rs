@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::avp::{Avp, RawAvp};
 use super::error::DecodeError;
-use super::value::Value;
+use super::value::{Value, check};
 use crate::dictionary::{code, doic};
 
 /// OC-Report-Type (RFC 7683 §7.6, RFC 8581 §7.2.1).
@@ -89,29 +89,13 @@ impl OcSupportedFeatures {
         Avp::grouped(code::OC_SUPPORTED_FEATURES, c)
     }
 
-    /// Reads a received OC-Supported-Features AVP.
+    /// Reads a received OC-Supported-Features AVP ([`FeaturesRef::from_raw`],
+    /// SourceID copied).
     ///
     /// # Errors
     /// 5014/5004 for a malformed sub-AVP.
     pub fn from_raw(avp: &RawAvp<'_>) -> Result<OcSupportedFeatures, DecodeError> {
-        let mut out = OcSupportedFeatures::default();
-        for c in avp.children() {
-            let c = c?;
-            if c.vendor_id.is_some() {
-                continue;
-            }
-            match c.code {
-                code::OC_FEATURE_VECTOR if out.feature_vector.is_none() => {
-                    out.feature_vector = Some(u64_of(&c)?)
-                }
-                code::OC_PEER_ALGO if out.peer_algo.is_none() => out.peer_algo = Some(u64_of(&c)?),
-                code::SOURCE_ID if out.source_id.is_none() => {
-                    out.source_id = Some(identity_of(&c)?)
-                }
-                _ => {}
-            }
-        }
-        Ok(out)
+        FeaturesRef::from_raw(avp).map(|f| f.to_owned())
     }
 
     /// Reads an owned OC-Supported-Features AVP.
@@ -121,6 +105,73 @@ impl OcSupportedFeatures {
     pub fn from_avp(avp: &Avp) -> Result<OcSupportedFeatures, DecodeError> {
         with_raw(avp, OcSupportedFeatures::from_raw)
     }
+}
+
+/// A received OC-Supported-Features read in place: the SourceID borrowed
+/// from the message, nothing allocated. [`OcSupportedFeatures::from_raw`] is
+/// this reading with the SourceID copied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeaturesRef<'a> {
+    /// OC-Feature-Vector.
+    pub feature_vector: Option<u64>,
+    /// SourceID, a valid DiameterIdentity (RFC 6733 §4.3.1).
+    pub source_id: Option<&'a [u8]>,
+    /// OC-Peer-Algo.
+    pub peer_algo: Option<u64>,
+}
+
+impl<'a> FeaturesRef<'a> {
+    /// Reads a received OC-Supported-Features AVP: the first occurrence of
+    /// each known sub-AVP, vendor-specific ones ignored.
+    ///
+    /// # Errors
+    /// 5014/5004 for a malformed sub-AVP.
+    pub fn from_raw(avp: &RawAvp<'a>) -> Result<FeaturesRef<'a>, DecodeError> {
+        let mut out = FeaturesRef::default();
+        for c in avp.children() {
+            let c = c?;
+            if c.vendor_id.is_some() {
+                continue;
+            }
+            match c.code {
+                code::OC_FEATURE_VECTOR if out.feature_vector.is_none() => {
+                    out.feature_vector = Some(u64_in_place(&c)?);
+                }
+                code::OC_PEER_ALGO if out.peer_algo.is_none() => {
+                    out.peer_algo = Some(u64_in_place(&c)?);
+                }
+                code::SOURCE_ID if out.source_id.is_none() => {
+                    check(crate::dictionary::AvpType::DiameterIdentity, c.data)
+                        .map_err(|e| e.at(&c))?;
+                    out.source_id = Some(c.data);
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// The feature bits, absent meaning loss only (RFC 7683 §7.2).
+    pub fn features(&self) -> u64 {
+        self.feature_vector.unwrap_or(doic::OLR_DEFAULT_ALGO)
+    }
+
+    /// The owned form.
+    pub fn to_owned(&self) -> OcSupportedFeatures {
+        OcSupportedFeatures {
+            feature_vector: self.feature_vector,
+            source_id: self
+                .source_id
+                .map(|b| String::from_utf8_lossy(b).into_owned()),
+            peer_algo: self.peer_algo,
+        }
+    }
+}
+
+/// An Unsigned64 value read in place (the checks of [`Value::decode`]).
+fn u64_in_place(c: &RawAvp<'_>) -> Result<u64, DecodeError> {
+    check(crate::dictionary::AvpType::Unsigned64, c.data).map_err(|e| e.at(c))?;
+    Ok(c.data.try_into().map_or(0, u64::from_be_bytes))
 }
 
 /// OC-OLR (RFC 7683 §7.3, RFC 8581 §7.2, RFC 8582 §7.2).

@@ -260,12 +260,16 @@ impl Conn {
                 slot,
                 pinned,
                 msg: rewritten,
+                cut: c,
                 tx,
-            } => (
-                rewritten.unwrap_or(msg),
-                Some(tx),
-                Some(((peer, slot), pinned)),
-            ),
+            } => {
+                cut = c;
+                (
+                    rewritten.unwrap_or(msg),
+                    Some(tx),
+                    Some(((peer, slot), pinned)),
+                )
+            }
             crate::overload::Decision::Plain { tx, cut: c } => {
                 cut = c;
                 (msg, Some(tx), None)

@@ -1,0 +1,377 @@
+//! The request side of DOIC in the relay: the idle fast path
+//! ([`idle_forward`], the core's [`Doic::treat_idle`]), the full treatment
+//! ([`treat_request`], [`Doic::treat`] in the order of RFC 8581 §5), the
+//! treatment again before another next hop ([`retreat`]) and the agent's
+//! answer to a throttled request ([`throttle_answer`], RFC 7683 §5.2.2, §8).
+//!
+//! Either way a received OC-Supported-Features is left out of the request
+//! as it is written upstream ([`features_cut`], `Relayed::cut`: no copy)
+//! and the agent's own follows the Route-Record (RFC 7683 §5.1.3, RFC 8581
+//! §6.1.1).
+
+use bytes::{Bytes, BytesMut};
+
+use super::cores::with_core;
+use super::{MAX_CANDIDATES, Overload, RETRY_NOT_ALLOWED_VENDOR};
+use crate::agent::Shared;
+use crate::routing::PeerId;
+use diameter::codec::avp::{Avp, AvpIter, RawAvp};
+use diameter::codec::doic::FeaturesRef;
+use diameter::codec::relay::{MessageBuf, Routing};
+use diameter::codec::{Header, builder};
+use diameter::dictionary::code;
+use doic::treatment::ThrottleAnswer;
+use doic::{Candidate, OcSupportedFeatures, Offer, RequestView, Treatment, TxState};
+
+/// What the relay does with a request after the DOIC treatment.
+#[derive(Debug)]
+pub(crate) enum Decision {
+    /// Send the request to `peer`, keeping `tx` with it.
+    Forward {
+        /// The next hop.
+        peer: PeerId,
+        /// Its slot, when at hand (saves the relay a table lookup).
+        slot: Option<std::sync::Arc<crate::peer::table::PeerSlot>>,
+        /// Whether it is pinned by Destination-Host.
+        pinned: bool,
+        /// The request without the OC-Supported-Features it came with, when
+        /// it had several (`None`: send it as received, less `cut`).
+        msg: Option<Bytes>,
+        /// The bytes of the client's one OC-Supported-Features, left out on
+        /// the way upstream ([`crate::peer::table::Relayed::cut`]).
+        cut: Option<(u32, u32)>,
+        /// Transaction state for the answer.
+        tx: TxState,
+    },
+    /// Answer with this message (throttled); nothing goes upstream.
+    Answer {
+        /// The answer.
+        msg: Bytes,
+        /// Its Result-Code or Experimental-Result-Code.
+        code: u32,
+    },
+    /// Not for the core (no candidate, DOIC off): the relay routes as usual.
+    Relay,
+    /// No overload state: the relay routes as usual, keeping `tx` (the
+    /// agent's features go up, the answer is looked at).
+    Plain {
+        /// Transaction state for the answer.
+        tx: TxState,
+        /// As [`Decision::Forward`]'s `cut`.
+        cut: Option<(u32, u32)>,
+    },
+}
+
+/// The request inputs the relay already decoded.
+#[derive(Debug)]
+pub(crate) struct RequestIn<'a> {
+    /// The request bytes.
+    pub msg: &'a Bytes,
+    /// Its header.
+    pub head: Header,
+    /// Its relay scan.
+    pub routing: &'a Routing<'a>,
+    /// The downstream peer's identity.
+    pub from: &'a str,
+    /// Destination-Realm.
+    pub realm: &'a str,
+    /// Destination-Host.
+    pub dest_host: Option<&'a str>,
+    /// Peers that are not candidates (§6.1.7).
+    pub excluded: &'a [PeerId],
+    /// Rotation for ties.
+    pub rotate: usize,
+    /// The client's OC-Supported-Features as a first treatment recorded
+    /// them (the request then no longer carries them).
+    pub prior: Option<&'a OcSupportedFeatures>,
+}
+
+/// How the received OC-Supported-Features leave a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FeaturesCut {
+    /// It carries none.
+    None,
+    /// One, at these bytes: left out as the request is written.
+    One(u32, u32),
+    /// Several: the request is copied without them.
+    Several,
+}
+
+/// Where the request's OC-Supported-Features are (`first`: the first one the
+/// scan found).
+pub(crate) fn features_cut(msg: &[u8], first: Option<&RawAvp<'_>>) -> FeaturesCut {
+    let Some(raw) = first else {
+        return FeaturesCut::None;
+    };
+    let end = raw.offset + raw.raw.len();
+    let rest = msg.get(end..).unwrap_or_default();
+    if AvpIter::new(rest).any(|a| a.is_ok_and(|a| is_features(&a))) {
+        return FeaturesCut::Several;
+    }
+    match (u32::try_from(raw.offset), u32::try_from(end)) {
+        (Ok(a), Ok(b)) => FeaturesCut::One(a, b),
+        _ => FeaturesCut::Several,
+    }
+}
+
+/// The common case, decided by the core's idle fast path
+/// ([`Doic::treat_idle`]) without its full treatment: no overload state on
+/// this worker. Every request then goes to the router's first choice, so
+/// the relay routes it as without DOIC; counted as forwarded. A DOIC
+/// client's request (RFC 7683 §5.1.1) has its OC-Supported-Features read in
+/// place ([`FeaturesRef`], no allocation) into the core's [`Offer`], and cut
+/// out of the forwarded request as it is written. `None`: the full
+/// treatment is needed (overload state, several or malformed
+/// OC-Supported-Features).
+pub(crate) fn idle_forward(
+    ov: &Overload,
+    msg: &Bytes,
+    app_id: u32,
+    routing: &Routing<'_>,
+    from: &str,
+) -> Option<Decision> {
+    let Some(raw) = routing.oc_supported_features() else {
+        let tx = with_core(ov, |core, _| core.treat_idle(app_id, from, None))??;
+        return Some(Decision::Plain { tx, cut: None });
+    };
+    idle_forward_client(ov, msg, app_id, &raw, from)
+}
+
+/// [`idle_forward`] for a DOIC client's request (`raw`: its
+/// OC-Supported-Features), out of line so that the path without them stays
+/// as small as it was.
+#[inline(never)]
+fn idle_forward_client(
+    ov: &Overload,
+    msg: &Bytes,
+    app_id: u32,
+    raw: &RawAvp<'_>,
+    from: &str,
+) -> Option<Decision> {
+    let FeaturesCut::One(start, end) = features_cut(msg, Some(raw)) else {
+        return None;
+    };
+    let offer = Offer::read(&FeaturesRef::from_raw(raw).ok()?, from);
+    let tx = with_core(ov, |core, _| core.treat_idle(app_id, from, Some(offer)))??;
+    Some(Decision::Plain {
+        tx,
+        cut: Some((start, end)),
+    })
+}
+
+/// Treats one request (RFC 8581 §5 order) and applies the decision to its
+/// bytes.
+pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -> Decision {
+    // Candidates in the router's order of preference (fixed arrays: no
+    // allocation on the per-request path).
+    let Ok((choices, found)) = shared.router.choose_many::<MAX_CANDIDATES>(
+        &shared.table,
+        r.dest_host,
+        r.realm,
+        r.head.application_id,
+        r.excluded,
+        r.rotate,
+    ) else {
+        return Decision::Relay;
+    };
+    let mut ids = [(PeerId::default(), false); MAX_CANDIDATES];
+    let mut slots: [Option<std::sync::Arc<crate::peer::table::PeerSlot>>; MAX_CANDIDATES] =
+        Default::default();
+    let mut n = 0;
+    for c in &choices[..found] {
+        let Some(slot) = shared.table.get(c.peer) else {
+            break;
+        };
+        ids[n] = (c.peer, c.pinned);
+        slots[n] = Some(slot);
+        n += 1;
+    }
+    if n == 0 {
+        return Decision::Relay;
+    }
+    let mut candidates = [Candidate {
+        peer: "",
+        server: None,
+    }; MAX_CANDIDATES];
+    for (c, s) in candidates.iter_mut().zip(slots.iter().flatten()) {
+        *c = Candidate {
+            peer: &s.host,
+            server: Some(&s.host),
+        };
+    }
+    let candidates = &candidates[..n];
+    let received = r.routing.oc_supported_features();
+    // A malformed OC-Supported-Features: the client is treated as not
+    // supporting DOIC; the AVP is replaced on the way up.
+    let features = match r.prior {
+        Some(f) => Some(f.clone()),
+        None => received
+            .as_ref()
+            .and_then(|a| OcSupportedFeatures::from_raw(a).ok()),
+    };
+    let view = RequestView {
+        app_id: r.head.application_id,
+        command_code: r.head.command_code,
+        from_peer: r.from,
+        dest_realm: r.realm,
+        dest_host: r.dest_host,
+        features: features.as_ref(),
+        drmp: r.routing.drmp().and_then(|d| u8::try_from(d).ok()),
+    };
+    let now = ov.clock.now();
+    let out = with_core(ov, |core, _| match core.treat(now, &view, candidates) {
+        // The core's `request_features` are constant: encoded once in
+        // `Overload::features_avp`.
+        Treatment::Forward { index, tx, .. } | Treatment::Divert { index, tx, .. } => {
+            // RFC 7683 §5.1.3, RFC 8581 §6.1.1: one OC-Supported-Features,
+            // the agent's; a received one is left out as the request is
+            // written, several are removed here (the only copy).
+            let (msg, cut) = match features_cut(r.msg, received.as_ref()) {
+                FeaturesCut::None => (None, None),
+                FeaturesCut::One(a, b) => (None, Some((a, b))),
+                FeaturesCut::Several => {
+                    let Ok(mut buf) = MessageBuf::new(BytesMut::from(&r.msg[..])) else {
+                        return Decision::Relay;
+                    };
+                    if buf.remove_avps(is_features).is_err() {
+                        return Decision::Relay;
+                    }
+                    (Some(buf.freeze()), None)
+                }
+            };
+            let (peer, pinned) = ids[index];
+            tracing::trace!(peer = %candidates[index].peer, diverted = index != 0, "doic forward");
+            Decision::Forward {
+                peer,
+                slot: None,
+                pinned,
+                msg,
+                cut,
+                tx: tx.to_state(),
+            }
+        }
+        Treatment::Throttle { result, cause } => {
+            tracing::trace!(?cause, code = result.code(), "doic throttle");
+            let act = core.local_answer(now, &view);
+            let msg = throttle_answer(shared, r.msg, result, &act);
+            Decision::Answer {
+                msg,
+                code: result.code(),
+            }
+        }
+        Treatment::NoRoute => Decision::Relay,
+    });
+    match out {
+        Some(Decision::Forward {
+            peer,
+            pinned,
+            msg,
+            cut,
+            tx,
+            ..
+        }) => {
+            // The chosen candidate's slot goes with the decision.
+            let slot = ids[..n]
+                .iter()
+                .position(|(id, _)| *id == peer)
+                .and_then(|i| slots[i].take());
+            Decision::Forward {
+                peer,
+                slot,
+                pinned,
+                msg,
+                cut,
+                tx,
+            }
+        }
+        Some(d) => d,
+        None => Decision::Relay,
+    }
+}
+
+/// Treats a request again before it goes to another next hop: a failover,
+/// a retry after 3004, or a chosen connection that went away. RFC 8581 §5
+/// applies to every forwarding decision, so the alternate's peer OCS and the
+/// destination's host/realm OCS are consulted again, with `r.tried` out of
+/// the candidates (RFC 6733 §6.1.7). The client's DOIC support is the one the
+/// first treatment recorded.
+pub(crate) fn retreat(
+    shared: &Shared,
+    ov: &Overload,
+    r: &crate::peer::table::Relayed,
+    dest_host: Option<&str>,
+    rotate: usize,
+) -> Decision {
+    let Ok(routing) = Routing::scan(&r.msg) else {
+        return Decision::Relay;
+    };
+    let Ok(realm) = std::str::from_utf8(&r.realm) else {
+        return Decision::Relay;
+    };
+    // The client's features as first recorded: its vector, and its own
+    // identity as SourceID when it supports peer reports (RFC 8581 §6.1.2).
+    let prior = r.doic.and_then(|t| {
+        t.client_features.map(|v| OcSupportedFeatures {
+            source_id: t.client_peer_report.then(|| r.from.to_string()),
+            ..doic::treatment::features_of(v.get())
+        })
+    });
+    treat_request(
+        shared,
+        ov,
+        &RequestIn {
+            msg: &r.msg,
+            head: Header::read(&r.msg),
+            routing: &routing,
+            from: &r.from,
+            realm,
+            dest_host,
+            excluded: &r.tried,
+            rotate,
+            prior: prior.as_ref(),
+        },
+    )
+}
+
+fn is_features(a: &diameter::codec::avp::RawAvp<'_>) -> bool {
+    a.vendor_id.is_none() && a.code == code::OC_SUPPORTED_FEATURES
+}
+
+/// The agent's answer to a throttled request: Result-Code 3004 or 5012, or
+/// Experimental-Result 5198 without Result-Code (RFC 6733 §7.6), with the
+/// DOIC AVPs `act` gives (RFC 7683 §5.1.2: none to a non-DOIC client).
+fn throttle_answer(
+    shared: &Shared,
+    req: &[u8],
+    result: ThrottleAnswer,
+    act: &doic::AnswerActions,
+) -> Bytes {
+    let header = Header::read(req);
+    let node = &shared.config.node;
+    let mut a = builder::ErrorAnswer::new(
+        &header,
+        req,
+        result.code(),
+        &node.origin_host,
+        &node.origin_realm,
+    );
+    if result.is_experimental() {
+        a = a.experimental_result(RETRY_NOT_ALLOWED_VENDOR, result.code());
+    }
+    if let Some(f) = &act.add_features {
+        a = a.avp(f.to_avp());
+    }
+    for o in &act.forward_reports {
+        a = a.avp(o.to_avp());
+    }
+    let mut m = a.build();
+    if result.is_experimental() {
+        m.avps
+            .retain(|x: &Avp| !(x.vendor_id.is_none() && x.code == code::RESULT_CODE));
+    }
+    let mut out = BytesMut::with_capacity(256);
+    if let Err(e) = m.encode(&mut out) {
+        tracing::error!(cause = %e, "cannot encode a throttle answer");
+    }
+    out.freeze()
+}

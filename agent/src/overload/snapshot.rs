@@ -1,0 +1,98 @@
+//! What each worker's core publishes at every control tick ([`tick`]):
+//! its treatment totals, active OCS entries and received-report verdicts
+//! for `/metrics` ([`crate::metrics`] renders them), and its evidence trail
+//! for `GET /audit` ([`doic::audit::Audit::to_json`]).
+
+use std::collections::BTreeMap;
+
+use doic::audit::Totals;
+use doic::report::Abatement;
+
+use super::Overload;
+use super::cores::with_core;
+
+/// An active overload control state, as published by a worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OcsRow {
+    /// Application-ID.
+    pub app_id: u32,
+    /// `host`, `realm` or `peer`.
+    pub report_type: &'static str,
+    /// The host, realm or peer it is for.
+    pub target: String,
+    /// What it asks for.
+    pub abatement: Abatement,
+    /// OC-Sequence-Number in force.
+    pub sequence: u64,
+}
+
+/// What one worker's core looked like at the last tick.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Treatment totals.
+    pub totals: Totals,
+    /// Active OCS entries.
+    pub ocs: Vec<OcsRow>,
+    /// Received reports by verdict, over the retained trail.
+    pub verdicts: BTreeMap<String, u64>,
+    /// The evidence trail as JSON ([`doic::audit::Audit::to_json`]).
+    pub audit: serde_json::Value,
+}
+
+/// One control tick on the current worker: expiry and ramps
+/// ([`Doic::handle_timeout`]), replicas applied, snapshot published
+/// (`full` also renders the audit trail).
+pub(crate) fn tick(ov: &Overload, full: bool) {
+    let now = ov.clock.now();
+    let snap = with_core(ov, |core, worker| {
+        super::own::apply(ov, core, now);
+        core.handle_timeout(now);
+        let audit = core.audit();
+        let mut verdicts = BTreeMap::new();
+        for r in audit.reports() {
+            let v = format!("{:?}", r.verdict);
+            let v = v.split('(').next().unwrap_or("").to_ascii_lowercase();
+            *verdicts.entry(v).or_insert(0) += 1;
+        }
+        let ocs = core
+            .ocs()
+            .iter()
+            .map(|o| OcsRow {
+                app_id: o.key.app_id,
+                report_type: match o.key.report_type {
+                    doic::ReportType::Host => "host",
+                    doic::ReportType::Realm => "realm",
+                    doic::ReportType::Peer => "peer",
+                    _ => "other",
+                },
+                target: o.key.id.clone(),
+                abatement: o.abatement,
+                sequence: o.sequence,
+            })
+            .collect();
+        (
+            worker,
+            Snapshot {
+                totals: audit.totals,
+                ocs,
+                verdicts,
+                audit: if full {
+                    audit.to_json(ov.origin)
+                } else {
+                    serde_json::Value::Null
+                },
+            },
+        )
+    });
+    if let Some((worker, mut snap)) = snap
+        && let Some(slot) = ov.snapshots.get(worker)
+    {
+        let mut slot = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !full {
+            snap.audit = std::mem::take(&mut slot.audit);
+        }
+        *slot = snap;
+    }
+}
