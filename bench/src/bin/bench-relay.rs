@@ -103,8 +103,14 @@ impl AgentProcess {
             .local_addr()?
             .port();
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        // An identity of its own: a server refuses a second connection
+        // from a Diameter identity it already has one with.
+        let host: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
         let text = format!(
-            "[node]\norigin_host = \"agent-bin.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"{addr}\"]\nworkers = 1\ntc_seconds = 1\n\
+            "[node]\norigin_host = \"{host}.bin.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"{addr}\"]\nworkers = 1\ntc_seconds = 1\n\
              [ebpf]\nmode = \"off\"\n\
              [[peer]]\nhost = \"{}\"\nrealm = \"example.net\"\nconnect = \"{}\"\n\
              [[route]]\nrealm = \"example.net\"\npeers = [\"{}\"]\n[accept]\nhosts = [\"*.example.org\"]\n",
