@@ -19,9 +19,9 @@
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
 //! | [`admission`] | caps on inbound connections waiting for CER (RFC 6733 §5.3), per source and in total |
 //! | [`agent`] | the running agent: pinned workers (or tasks on a caller's runtime, `start_on`), listeners, dialling, control thread, shutdown |
-//! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O |
+//! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O driving the relay; close reasons with their side |
 //! | [`overload`] | DOIC in the relay: per-worker cores, request/answer treatment, replication, control tick, `/metrics` and `/audit` |
-//! | [`relay`] | relay duties across connections: dispatch, failover with the T flag, local answers |
+//! | [`relay`] | the sans-io relay (RFC 6733 §6.1-6.2): checks, loop detection, routing, hop-by-hop table, failover with the T flag, 3004 retries within the budget, local answers, 3002 timeouts |
 //! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix) |
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and

@@ -147,6 +147,11 @@ pub fn render(shared: &Shared) -> String {
             "Requests left unanswered when a connection closed (read after the agent's FIN).",
             |st| &st.requests_discarded,
         ),
+        (
+            "doic_peer_answers_unmatched_total",
+            "Answers from the peer matching no pending request (late after a timeout or failover): dropped.",
+            |st| &st.answers_unmatched,
+        ),
     ] {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
         for (_, p) in &peers {

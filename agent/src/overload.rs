@@ -48,7 +48,7 @@ mod tests;
 
 pub(crate) use answer::{idle_client_answer, treat_answer, with_avp};
 pub(crate) use cores::set_worker;
-pub(crate) use request::{Decision, RequestIn, idle_forward, retreat, treat_request};
+pub(crate) use request::{Decision, RequestIn, idle_forward, treat_request};
 pub(crate) use snapshot::tick;
 pub use snapshot::{OcsRow, Snapshot};
 

@@ -1,7 +1,14 @@
 //! The tokio edge of one transport connection (RFC 6733 §2.1 over TCP): it
-//! owns the socket and drives the sans-io [`Fsm`] and [`Watchdog`], frames
-//! messages, relays requests and answers, and keeps the table of requests
-//! it sent upstream (new Hop-by-Hop Identifiers, §6.1.8 / §6.2).
+//! owns the socket and drives the sans-io [`Fsm`], [`Watchdog`] and
+//! `relay::Relay`: frames messages, hands requests and answers to the relay, and
+//! owns the hop-by-hop table of the requests it sent upstream
+//! (`relay::pending::Upstream`, §6.1.8 / §6.2), which the relay fills and empties.
+//!
+//! | module | what it implements |
+//! | --- | --- |
+//! | `exchange` | the wait for CER (§5.6.1), the capabilities exchange (§5.3), the FSM's transmissions |
+//! | `relaying` | requests and answers of an open connection through the `relay::Relay` (§6.1, §6.2) |
+//! | `close` | [`CloseReason`] (side and cause) and the close of §5.4 ([`CLOSE_LINGER`]) |
 //!
 //! Reads and writes are batched: one read takes up to [`READ_CHUNK`] bytes
 //! and every complete message in it is handled; everything to send in one
@@ -21,7 +28,6 @@
 //! read to the peer's end of stream ([`CLOSE_LINGER`]), so the kernel never
 //! resets the connection over answers still queued.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -35,15 +41,14 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::agent::Shared;
-use crate::peer::table::{PeerSlot, PeerStats, Relayed, ToConn, state};
-use crate::relay;
-use crate::routing::{PeerId, PeerView};
+use crate::peer::table::{PeerSlot, PeerStats, ToConn, state};
+use crate::relay::{self, Relay, pending::Upstream};
+use crate::routing::PeerId;
 use diameter::codec::Capabilities;
-use diameter::codec::answer::{put_base, put_capabilities};
+use diameter::codec::answer::put_base;
 use diameter::codec::header::{HEADER_LEN, Header, finish, frame_len_max, set_hop_by_hop};
 use diameter::dictionary::cmd;
-use diameter::peer::capx::{self, CerVerdict, put_refused_cea};
-use diameter::peer::fsm::{DisconnectCause, Event, Fsm, Role, State, Transmit};
+use diameter::peer::fsm::{DisconnectCause, Fsm, Role, State};
 use diameter::peer::watchdog::{Delivery, Watchdog, WatchdogAction, WatchdogState};
 
 /// The longest message the agent accepts once a peer is open (its policy;
@@ -71,13 +76,13 @@ pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// the end.
 const DISCARD_CHUNK: usize = 16 * 1024;
 
+mod close;
+mod exchange;
 mod relaying;
 
-/// A request this connection relayed to its peer, waiting for the answer.
-struct Pending {
-    r: Relayed,
-    deadline: Instant,
-}
+use exchange::{cer_timed_out, evicted, first_bytes, note_evicted};
+
+pub use close::{Cause, CloseReason, Side};
 
 /// An accepted connection's place among those waiting for CER, and what
 /// wakes its task when it is evicted ([`crate::admission`]).
@@ -98,14 +103,14 @@ struct Conn {
     rx: UnboundedReceiver<ToConn>,
     inbuf: BytesMut,
     out: BytesMut,
-    pending: HashMap<u32, Pending>,
-    next_hbh: u32,
+    /// Requests relayed to this connection's peer, by Hop-by-Hop Identifier.
+    upstream: Upstream,
     /// Requests from this peer relayed upstream, not yet answered back.
     inflight_down: usize,
     rotate: usize,
     closing_since: Option<Instant>,
     flushed_pending: bool,
-    close: Option<&'static str>,
+    close: Option<CloseReason>,
     /// Header of the CER being answered.
     cer_head: Option<Header>,
     /// Header of the DPR being answered.
@@ -153,6 +158,7 @@ pub(crate) async fn run(
         return;
     }
     let span = tracing::debug_span!("conn", id, ?remote, ?role);
+    let request_timeout = shared.config.request_timeout();
     let mut c = Conn {
         shared,
         id,
@@ -164,8 +170,10 @@ pub(crate) async fn run(
         rx,
         inbuf: BytesMut::with_capacity(PRE_OPEN_READ),
         out: BytesMut::with_capacity(PRE_OPEN_WRITE),
-        pending: HashMap::new(),
-        next_hbh: (id as u32).wrapping_mul(0x9e37_79b9) ^ 0x5bd1_e995,
+        upstream: Upstream::new(
+            (id as u32).wrapping_mul(0x9e37_79b9) ^ 0x5bd1_e995,
+            request_timeout,
+        ),
         inflight_down: 0,
         rotate: id as usize,
         closing_since: None,
@@ -186,6 +194,23 @@ pub(crate) async fn run(
     }
     .instrument(span)
     .await;
+}
+
+/// The relay as the connections of `shared` drive it.
+fn relay_of(shared: &Shared) -> Relay<'_> {
+    Relay {
+        origin: (
+            &shared.config.node.origin_host,
+            &shared.config.node.origin_realm,
+        ),
+        router: &shared.router,
+        table: &shared.table,
+        retry: &shared.retry,
+        treat: shared
+            .overload
+            .is_some()
+            .then_some(shared as &dyn relay::Treat),
+    }
 }
 
 impl Conn {
@@ -210,7 +235,7 @@ impl Conn {
         while self.close.is_none() {
             self.flush_some();
             if self.out.len() > MAX_BACKLOG {
-                self.close = Some("peer does not read");
+                self.close_by_peer(Cause::PeerDoesNotRead);
                 break;
             }
             let interest = if self.out.is_empty() {
@@ -230,7 +255,7 @@ impl Conn {
                             self.read_and_handle();
                         }
                     }
-                    Err(_) => self.close = Some("socket error"),
+                    Err(_) => self.close_by_peer(Cause::SocketError),
                 },
                 msg = self.rx.recv() => {
                     if let Some(m) = msg {
@@ -253,7 +278,7 @@ impl Conn {
                 _ = tick.tick() => self.handle_timers(),
                 () = evicted(self.waiting.as_ref()) => {
                     note_evicted();
-                    self.close = Some("evicted before capabilities exchange");
+                    self.close_internal(Cause::Evicted);
                 }
                 // Resolves at once when the stop was announced while this task
                 // was busy elsewhere (the receiver has not seen that version).
@@ -285,7 +310,7 @@ impl Conn {
         while !self.out.is_empty() {
             match self.stream.try_write(&self.out) {
                 Ok(0) => {
-                    self.close = Some("peer closed");
+                    self.close_by_peer(Cause::PeerClosed);
                     return;
                 }
                 Ok(n) => {
@@ -296,7 +321,7 @@ impl Conn {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(_) => {
-                    self.close = Some("write error");
+                    self.close_by_peer(Cause::WriteError);
                     return;
                 }
             }
@@ -315,13 +340,13 @@ impl Conn {
         }
         match self.stream.try_read_buf(&mut self.inbuf) {
             Ok(0) => {
-                self.close = Some("peer closed the connection");
+                self.close_by_peer(Cause::EndOfStream);
                 return;
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
             Err(_) => {
-                self.close = Some("read error");
+                self.close_by_peer(Cause::ReadError);
                 return;
             }
         }
@@ -349,7 +374,7 @@ impl Conn {
                             self.answer_error(&req, e.result_code(), None, &why);
                         }
                     }
-                    self.close = Some("framing error");
+                    self.close_by_peer(Cause::FramingError);
                     break;
                 }
             }
@@ -376,7 +401,7 @@ impl Conn {
                 // Behind a DPR in the same read, say: the connection is
                 // going, but the request still gets its one answer.
                 if head.is_request() {
-                    self.answer_error(&msg, relay::UNABLE_TO_DELIVER, None, "connection closing");
+                    self.refuse(&msg, relay::Error::ConnectionClosing);
                 }
                 return;
             }
@@ -435,208 +460,6 @@ impl Conn {
             }
         }
     }
-
-    /// CER/CEA before the connection is open.
-    fn handle_exchange(&mut self, msg: Bytes, head: Header) {
-        if head.command_code != cmd::CAPABILITIES_EXCHANGE
-            || head.is_request() != (self.fsm.state() == State::WaitCer)
-        {
-            self.close = Some("message before capabilities exchange");
-            return;
-        }
-        // RFC 6733 §5.3.1/§5.3.2 grammar, strictly: one Origin-Host, one
-        // Origin-Realm, ... (5009/5005 with Failed-AVP), then close.
-        let (caps, rc) = match capx::read_exchange(&msg) {
-            Ok(x) => x,
-            Err(e) => {
-                let remote = self.stream.peer_addr().ok();
-                if head.is_request() {
-                    tracing::info!(?remote, result_code = e.result_code(), cause = %e, "malformed CER refused, closing");
-                    self.cer_head = Some(head);
-                    self.fsm.handle_bad_cer(e);
-                } else {
-                    tracing::warn!(peer = %self.peer_host(), ?remote, cause = %e, "malformed CEA, closing; redial after Tc");
-                    self.fsm.handle_bad_cea();
-                }
-                return;
-            }
-        };
-        if head.is_request() {
-            self.handle_cer(head, caps);
-        } else {
-            let expected = self.peer.as_ref().map(|(_, s)| s.host.clone());
-            if expected.is_some_and(|h| !h.eq_ignore_ascii_case(&caps.origin_host)) {
-                self.close = Some("CEA from an unexpected Origin-Host");
-                return;
-            }
-            self.fsm.handle_cea(caps, rc.unwrap_or(0));
-            if self.fsm.state() == State::Open {
-                let local_host = self.shared.config.node.origin_host.clone();
-                let live = self.liveness();
-                let opened = self.peer.as_ref().is_some_and(|(_, slot)| {
-                    slot.try_open(self.id, self.tx.clone(), false, &local_host, live)
-                });
-                if opened && let Some((_, slot)) = &self.peer {
-                    slot.note_remote(self.id, self.stream.peer_addr().ok());
-                }
-                if !opened {
-                    self.close = Some("another connection to this peer is open");
-                }
-            }
-        }
-        self.cer_head = Some(head);
-    }
-
-    fn handle_cer(&mut self, head: Header, caps: Capabilities) {
-        let cfg = &self.shared.config;
-        let host = caps.origin_host.clone();
-        let configured = self.shared.table.by_host(&host);
-        let id = match configured {
-            Some(id) => Some(id),
-            None if cfg.accept.matches(&host) => self
-                .shared
-                .table
-                .lookup_or_add(&host, Some(&caps.origin_realm)),
-            None => None,
-        };
-        let known = id.is_some();
-        let mut election_lost = false;
-        if let Some(id) = id
-            && matches!(
-                capx::judge_cer(self.fsm.local(), &caps, true),
-                CerVerdict::Accept(_)
-            )
-        {
-            let local_host = cfg.node.origin_host.clone();
-            let live = self.liveness();
-            match self.shared.table.get(id) {
-                Some(slot) if slot.try_open(self.id, self.tx.clone(), true, &local_host, live) => {
-                    slot.note_remote(self.id, self.stream.peer_addr().ok());
-                    self.peer = Some((id, slot));
-                }
-                _ => election_lost = true,
-            }
-        }
-        if !known {
-            tracing::info!(origin_host = %host, "unknown peer refused");
-        }
-        self.cer_head = Some(head);
-        self.fsm.handle_cer(caps, known, election_lost);
-    }
-
-    /// Drains the FSM's transmissions and events.
-    fn pump_fsm(&mut self) {
-        while let Some(t) = self.fsm.poll_transmit() {
-            let local = self.fsm.local().clone();
-            let o = (local.origin_host.as_str(), local.origin_realm.as_str());
-            match t {
-                Transmit::Cer => {
-                    let hbh = self.alloc_hbh();
-                    put_capabilities(&mut self.out, &local, None, hbh);
-                }
-                Transmit::Cea { result_code } => {
-                    if let Some(h) = self.cer_head {
-                        put_capabilities(&mut self.out, &local, Some((h, result_code)), 0);
-                    }
-                }
-                Transmit::CeaRefused(e) => {
-                    if let Some(h) = self.cer_head {
-                        put_refused_cea(&mut self.out, &local, &h, &e);
-                    }
-                }
-                Transmit::Dpr(cause) => {
-                    self.count(|st| &st.dpr_sent);
-                    let hbh = self.alloc_hbh();
-                    put_base(
-                        &mut self.out,
-                        cmd::DISCONNECT_PEER,
-                        o,
-                        None,
-                        hbh,
-                        Some(cause as u32),
-                    );
-                }
-                Transmit::Dpa => {
-                    if let Some(h) = self.last_dpr {
-                        put_base(&mut self.out, cmd::DISCONNECT_PEER, o, Some(h), 0, None);
-                    }
-                }
-            }
-        }
-        while let Some(e) = self.fsm.poll_event() {
-            match e {
-                Event::Open {
-                    common_applications,
-                } => {
-                    tracing::info!(peer = %self.peer_host(), ?common_applications, "peer open");
-                    self.on_open();
-                }
-                Event::PeerDisconnecting => {
-                    if let Some((_, s)) = &self.peer {
-                        s.set_state(state::CLOSING);
-                    }
-                }
-                Event::Close(why) => {
-                    self.close.get_or_insert(why);
-                }
-            }
-        }
-        if self.fsm.state() != State::WaitCer {
-            self.leave_waiting();
-        }
-    }
-
-    /// The capabilities exchange is over (or the connection is): give the
-    /// admission ticket back.
-    fn leave_waiting(&mut self) {
-        if let Some(w) = self.waiting.take() {
-            self.shared.admission.release(&w.ticket);
-        }
-    }
-}
-
-/// Resolves when the waiting connection is evicted; never without one.
-async fn evicted(waiting: Option<&Waiting>) {
-    match waiting {
-        Some(w) => w.evict.notified().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Until its peer sends something, an accepted connection costs only its
-/// socket and this task: no buffers, no channel. Waits for the first bytes
-/// (true), or the CER timeout (RFC 6733 §5.6.1: the logic that handles
-/// incoming connections "SHOULD close and discard the connection if ... an
-/// implementation-defined timeout occurs prior to receipt of CER"), an
-/// eviction, the agent's stop (false).
-async fn first_bytes(shared: &Shared, stream: &TcpStream, w: &Waiting, deadline: Instant) -> bool {
-    let mut shutdown = shared.shutdown.clone();
-    tokio::select! {
-        r = stream.readable() => return r.is_ok(),
-        () = tokio::time::sleep_until(deadline) => cer_timed_out(shared),
-        () = evicted(Some(w)) => note_evicted(),
-        () = crate::agent::stopped(&mut shutdown) => {}
-    }
-    false
-}
-
-/// A connection waited longer than the CER timeout.
-fn cer_timed_out(shared: &Shared) {
-    let stats = &shared.admission.stats;
-    stats.cer_timeouts.fetch_add(1, Ordering::Relaxed);
-    tracing::debug!(
-        cause = "no CER in time",
-        timeout = ?shared.config.cer_timeout(),
-        "closing connection"
-    );
-}
-
-/// A connection waiting for CER was evicted (the listener counted it).
-fn note_evicted() {
-    tracing::debug!(
-        cause = "a lighter source needed the place",
-        "closing connection waiting for CER"
-    );
 }
 
 impl Conn {
@@ -665,8 +488,7 @@ impl Conn {
     }
 
     fn alloc_hbh(&mut self) -> u32 {
-        self.next_hbh = self.next_hbh.wrapping_add(1);
-        self.next_hbh
+        self.upstream.alloc_hbh()
     }
 
     fn on_open(&mut self) {
@@ -727,7 +549,7 @@ impl Conn {
                     self.fail_over_all();
                 }
                 WatchdogAction::CloseConnection => {
-                    self.close.get_or_insert("watchdog: peer down");
+                    self.close_by_peer(Cause::WatchdogDown);
                 }
                 WatchdogAction::Failback | WatchdogAction::AttemptOpen => {}
             }
@@ -783,7 +605,7 @@ impl Conn {
         if self.inflight_down == 0 {
             self.fsm.handle_answered();
         }
-        if self.closing_since.is_some() && self.pending.is_empty() && self.inflight_down == 0 {
+        if self.closing_since.is_some() && self.upstream.is_empty() && self.inflight_down == 0 {
             self.fsm.handle_drained();
         }
     }
@@ -800,25 +622,8 @@ impl Conn {
         }
         self.pump_watchdog();
         // Requests whose upstream answer is overdue get the agent's 3002.
-        if !self.pending.is_empty() {
-            let late: Vec<u32> = self
-                .pending
-                .iter()
-                .filter(|(_, p)| p.deadline <= now)
-                .map(|(h, _)| *h)
-                .collect();
-            for h in late {
-                if let Some(p) = self.pending.remove(&h) {
-                    self.upstream_done();
-                    relay::answer_locally(
-                        &self.shared,
-                        p.r,
-                        relay::UNABLE_TO_DELIVER,
-                        "upstream answer timed out",
-                    );
-                }
-            }
-        }
+        let slot = self.peer.as_ref().map(|(_, s)| &**s);
+        relay_of(&self.shared).handle_timeout(&mut self.upstream, slot, now.into_std());
         // Near the end of the drain, pending requests are answered locally
         // so that downstream peers still receive them before closing.
         if let Some(since) = self.closing_since
@@ -826,34 +631,20 @@ impl Conn {
             && now >= since + self.shared.config.drain().mul_f64(0.8)
         {
             self.flushed_pending = true;
-            self.answer_all_pending("agent is shutting down");
+            self.answer_all_pending(relay::Error::ShuttingDown);
         }
         self.check_drained();
     }
 
-    fn upstream_done(&self) {
-        if let Some((_, slot)) = &self.peer {
-            slot.outstanding.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-
-    fn answer_all_pending(&mut self, why: &str) {
-        for (_, p) in std::mem::take(&mut self.pending) {
-            self.upstream_done();
-            relay::answer_locally(&self.shared, p.r, relay::UNABLE_TO_DELIVER, why);
-        }
+    fn answer_all_pending(&mut self, why: relay::Error) {
+        let slot = self.peer.as_ref().map(|(_, s)| &**s);
+        relay_of(&self.shared).answer_all(&mut self.upstream, slot, why);
     }
 
     fn fail_over_all(&mut self) {
-        let Some((id, slot)) = self.peer.clone() else {
-            return self.answer_all_pending("peer connection lost");
-        };
-        for (_, p) in std::mem::take(&mut self.pending) {
-            self.upstream_done();
-            self.rotate = self.rotate.wrapping_add(1);
-            let now = Instant::now().into_std();
-            relay::fail_over(&self.shared, id, &slot, p.r, (now, self.rotate));
-        }
+        let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
+        let now = Instant::now().into_std();
+        relay_of(&self.shared).fail_over_all(&mut self.upstream, from, now, &mut self.rotate);
     }
 
     fn handle_to_conn(&mut self, m: ToConn) {
@@ -875,20 +666,23 @@ impl Conn {
                 hbh,
                 code,
             } => self.write_answer_with(&msg, features, hbh, code),
-            ToConn::Close => {
-                self.close.get_or_insert("election lost");
-            }
-            ToConn::Replaced => {
-                self.close
-                    .get_or_insert("replaced by the peer's new connection");
-            }
+            ToConn::Close => self.close_internal(Cause::ElectionLost),
+            ToConn::Replaced => self.close_internal(Cause::Replaced),
         }
     }
 
     /// Ends the connection: flush, fail over what is pending, release the
     /// peer slot, give the watchdog back.
     async fn finish(&mut self) {
-        tracing::debug!(peer = %self.peer_host(), why = self.close.unwrap_or("done"), "connection closing");
+        match self.close {
+            Some(why) => tracing::debug!(
+                peer = %self.peer_host(),
+                side = %why.side,
+                cause = %why.cause,
+                "connection closing"
+            ),
+            None => tracing::debug!(peer = %self.peer_host(), cause = "done", "connection closing"),
+        }
         self.leave_waiting();
         let now = Instant::now();
         if let Some(w) = self.watchdog.as_mut() {
@@ -902,7 +696,7 @@ impl Conn {
             }
         }
         if self.closing_since.is_some() {
-            self.answer_all_pending("agent is shutting down");
+            self.answer_all_pending(relay::Error::ShuttingDown);
         } else {
             self.fail_over_all();
         }
@@ -910,89 +704,18 @@ impl Conn {
         self.rx.close();
         while let Ok(m) = self.rx.try_recv() {
             match m {
-                ToConn::Request(mut r) => {
-                    if let Some((id, slot)) = &self.peer {
-                        slot.outstanding.fetch_sub(1, Ordering::Relaxed);
-                        r.tried.push(*id);
-                    }
-                    if let Err((r, _)) = relay::dispatch(&self.shared, r, None, self.rotate) {
-                        relay::answer_locally(
-                            &self.shared,
-                            r,
-                            relay::UNABLE_TO_DELIVER,
-                            "peer connection lost",
-                        );
-                    }
+                ToConn::Request(r) => {
+                    let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
+                    relay_of(&self.shared).reroute(
+                        from,
+                        r,
+                        self.rotate,
+                        relay::Error::ConnectionLost,
+                    );
                 }
                 other => self.handle_to_conn(other),
             }
         }
         self.linger().await;
-    }
-
-    /// Closes the transport without losing what is queued (RFC 6733 §5.4:
-    /// the receiver of the DPA initiates the disconnect): everything in
-    /// `out` is written, then a FIN (half-close), then the agent reads to
-    /// the peer's end of stream, all within [`CLOSE_LINGER`]. Closing a
-    /// socket with unread input makes the kernel send a reset instead and
-    /// throw away the answers queued in front of it. Requests read after
-    /// the FIN (or left behind the message that ended the connection)
-    /// cannot be answered any more: they are counted
-    /// (`doic_peer_requests_discarded_total`) and logged.
-    async fn linger(&mut self) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let deadline = Instant::now() + CLOSE_LINGER;
-        let mut discarded = 0u64;
-        let out = std::mem::take(&mut self.out);
-        let (stream, inbuf) = (&mut self.stream, &mut self.inbuf);
-        let ended = tokio::time::timeout_at(deadline, async {
-            stream.write_all(&out).await?;
-            stream.shutdown().await?;
-            let mut framed = true;
-            loop {
-                while framed {
-                    match frame_len_max(inbuf, MAX_ACCEPTED_MESSAGE_LEN) {
-                        Ok(Some(n)) => {
-                            discarded += u64::from(Header::read(inbuf).is_request());
-                            inbuf.advance(n);
-                        }
-                        Ok(None) => break,
-                        Err(_) => framed = false,
-                    }
-                }
-                if !framed {
-                    inbuf.clear();
-                }
-                // Only counted, not kept: a small buffer does.
-                if inbuf.capacity() - inbuf.len() < DISCARD_CHUNK / 4 {
-                    inbuf.reserve(DISCARD_CHUNK);
-                }
-                if stream.read_buf(inbuf).await? == 0 {
-                    return Ok::<(), std::io::Error>(());
-                }
-            }
-        })
-        .await;
-        let peer = self.peer_host();
-        if discarded > 0 {
-            self.count_n(|st| &st.requests_discarded, discarded);
-            tracing::warn!(
-                peer = %peer,
-                discarded,
-                cause = "requests left unanswered at close",
-                "requests discarded at close; the peer must fail them over"
-            );
-        }
-        match ended {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::debug!(peer = %peer, cause = %e, "connection ended with an error")
-            }
-            Err(_) => tracing::debug!(
-                peer = %peer,
-                linger = ?CLOSE_LINGER,
-                "peer did not close in time; closing"
-            ),
-        }
     }
 }

@@ -21,45 +21,24 @@ use diameter::codec::relay::{MessageBuf, Routing};
 use diameter::codec::{Header, builder};
 use diameter::dictionary::code;
 use doic::treatment::ThrottleAnswer;
-use doic::{Candidate, OcSupportedFeatures, Offer, RequestView, Treatment, TxState};
+use doic::{Candidate, OcSupportedFeatures, Offer, RequestView, Treatment};
 
-/// What the relay does with a request after the DOIC treatment.
-#[derive(Debug)]
-pub(crate) enum Decision {
-    /// Send the request to `peer`, keeping `tx` with it.
-    Forward {
-        /// The next hop.
-        peer: PeerId,
-        /// Its slot, when at hand (saves the relay a table lookup).
-        slot: Option<std::sync::Arc<crate::peer::table::PeerSlot>>,
-        /// Whether it is pinned by Destination-Host.
-        pinned: bool,
-        /// The request without the OC-Supported-Features it came with, when
-        /// it had several (`None`: send it as received, less `cut`).
-        msg: Option<Bytes>,
-        /// The bytes of the client's one OC-Supported-Features, left out on
-        /// the way upstream ([`crate::peer::table::Relayed::cut`]).
-        cut: Option<(u32, u32)>,
-        /// Transaction state for the answer.
-        tx: TxState,
-    },
-    /// Answer with this message (throttled); nothing goes upstream.
-    Answer {
-        /// The answer.
-        msg: Bytes,
-        /// Its Result-Code or Experimental-Result-Code.
-        code: u32,
-    },
-    /// Not for the core (no candidate, DOIC off): the relay routes as usual.
-    Relay,
-    /// No overload state: the relay routes as usual, keeping `tx` (the
-    /// agent's features go up, the answer is looked at).
-    Plain {
-        /// Transaction state for the answer.
-        tx: TxState,
-        /// As [`Decision::Forward`]'s `cut`.
-        cut: Option<(u32, u32)>,
-    },
+pub(crate) use crate::relay::Decision;
+
+/// The relay's seam to overload control (RFC 8581 §5): a request treated
+/// before is treated again for its new next hop.
+impl crate::relay::Treat for Shared {
+    fn retreat(
+        &self,
+        r: &crate::peer::table::Relayed,
+        dest_host: Option<&str>,
+        rotate: usize,
+    ) -> Decision {
+        match &self.overload {
+            Some(ov) => retreat(self, ov, r, dest_host, rotate),
+            None => Decision::Relay,
+        }
+    }
 }
 
 /// The request inputs the relay already decoded.

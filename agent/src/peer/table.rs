@@ -163,6 +163,10 @@ pub struct PeerStats {
     /// Requests left unanswered when a connection closed: read after the
     /// agent's FIN, or behind the message that ended the connection.
     pub requests_discarded: AtomicU64,
+    /// Answers from this peer matching no pending request (late after the
+    /// request's 3002 timeout, after a failover, or never asked for):
+    /// dropped.
+    pub answers_unmatched: AtomicU64,
 }
 
 /// One peer of the table.
@@ -188,7 +192,7 @@ pub struct PeerSlot {
 }
 
 impl PeerSlot {
-    fn new(host: &str, realm: &str, connect: Option<SocketAddr>) -> Self {
+    pub(crate) fn new(host: &str, realm: &str, connect: Option<SocketAddr>) -> Self {
         Self {
             host: host.to_owned(),
             host_arc: Arc::from(host),

@@ -15,7 +15,7 @@
 //! - a retry is never sent to a peer known to be overloaded: one that
 //!   answered 3004 within the last `overloaded_seconds` (a DOIC OCS in force
 //!   abates retries through the second treatment, RFC 8581 §5, in
-//!   `relay::dispatch`).
+//!   `Relay::dispatch`).
 //!
 //! Over the budget the 3004 goes to the client as it came (RFC 7683 §8: the
 //! client decides). RFC 6733 §7.1.3 says a node receiving 3004 SHOULD try

@@ -1,11 +1,13 @@
-//! The relaying half of a connection (RFC 6733 §6.1): requests from this
-//! connection's peer are checked with the codec's relay scan (§7.1
-//! Result-Codes), loop-checked (§6.1.3), routed (§6.1.5-6.1.7) and
-//! dispatched; requests routed to this peer are written with a
-//! Route-Record and a fresh Hop-by-Hop Identifier (§6.1.9); answers from
-//! this peer are matched, checked at least as strictly as requests
-//! ([`Routing::scan_answer`]) and sent back (§6.2), TOO_BUSY retried
-//! elsewhere.
+//! The relaying half of a connection (RFC 6733 §6.1), a driver of the
+//! sans-io [`Relay`]: requests from this connection's peer are checked with
+//! the codec's relay scan (§7.1 Result-Codes), then by
+//! [`Relay::check_request`] (loop check §6.1.3, local requests §6.1.4),
+//! treated by overload control, routed (§6.1.5-6.1.7) and dispatched;
+//! requests routed to this peer go through [`Relay::send_upstream`]
+//! (Route-Record and a fresh Hop-by-Hop Identifier, §6.1.9); answers from
+//! this peer are matched in the hop-by-hop table, checked at least as
+//! strictly as requests ([`Routing::scan_answer`]) and sent back (§6.2),
+//! TOO_BUSY retried elsewhere ([`Relay::retry_too_busy`]).
 //!
 //! Requests must carry exactly one Origin-Host and one Origin-Realm (§6.1.1,
 //! `{ Origin-Host } { Origin-Realm }` in every request's grammar): 5005 or
@@ -25,16 +27,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::{Conn, Pending};
+use super::{Conn, relay_of};
 use crate::peer::table::{PeerSlot, Relayed, ToConn};
-use crate::relay::{self, AnswerFate};
-use crate::routing::{self, PeerId, PeerView};
+use crate::relay::{self, AnswerFate, Relay};
+use crate::routing::{PeerId, PeerView};
 use diameter::codec::answer::put_error_answer;
-use diameter::codec::avp::empty_avp;
-use diameter::codec::forward::{put_relayed_request, put_relayed_request_cut};
-use diameter::codec::header::{Header, finish};
+use diameter::codec::header::Header;
 use diameter::codec::{DecodeError, Routing};
-use diameter::dictionary::code;
 use diameter::peer::fsm::State;
 use diameter::peer::watchdog::Watchdog;
 
@@ -63,63 +62,26 @@ impl WarnLimit {
 }
 
 impl Conn {
-    /// A request routed to this connection's peer.
-    pub(super) fn send_upstream(&mut self, mut r: Relayed) {
+    /// A request routed to this connection's peer: written with a
+    /// Route-Record and a fresh Hop-by-Hop Identifier into the hop-by-hop
+    /// table ([`Relay::send_upstream`]).
+    pub(super) fn send_upstream(&mut self, r: Relayed) {
         let usable =
             self.fsm.state() == State::Open && self.watchdog.as_ref().is_some_and(Watchdog::usable);
-        let Some((id, slot)) = self.peer.clone() else {
-            return relay::answer_locally(
-                &self.shared,
-                r,
-                relay::UNABLE_TO_DELIVER,
-                "peer not open",
-            );
+        let features = match &self.shared.overload {
+            Some(ov) if r.doic.is_some() => Some(ov.features_avp()),
+            _ => None,
         };
-        if !usable {
-            slot.outstanding.fetch_sub(1, Ordering::Relaxed);
-            r.tried.push(id);
-            self.rotate = self.rotate.wrapping_add(1);
-            if let Err((r, _)) = relay::dispatch(&self.shared, r, None, self.rotate) {
-                relay::answer_locally(
-                    &self.shared,
-                    r,
-                    relay::UNABLE_TO_DELIVER,
-                    "peer not available",
-                );
-            }
-            return;
-        }
-        let hbh = self.alloc_hbh();
-        let start = self.out.len();
-        match r.cut {
-            Some((a, b)) => put_relayed_request_cut(
-                &mut self.out,
-                &r.msg,
-                (a as usize, b as usize),
-                &r.from,
-                hbh,
-                r.retransmit,
-            ),
-            None => put_relayed_request(&mut self.out, &r.msg, &r.from, hbh, r.retransmit),
-        }
-        if r.doic.is_some()
-            && let Some(ov) = &self.shared.overload
-        {
-            self.out.extend_from_slice(ov.features_avp());
-            finish(&mut self.out, start);
-        }
-        slot.stats.requests_out.fetch_add(1, Ordering::Relaxed);
-        let deadline = Instant::now() + self.shared.config.request_timeout();
-        if let Some(old) = self.pending.insert(hbh, Pending { r, deadline }) {
-            // 2^32 identifiers later: the old one is long overdue.
-            self.upstream_done();
-            relay::answer_locally(
-                &self.shared,
-                old.r,
-                relay::UNABLE_TO_DELIVER,
-                "hop-by-hop identifier reused",
-            );
-        }
+        let now = Instant::now().into_std();
+        relay_of(&self.shared).send_upstream(
+            &mut self.upstream,
+            self.peer.as_ref().map(|(id, s)| (*id, &**s)),
+            usable,
+            (now, &mut self.rotate),
+            r,
+            &mut self.out,
+            features,
+        );
     }
 
     /// Writes the agent's own answer to a request from this peer (cold
@@ -132,6 +94,14 @@ impl Conn {
         if let Some((_, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_out, code);
         }
+    }
+
+    /// Answers a request the relay refuses, with `why`'s Result-Code,
+    /// Failed-AVP and description.
+    #[cold]
+    pub(super) fn refuse(&mut self, req: &[u8], why: relay::Error) {
+        let failed = why.failed_avp();
+        self.answer_error(req, why.result_code(), failed.as_deref(), &why.to_string());
     }
 
     /// Answers a request with the Result-Code, Failed-AVP and description
@@ -156,53 +126,20 @@ impl Conn {
             Ok(r) => r,
             Err(e) => return self.answer_defect(&msg, &e),
         };
-        if !head.flags.is_proxiable() {
-            return self.answer_error(
-                &msg,
-                relay::APPLICATION_UNSUPPORTED,
-                None,
-                "non-proxiable request for an agent without local applications",
-            );
-        }
-        let own = &self.shared.config.node.origin_host;
-        if routing::has_looped(own, routing.route_records()) {
-            return self.answer_error(&msg, relay::LOOP_DETECTED, None, "route-record loop");
-        }
-        if routing
-            .destination_host()
-            .is_some_and(|h| h.eq_ignore_ascii_case(own.as_bytes()))
-        {
-            // §6.1.4: for local consumption; no local application (§7.1.3).
-            return self.answer_error(
-                &msg,
-                relay::APPLICATION_UNSUPPORTED,
-                None,
-                "request for the agent itself, which has no local application",
-            );
-        }
-        let Some(realm) = routing.destination_realm() else {
-            let f = empty_avp(code::DESTINATION_REALM);
-            return self.answer_error(
-                &msg,
-                relay::MISSING_AVP,
-                Some(&f),
-                "missing Destination-Realm",
-            );
+        let relay = relay_of(&self.shared);
+        let realm = match relay.check_request(head, &routing) {
+            Ok(realm) => realm,
+            Err(why) => return self.refuse(&msg, why),
         };
         if self.closing_since.is_some() {
             // The agent is stopping (RFC 6733 §5.4): after its DPR nothing
             // new goes upstream; the request is answered at once.
-            return self.answer_error(
-                &msg,
-                relay::UNABLE_TO_DELIVER,
-                None,
-                "agent is shutting down",
-            );
+            return self.refuse(&msg, relay::Error::ShuttingDown);
         }
         if self.fsm.owes_dpa() {
             // The peer sent DPR and waits for its DPA: a request it still
             // sends is not relayed (it would hold the DPA back), but answered.
-            return self.answer_error(&msg, relay::UNABLE_TO_DELIVER, None, "connection closing");
+            return self.refuse(&msg, relay::Error::ConnectionClosing);
         }
         let realm = msg.slice_ref(realm);
         let dest_host = routing
@@ -289,42 +226,32 @@ impl Conn {
             doic,
             cut,
         };
+        let relay = relay_of(&self.shared);
         let sent = match to {
-            Some((to, pinned)) => relay::dispatch_to(&self.shared, r, to, pinned, self.rotate),
-            None => relay::route(&self.shared, r, dest_host.as_deref(), self.rotate),
+            Some((to, pinned)) => relay.dispatch_to(r, to, pinned, self.rotate),
+            None => relay.route(r, dest_host.as_deref(), self.rotate),
         };
         match sent {
             Ok(()) => {
                 self.inflight_down += 1;
                 self.shared.retry.note_request();
             }
-            Err((r, e)) => {
-                // Every candidate eliminated by §6.1.7 is 3002, not 3004.
-                let code = if r.tried.len() == excluded {
-                    relay::UNABLE_TO_DELIVER
-                } else {
-                    e.result_code()
-                };
-                let why = if code == relay::UNABLE_TO_DELIVER {
-                    "no route"
-                } else {
-                    "every candidate refused"
-                };
-                self.answer_error(&r.msg, code, None, why);
-            }
+            Err((r, e)) => self.refuse(&r.msg, Relay::refusal(&r, e, excluded)),
         }
     }
 
     /// An answer from this connection's peer to a request the agent relayed.
     pub(super) fn relay_answer(&mut self, msg: Bytes, head: Header) {
-        let Some(p) = self.pending.remove(&head.hop_by_hop) else {
-            tracing::trace!(hop_by_hop = head.hop_by_hop, "answer to no pending request");
+        let Some((_, slot)) = &self.peer else {
             return;
         };
-        self.upstream_done();
+        let Some(r) = self.upstream.handle_answer(head.hop_by_hop, &slot.stats) else {
+            return;
+        };
+        slot.outstanding.fetch_sub(1, Ordering::Relaxed);
         let routing = match Routing::scan_answer(&msg) {
             Ok(r) => r,
-            Err(e) => return self.malformed_answer(p, &e),
+            Err(e) => return self.malformed_answer(r, &e),
         };
         let rc = routing.result_code();
         let erc = routing.experimental_result_code().map(|(_, code)| code);
@@ -333,7 +260,7 @@ impl Conn {
         let mut rewritten = None;
         let mut append = None;
         if let Some(ov) = &self.shared.overload
-            && let Some(tx) = p.r.doic.as_ref()
+            && let Some(tx) = r.doic.as_ref()
             && tx.client_features.is_some()
             && let Some((features, retry)) = crate::overload::idle_client_answer(ov, tx, &routing)
         {
@@ -341,19 +268,13 @@ impl Conn {
             // appended as the answer is written (`ToConn::AnswerWith`).
             (append, retry_ok) = (Some(features), retry);
         } else if let Some(ov) = &self.shared.overload
-            && let Some(tx) = p.r.doic.as_ref()
+            && let Some(tx) = r.doic.as_ref()
         {
             let from_peer = self.peer.as_ref().map_or("", |(_, s)| s.host.as_str());
-            let realm = std::str::from_utf8(&p.r.realm).unwrap_or("");
+            let realm = std::str::from_utf8(&r.realm).unwrap_or("");
             // Never retried elsewhere after 5198 (retry_on_alternate).
-            (rewritten, retry_ok) = crate::overload::treat_answer(
-                ov,
-                tx,
-                (&p.r.from, realm),
-                from_peer,
-                &msg,
-                &routing,
-            );
+            (rewritten, retry_ok) =
+                crate::overload::treat_answer(ov, tx, (&r.from, realm), from_peer, &msg, &routing);
         }
         let mut msg = rewritten.unwrap_or(msg);
         if let Some((id, slot)) = &self.peer {
@@ -362,9 +283,9 @@ impl Conn {
             if rc == Some(relay::TOO_BUSY) {
                 self.shared.retry.handle_too_busy(now, *id);
             }
-            if retry_ok && relay::answer_fate(rc, erc, p.r.pinned) == AnswerFate::Retry {
+            if retry_ok && relay::answer_fate(rc, erc, r.pinned) == AnswerFate::Retry {
                 self.rotate = self.rotate.wrapping_add(1);
-                match relay::retry_too_busy(&self.shared, p.r, *id, (now, self.rotate)) {
+                match relay_of(&self.shared).retry_too_busy(r, *id, (now, self.rotate)) {
                     Ok(()) => return,
                     Err(r) => {
                         if let Some(f) = append
@@ -382,16 +303,16 @@ impl Conn {
                 }
             }
         }
-        let _ = p.r.reply.send(match append {
+        let _ = r.reply.send(match append {
             Some(features) => ToConn::AnswerWith {
                 msg,
                 features,
-                hbh: p.r.hbh,
+                hbh: r.hbh,
                 code,
             },
             None => ToConn::Answer {
                 msg,
-                hbh: p.r.hbh,
+                hbh: r.hbh,
                 code,
             },
         });
@@ -403,7 +324,7 @@ impl Conn {
     /// with the defect and the peer in Error-Message.
     #[cold]
     #[inline(never)]
-    fn malformed_answer(&mut self, p: Pending, e: &DecodeError) {
+    fn malformed_answer(&mut self, r: Relayed, e: &DecodeError) {
         let host = self.peer.as_ref().map_or("", |(_, s)| s.host.as_str());
         if let Some((_, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_malformed, e.result_code());
@@ -421,7 +342,7 @@ impl Conn {
             "malformed answer from {host}: {e} ({})",
             e.result_code_name()
         );
-        relay::answer_locally(&self.shared, p.r, relay::UNABLE_TO_DELIVER, &why);
+        relay_of(&self.shared).answer_locally_with(r, relay::UNABLE_TO_DELIVER, &why);
         self.check_drained();
     }
 }
