@@ -276,12 +276,7 @@ impl Agent {
                 return false;
             }
         };
-        let telemetry = crate::ebpf::Telemetry::start_or_log(&cfg);
-        if let Some(t) = &telemetry {
-            tracing::info!(program_ids = ?t.program_ids(), ports = ?cfg.ports, "kernel telemetry started");
-        }
-        self.ebpf.attach(telemetry);
-        let attached = self.ebpf.is_attached();
+        let attached = self.ebpf.start(&cfg);
         self.sources.kernel.set_counting(attached);
         attached
     }

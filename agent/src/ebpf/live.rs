@@ -53,6 +53,18 @@ pub struct Live {
 }
 
 impl Live {
+    /// Starts the program for `cfg` and attaches it ([`Live::attach`]);
+    /// without it (no privileges, `mode = "off"`, not built) one line is
+    /// logged. Returns true when the program is attached.
+    pub fn start(&self, cfg: &super::Config) -> bool {
+        let telemetry = Telemetry::start_or_log(cfg);
+        if let Some(t) = &telemetry {
+            info!(program_ids = ?t.program_ids(), ports = ?cfg.ports, "kernel telemetry started");
+        }
+        self.attach(telemetry);
+        self.is_attached()
+    }
+
     /// Takes ownership of a started program (or records that there is
     /// none); the next tick starts reading it.
     pub fn attach(&self, telemetry: Option<Telemetry>) {

@@ -10,36 +10,44 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::Sources;
 use crate::peer::table::PeerStats;
 
+/// A per-peer counter: name, help, where it is.
+type Counter = (&'static str, &'static str, fn(&PeerStats) -> &AtomicU64);
+
+/// The per-peer counters: requests (first on the page), then moved and
+/// discarded requests and unmatched answers (after the answers).
+const PER_PEER: [Counter; 5] = [
+    (
+        "doic_peer_requests_received_total",
+        "Requests received from the peer.",
+        |st| &st.requests_in,
+    ),
+    (
+        "doic_peer_requests_sent_total",
+        "Requests relayed to the peer (failovers included).",
+        |st| &st.requests_out,
+    ),
+    (
+        "doic_peer_failovers_total",
+        "Requests moved from the peer to an alternate.",
+        |st| &st.failovers,
+    ),
+    (
+        "doic_peer_requests_discarded_total",
+        "Requests left unanswered when a connection closed (read after the agent's FIN).",
+        |st| &st.requests_discarded,
+    ),
+    (
+        "doic_peer_answers_unmatched_total",
+        "Answers from the peer matching no pending request (late after a timeout or failover): dropped.",
+        |st| &st.answers_unmatched,
+    ),
+];
+
 /// The peers', the relay's, the sockets', the admission's and the workers'
 /// metrics.
 pub(super) fn render(src: &Sources, o: &mut String) {
     let peers = src.table.all();
-    let _ = writeln!(
-        o,
-        "# HELP doic_peer_requests_received_total Requests received from the peer."
-    );
-    let _ = writeln!(o, "# TYPE doic_peer_requests_received_total counter");
-    for (_, p) in &peers {
-        let _ = writeln!(
-            o,
-            "doic_peer_requests_received_total{{peer=\"{}\"}} {}",
-            p.host,
-            p.stats.requests_in.load(Ordering::Relaxed)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# HELP doic_peer_requests_sent_total Requests relayed to the peer (failovers included)."
-    );
-    let _ = writeln!(o, "# TYPE doic_peer_requests_sent_total counter");
-    for (_, p) in &peers {
-        let _ = writeln!(
-            o,
-            "doic_peer_requests_sent_total{{peer=\"{}\"}} {}",
-            p.host,
-            p.stats.requests_out.load(Ordering::Relaxed)
-        );
-    }
+    per_peer_counters(o, &peers, &PER_PEER[..2]);
     type Pick = fn(&PeerStats) -> &Mutex<BTreeMap<u32, u64>>;
     for (name, help, pick) in [
         (
@@ -73,29 +81,7 @@ pub(super) fn render(src: &Sources, o: &mut String) {
             }
         }
     }
-    for (name, help, pick) in [
-        (
-            "doic_peer_failovers_total",
-            "Requests moved from the peer to an alternate.",
-            (|st| &st.failovers) as fn(&PeerStats) -> &AtomicU64,
-        ),
-        (
-            "doic_peer_requests_discarded_total",
-            "Requests left unanswered when a connection closed (read after the agent's FIN).",
-            |st| &st.requests_discarded,
-        ),
-        (
-            "doic_peer_answers_unmatched_total",
-            "Answers from the peer matching no pending request (late after a timeout or failover): dropped.",
-            |st| &st.answers_unmatched,
-        ),
-    ] {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (_, p) in &peers {
-            let n = pick(&p.stats).load(Ordering::Relaxed);
-            let _ = writeln!(o, "{name}{{peer=\"{}\"}} {n}", p.host);
-        }
-    }
+    per_peer_counters(o, &peers, &PER_PEER[2..]);
     let rs = &src.retry.stats;
     let _ = writeln!(
         o,
@@ -214,6 +200,24 @@ pub(super) fn render(src: &Sources, o: &mut String) {
                 "doic_worker_cpu_seconds_total{{worker=\"{i}\"}} {:.6}",
                 t.as_secs_f64()
             );
+        }
+    }
+}
+
+/// One counter per peer for each `(name, help, pick)`.
+fn per_peer_counters(
+    o: &mut String,
+    peers: &[(
+        crate::routing::PeerId,
+        std::sync::Arc<crate::peer::table::PeerSlot>,
+    )],
+    counters: &[Counter],
+) {
+    for (name, help, pick) in counters {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (_, p) in peers {
+            let n = pick(&p.stats).load(Ordering::Relaxed);
+            let _ = writeln!(o, "{name}{{peer=\"{}\"}} {n}", p.host);
         }
     }
 }
