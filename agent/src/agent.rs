@@ -269,14 +269,7 @@ impl Agent {
     /// line is logged and `doic_ebpf_attached` stays 0. Returns true when
     /// the program is attached.
     pub fn start_kernel_telemetry(&self) -> bool {
-        let cfg = match self.config.ebpf_config(self.local_addrs()) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(key = %e.key, why = %e.why, "kernel telemetry not started");
-                return false;
-            }
-        };
-        let attached = self.ebpf.start(&cfg);
+        let attached = self.ebpf.start(self.config.ebpf_config(self.local_addrs()));
         self.sources.kernel.set_counting(attached);
         attached
     }

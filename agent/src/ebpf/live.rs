@@ -53,11 +53,19 @@ pub struct Live {
 }
 
 impl Live {
-    /// Starts the program for `cfg` and attaches it ([`Live::attach`]);
-    /// without it (no privileges, `mode = "off"`, not built) one line is
-    /// logged. Returns true when the program is attached.
-    pub fn start(&self, cfg: &super::Config) -> bool {
-        let telemetry = Telemetry::start_or_log(cfg);
+    /// Starts the program for `cfg` (the agent's resolved `[ebpf]` section)
+    /// and attaches it ([`Live::attach`]); without it (a section that cannot
+    /// work, no privileges, `mode = "off"`, not built) one line is logged.
+    /// Returns true when the program is attached.
+    pub fn start(&self, cfg: Result<super::Config, super::SectionError>) -> bool {
+        let cfg = match cfg {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(key = %e.key, why = %e.why, "kernel telemetry not started");
+                return false;
+            }
+        };
+        let telemetry = Telemetry::start_or_log(&cfg);
         if let Some(t) = &telemetry {
             info!(program_ids = ?t.program_ids(), ports = ?cfg.ports, "kernel telemetry started");
         }
