@@ -6,6 +6,10 @@
 //! peer table (§2.6), `[[route]]` entries the realm-based routing table
 //! (§2.7), and `tc_seconds`/`tw_seconds` the Tc (§2.1) and Tw (RFC 3539 §3.4.1)
 //! timers.
+//!
+//! The file gathers the sections of the parts that use them: `[doic]` is
+//! [`doic::DoicConfig`], `[ebpf]` is [`crate::ebpf::Section`], `[retry]` is
+//! [`RetryConfig`] (the relay's retry budget).
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
@@ -15,6 +19,13 @@ use std::time::Duration;
 use diameter::codec::Capabilities;
 use diameter::peer::capx::firmware_revision;
 use serde::Deserialize;
+
+mod identity;
+mod retry;
+
+pub use identity::IdentityError;
+use identity::check_identity;
+pub use retry::{RetryConfig, RetryConfigError};
 
 /// A configuration that could not be read or is not valid. The message names
 /// the file, the key and the reason.
@@ -67,16 +78,16 @@ pub struct Config {
     #[serde(default)]
     pub accept: Accept,
     /// Kernel telemetry (`[ebpf]`); absent means the defaults of
-    /// [`crate::telemetry::Section`].
+    /// [`crate::ebpf::Section`].
     #[serde(default)]
-    pub ebpf: Option<crate::telemetry::Section>,
+    pub ebpf: Option<crate::ebpf::Section>,
     /// Diameter overload control (`[doic]`, RFC 7683/8581/8582); absent
     /// means the agent relays without DOIC.
     #[serde(default)]
     pub doic: Option<doic::DoicConfig>,
     /// The retry budget (`[retry]`); absent means its defaults.
     #[serde(default)]
-    pub retry: crate::relay::budget::RetryConfig,
+    pub retry: RetryConfig,
 }
 
 /// `[node]`: the agent itself.
@@ -337,9 +348,9 @@ impl Config {
             why,
         };
         check_identity(&self.node.origin_host)
-            .map_err(|why| bad("node.origin_host".into(), why))?;
+            .map_err(|e| bad("node.origin_host".into(), e.to_string()))?;
         check_identity(&self.node.origin_realm)
-            .map_err(|why| bad("node.origin_realm".into(), why))?;
+            .map_err(|e| bad("node.origin_realm".into(), e.to_string()))?;
         if self.node.workers == Some(0) {
             return Err(bad("node.workers".into(), "must be at least 1".into()));
         }
@@ -379,8 +390,8 @@ impl Config {
         self.check_connection_caps(file)?;
         let mut seen = HashSet::new();
         for (i, p) in self.peers.iter().enumerate() {
-            check_identity(&p.host).map_err(|why| bad(format!("peer[{i}].host"), why))?;
-            check_identity(&p.realm).map_err(|why| bad(format!("peer[{i}].realm"), why))?;
+            check_identity(&p.host).map_err(|e| bad(format!("peer[{i}].host"), e.to_string()))?;
+            check_identity(&p.realm).map_err(|e| bad(format!("peer[{i}].realm"), e.to_string()))?;
             if p.host.eq_ignore_ascii_case(&self.node.origin_host) {
                 return Err(bad(
                     format!("peer[{i}].host"),
@@ -395,7 +406,8 @@ impl Config {
             }
         }
         for (i, r) in self.routes.iter().enumerate() {
-            check_identity(&r.realm).map_err(|why| bad(format!("route[{i}].realm"), why))?;
+            check_identity(&r.realm)
+                .map_err(|e| bad(format!("route[{i}].realm"), e.to_string()))?;
             if r.peers.is_empty() {
                 return Err(bad(
                     format!("route[{i}].peers"),
@@ -431,9 +443,12 @@ impl Config {
                 ));
             }
         }
-        self.retry.check().map_err(|(key, why)| bad(key, why))?;
+        self.retry.check().map_err(|e| bad(e.key.into(), e.why))?;
         if let Some(section) = &self.ebpf {
-            section.check(self).map_err(|(key, why)| bad(key, why))?;
+            let connect = self.connect_addrs();
+            section
+                .check(&self.ebpf_around(&connect))
+                .map_err(|e| bad(e.key, e.why))?;
         }
         Ok(())
     }
@@ -482,6 +497,36 @@ impl Config {
         Some(d)
     }
 
+    /// The `[[peer]]` connect addresses, in order.
+    fn connect_addrs(&self) -> Vec<SocketAddr> {
+        self.peers.iter().filter_map(|p| p.connect).collect()
+    }
+
+    /// What the `[ebpf]` defaults depend on (`connect`: the
+    /// [`Config::connect_addrs`]).
+    fn ebpf_around<'a>(&'a self, connect: &'a [SocketAddr]) -> crate::ebpf::Around<'a> {
+        crate::ebpf::Around {
+            listen: &self.node.listen,
+            connect,
+            accept_by_name: !self.accept.hosts.is_empty(),
+        }
+    }
+
+    /// The kernel program's configuration for this agent whose listeners
+    /// are bound to `bound`: the `[ebpf]` section (or its defaults) with the
+    /// defaults that depend on the rest of this configuration filled in.
+    ///
+    /// # Errors
+    /// The dotted key and why.
+    pub fn ebpf_config(
+        &self,
+        bound: &[SocketAddr],
+    ) -> Result<crate::ebpf::Config, crate::ebpf::SectionError> {
+        let section = self.ebpf.clone().unwrap_or_default();
+        let connect = self.connect_addrs();
+        section.resolve(&self.ebpf_around(&connect), bound)
+    }
+
     /// Worker threads to run: the configured number, or one per core.
     #[must_use]
     pub fn worker_count(&self) -> usize {
@@ -521,29 +566,6 @@ impl Config {
     pub fn cer_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.node.cer_timeout_seconds)
     }
-}
-
-/// A DiameterIdentity (RFC 6733 §4.3.1) is an FQDN: non-empty ASCII labels
-/// of letters, digits and hyphens separated by dots.
-fn check_identity(s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if s.len() > 255 {
-        return Err(format!("`{s}` is longer than 255 characters"));
-    }
-    for label in s.split('.') {
-        if label.is_empty()
-            || !label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Err(format!(
-                "`{s}` is not a DiameterIdentity (dot-separated labels of letters, digits, `-`)"
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Renders a toml error on one line: `key (line L, column C): why`, the key
@@ -749,7 +771,7 @@ peers = ["nobody.example.net"]
     #[test]
     fn retry_budget_has_safe_defaults_and_bad_values_are_refused() {
         let c = parse(DEMO_CONFIG).unwrap();
-        assert_eq!(c.retry, crate::relay::budget::RetryConfig::default());
+        assert_eq!(c.retry, RetryConfig::default());
         assert!((c.retry.budget_percent - 10.0).abs() < f64::EPSILON);
         let e = parse(
             "[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\n[retry]\nbudget_percent = 150\n",

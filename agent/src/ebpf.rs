@@ -1,7 +1,8 @@
 //! Kernel telemetry: loads the `agent-ebpf` program, attaches it to the
 //! configured interfaces and reads its per-peer counters of Diameter traffic
 //! (RFC 6733 §2.1 TCP transport, §3 header recognition). The only module that
-//! uses aya.
+//! uses aya. [`config`] is the `[ebpf]` section; [`live`] the program's
+//! life with a running agent (attach, per-tick reads, detach).
 //!
 //! The program is optional: when it cannot be loaded (no privileges, no BPF,
 //! object not built) [`Telemetry::start`] returns a [`LoadError`], the agent
@@ -26,8 +27,9 @@
 //! drop(telemetry);
 //! ```
 
-mod config;
+pub mod config;
 mod counters;
+pub mod live;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -44,7 +46,9 @@ use aya::programs::{ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
-pub use config::{Config, ConfigError, Mode, Prefix, PrefixError, addr_from_key};
+pub use config::{
+    Around, Config, ConfigError, Mode, Prefix, PrefixError, Section, SectionError, addr_from_key,
+};
 pub use counters::{
     Direction, GlobalCounters, PeerCounters, PeerRate, RateMeter, render_prometheus,
 };

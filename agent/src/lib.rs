@@ -11,18 +11,25 @@
 //!
 //! | module | what it implements |
 //! | --- | --- |
-//! | [`ebpf`] | kernel telemetry: loads and attaches the XDP/TC program, reads per-peer Diameter counters, renders them for Prometheus |
-//! | [`telemetry`] | the kernel program inside the agent: `[ebpf]` section, attach/detach with the agent, per-tick counters and arrival rates for overload control |
+//! | [`ebpf`] | kernel program: the `[ebpf]` section, load and attach the XDP/TC program, per-peer Diameter counters, its life with the agent; the only aya user |
+//! | [`telemetry`] | the control side of the kernel counters: per-tick counters and arrival rates for overload control, the connections' open/close feed |
 //! | [`clock`] | the time base of the request path: the CPU counter in nanoseconds (quanta) and CLOCK_MONOTONIC, or the time of a caller's runtime; the only clock reads the cores are given |
-//! | [`config`] | the TOML configuration, defaults and validation |
+//! | [`feed`] | bounded crossbeam feeds from the workers to the control thread (full: dropped and counted) |
+//! | [`config`] | the TOML configuration: gathers the sections (`[doic]`, `[ebpf]`, `[retry]`), defaults and validation |
 //! | [`peer`] | the peer table: one slot per configured or accepted peer (the state machines are in `diameter::peer`) |
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
 //! | [`admission`] | caps on inbound connections waiting for CER (RFC 6733 §5.3), per source and in total |
-//! | [`agent`] | the running agent: pinned workers (or tasks on a caller's runtime, `start_on`), listeners, dialling, control thread, shutdown |
-//! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O driving the relay; close reasons with their side |
+//! | [`runtime`] | the threads: pinned workers (or tasks on a caller's runtime, `Agent::start_on`), the control thread, the shutdown sequence |
+//! | [`agent`] | the running agent: gives each part what it uses, starts listeners, dialling, metrics and the control thread on the runtime |
+//! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O driving the relay; close reasons with their side; each connection's `ConnCtx` |
 //! | [`overload`] | DOIC in the relay: per-worker cores, request/answer treatment, replication, control tick, `/metrics` and `/audit` |
 //! | [`relay`] | the sans-io relay (RFC 6733 §6.1-6.2): checks, loop detection, routing, hop-by-hop table, failover with the T flag, 3004 retries within the budget, local answers, 3002 timeouts |
-//! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix) |
+//! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix): renders, holds no state |
+//!
+//! The modules form no cycle: `config` gathers the sections of `ebpf` and
+//! its own; `routing`, `peer`, `telemetry`, `overload`, `relay`, `runtime`,
+//! `net` and `metrics` each use only what is below them, and `agent`, at
+//! the top, gives each part the handles it uses (no shared god object).
 //!
 //! Protocol logic is sans-io: state machines take `now` and messages and
 //! return actions; tokio appears only at the network edge.
@@ -34,10 +41,12 @@ pub mod agent;
 pub mod clock;
 pub mod config;
 pub mod ebpf;
+pub mod feed;
 pub mod metrics;
 pub mod net;
 pub mod overload;
 pub mod peer;
 pub mod relay;
 pub mod routing;
+pub mod runtime;
 pub mod telemetry;

@@ -1,317 +1,59 @@
 //! The metrics endpoint: Prometheus text exposition format (version 0.0.4)
-//! at `GET /metrics`, served by a small HTTP/1.1 responder (one request per
-//! connection, `Connection: close`). Every name has the `doic_` prefix.
+//! at `GET /metrics`, served by a small HTTP/1.1 responder ([`http`]).
+//! Every name has the `doic_` prefix.
+//!
+//! This module holds no state: [`Sources`] is a read-only view of the
+//! parts that keep their own counters (peer table, retry budget, sockets,
+//! admission, workers, kernel telemetry, overload control), and each
+//! renderer reads one of them.
+//!
+//! | module | renders |
+//! | --- | --- |
+//! | [`node`] | peers, relay retries, socket calls, CER admission, workers |
+//! | [`kernel`] | the kernel program's counters, the feeds to the control thread |
+//! | [`overload`] | DOIC treatments, reports, OCS, replicas, the agent's own load |
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 
-use crate::agent::Shared;
+use crate::admission::Admission;
+use crate::net::IoStats;
+use crate::overload::Overload;
+use crate::peer::table::PeerTable;
+use crate::relay::budget::RetryGate;
+use crate::runtime::Workers;
+use crate::telemetry::Kernel;
 
+mod http;
+mod kernel;
+mod node;
 mod overload;
-use crate::peer::table::PeerStats;
 
-/// Serves `/metrics` until shutdown.
-pub(crate) async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) {
-    let Ok(listener) = TcpListener::from_std(listener) else {
-        return;
-    };
-    let mut shutdown = shared.shutdown.clone();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
-                    let s = shared.clone();
-                    tokio::spawn(async move {
-                        let _ = tokio::time::timeout(Duration::from_secs(5), respond(&s, stream)).await;
-                    });
-                }
-            }
-            _ = crate::agent::stopped(&mut shutdown) => break,
-        }
-    }
-}
+pub(crate) use http::serve;
 
-async fn respond(shared: &Shared, mut stream: TcpStream) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 || buf.len() > 8192 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let line = buf.split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, body) = if method != "GET" {
-        ("405 Method Not Allowed", String::from("only GET\n"))
-    } else if path == "/metrics" {
-        ("200 OK", render(shared))
-    } else if path == "/audit" {
-        match &shared.overload {
-            Some(ov) => ("200 OK", crate::overload::audit_json(ov).to_string()),
-            None => ("404 Not Found", String::from("overload control is off\n")),
-        }
-    } else {
-        ("404 Not Found", String::from("try /metrics\n"))
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
+/// What `/metrics` reads: handles to the parts that count, none owned
+/// here.
+#[derive(Debug)]
+pub struct Sources {
+    pub(crate) table: Arc<PeerTable>,
+    pub(crate) retry: Arc<RetryGate>,
+    pub(crate) io: Arc<IoStats>,
+    pub(crate) admission: Arc<Admission<Arc<Notify>>>,
+    pub(crate) workers: Arc<Workers>,
+    pub(crate) kernel: Arc<Kernel>,
+    pub(crate) overload: Option<Arc<Overload>>,
 }
 
 /// The metrics text.
 #[must_use]
-pub fn render(shared: &Shared) -> String {
+pub fn render(sources: &Sources) -> String {
     let mut o = String::with_capacity(4096);
-    let peers = shared.table.all();
-    let _ = writeln!(
-        o,
-        "# HELP doic_peer_requests_received_total Requests received from the peer."
-    );
-    let _ = writeln!(o, "# TYPE doic_peer_requests_received_total counter");
-    for (_, p) in &peers {
-        let _ = writeln!(
-            o,
-            "doic_peer_requests_received_total{{peer=\"{}\"}} {}",
-            p.host,
-            p.stats.requests_in.load(Ordering::Relaxed)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# HELP doic_peer_requests_sent_total Requests relayed to the peer (failovers included)."
-    );
-    let _ = writeln!(o, "# TYPE doic_peer_requests_sent_total counter");
-    for (_, p) in &peers {
-        let _ = writeln!(
-            o,
-            "doic_peer_requests_sent_total{{peer=\"{}\"}} {}",
-            p.host,
-            p.stats.requests_out.load(Ordering::Relaxed)
-        );
-    }
-    type Pick = fn(&PeerStats) -> &Mutex<BTreeMap<u32, u64>>;
-    for (name, help, pick) in [
-        (
-            "doic_peer_answers_received_total",
-            "Answers received from the peer, by Result-Code.",
-            (|s| &s.answers_in) as Pick,
-        ),
-        (
-            "doic_peer_answers_sent_total",
-            "Answers sent to the peer (the agent's own included), by Result-Code.",
-            |s| &s.answers_out,
-        ),
-        (
-            "doic_peer_answers_malformed_total",
-            "Malformed answers from the peer, not forwarded (the request answered 3002), by the Result-Code of the defect.",
-            |s| &s.answers_malformed,
-        ),
-    ] {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (_, p) in &peers {
-            let map = pick(&p.stats)
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
-            for (code, n) in map {
-                let _ = writeln!(
-                    o,
-                    "{name}{{peer=\"{}\",result_code=\"{code}\"}} {n}",
-                    p.host
-                );
-            }
-        }
-    }
-    for (name, help, pick) in [
-        (
-            "doic_peer_failovers_total",
-            "Requests moved from the peer to an alternate.",
-            (|st| &st.failovers) as fn(&PeerStats) -> &AtomicU64,
-        ),
-        (
-            "doic_peer_requests_discarded_total",
-            "Requests left unanswered when a connection closed (read after the agent's FIN).",
-            |st| &st.requests_discarded,
-        ),
-        (
-            "doic_peer_answers_unmatched_total",
-            "Answers from the peer matching no pending request (late after a timeout or failover): dropped.",
-            |st| &st.answers_unmatched,
-        ),
-    ] {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (_, p) in &peers {
-            let n = pick(&p.stats).load(Ordering::Relaxed);
-            let _ = writeln!(o, "{name}{{peer=\"{}\"}} {n}", p.host);
-        }
-    }
-    let rs = &shared.retry.stats;
-    let _ = writeln!(
-        o,
-        "# HELP doic_relay_retries_total Requests sent a second time: after 3004 (too_busy) or with the T flag after a connection loss (failover).\n# TYPE doic_relay_retries_total counter"
-    );
-    for (reason, v) in [("too_busy", &rs.too_busy), ("failover", &rs.failover)] {
-        let _ = writeln!(
-            o,
-            "doic_relay_retries_total{{reason=\"{reason}\"}} {}",
-            v.load(Ordering::Relaxed)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# HELP doic_relay_retries_refused_total 3004 answers forwarded without a retry: the retry budget was spent, every alternate was overloaded, or there was none.\n# TYPE doic_relay_retries_refused_total counter"
-    );
-    for (reason, v) in [
-        ("budget", &rs.refused_budget),
-        ("overloaded", &rs.refused_overloaded),
-        ("no_alternate", &rs.refused_no_alternate),
-    ] {
-        let _ = writeln!(
-            o,
-            "doic_relay_retries_refused_total{{reason=\"{reason}\"}} {}",
-            v.load(Ordering::Relaxed)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# HELP doic_peer_pending Requests sent to the peer and not answered yet.\n# TYPE doic_peer_pending gauge"
-    );
-    for (_, p) in &peers {
-        let _ = writeln!(
-            o,
-            "doic_peer_pending{{peer=\"{}\"}} {}",
-            p.host,
-            p.outstanding.load(Ordering::Relaxed)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# HELP doic_peer_state Peer state: 0 closed, 1 connecting, 2 okay, 3 suspect, 4 closing.\n# TYPE doic_peer_state gauge"
-    );
-    for (_, p) in &peers {
-        let _ = writeln!(o, "doic_peer_state{{peer=\"{}\"}} {}", p.host, p.state());
-    }
-    let _ = writeln!(
-        o,
-        "# HELP doic_peer_watchdog_messages_total Base protocol messages: DWR sent, DWA received, DPR sent, DPA received.\n# TYPE doic_peer_watchdog_messages_total counter"
-    );
-    for (_, p) in &peers {
-        let st = &p.stats;
-        for (m, v) in [
-            ("dwr_sent", &st.dwr_sent),
-            ("dwa_received", &st.dwa_received),
-            ("dpr_sent", &st.dpr_sent),
-            ("dpa_received", &st.dpa_received),
-        ] {
-            let _ = writeln!(
-                o,
-                "doic_peer_watchdog_messages_total{{peer=\"{}\",message=\"{m}\"}} {}",
-                p.host,
-                v.load(Ordering::Relaxed)
-            );
-        }
-    }
-    let io = &shared.io;
-    for (name, help, v) in [
-        (
-            "doic_io_reads_total",
-            "Socket reads that returned data.",
-            &io.reads,
-        ),
-        (
-            "doic_io_messages_read_total",
-            "Diameter messages completed by those reads.",
-            &io.messages_read,
-        ),
-        (
-            "doic_io_writes_total",
-            "Socket writes that wrote data.",
-            &io.writes,
-        ),
-        (
-            "doic_io_bytes_written_total",
-            "Bytes carried by those writes.",
-            &io.bytes_written,
-        ),
-    ] {
-        let _ = writeln!(
-            o,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-            v.load(Ordering::Relaxed)
-        );
-    }
-    render_admission(&shared.admission, &mut o);
-    let _ = writeln!(
-        o,
-        "# HELP doic_worker_utilisation Busy share of each worker thread over the last second.\n# TYPE doic_worker_utilisation gauge"
-    );
-    for i in 0..shared.worker_count() {
-        let _ = writeln!(
-            o,
-            "doic_worker_utilisation{{worker=\"{i}\"}} {:.3}",
-            shared.utilisation(i)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# HELP doic_worker_cpu_seconds_total CPU time used by each worker thread.\n# TYPE doic_worker_cpu_seconds_total counter"
-    );
-    for i in 0..shared.worker_count() {
-        if let Some(t) = shared.worker_cpu_time(i) {
-            let _ = writeln!(
-                o,
-                "doic_worker_cpu_seconds_total{{worker=\"{i}\"}} {:.6}",
-                t.as_secs_f64()
-            );
-        }
-    }
-    shared.kernel.render(&mut o);
-    if let Some(ov) = &shared.overload {
+    node::render(sources, &mut o);
+    kernel::render(&sources.kernel, &mut o);
+    kernel::render_feeds(sources, &mut o);
+    if let Some(ov) = &sources.overload {
         overload::render(ov, &mut o);
     }
     o
-}
-
-/// Connections waiting for CER and those closed before it.
-fn render_admission<T>(a: &crate::admission::Admission<T>, o: &mut String) {
-    let _ = writeln!(
-        o,
-        "# HELP doic_connections_waiting_cer Inbound connections that have not completed the capabilities exchange.\n# TYPE doic_connections_waiting_cer gauge\ndoic_connections_waiting_cer {}",
-        a.waiting()
-    );
-    let name = "doic_connections_closed_before_cer_total";
-    let _ = writeln!(
-        o,
-        "# HELP {name} Inbound connections closed before the capabilities exchange, by reason.\n# TYPE {name} counter"
-    );
-    let st = &a.stats;
-    for (reason, v) in [
-        (
-            crate::admission::Refusal::PerSource.label(),
-            &st.refused_per_source,
-        ),
-        (crate::admission::Refusal::Total.label(), &st.refused_total),
-        ("evicted", &st.evicted),
-        ("cer_timeout", &st.cer_timeouts),
-    ] {
-        let _ = writeln!(
-            o,
-            "{name}{{reason=\"{reason}\"}} {}",
-            v.load(Ordering::Relaxed)
-        );
-    }
 }

@@ -13,8 +13,9 @@
 //! back from [`Doic::on_answer`] as replicas, which go to the other
 //! workers' bounded inboxes (the request path checks an atomic flag). The
 //! control thread ([`tick`], every 100 ms on each worker) drives
-//! [`Doic::handle_timeout`] and publishes each worker's [`Snapshot`] for
-//! `/metrics` and `GET /audit`.
+//! [`Doic::handle_timeout`]; each worker sends its [`Snapshot`] back over a
+//! bounded feed ([`crate::feed`]), and the control thread keeps the last one
+//! of each for `/metrics` and `GET /audit`.
 //!
 //! With `own_capacity`, the control thread also measures the agent's own
 //! load and every worker sends the same own peer reports ([`own`]).
@@ -27,13 +28,14 @@
 //! | [`inbox`] | replicas between workers over bounded crossbeam queues |
 //! | [`request`] | the request glue: idle fast path, full treatment, retreatment, throttle answers |
 //! | [`answer`] | the answer glue: idle fast path, full handling |
-//! | [`snapshot`] | what each worker publishes at each tick |
+//! | [`snapshot`] | what each worker sends the control thread at each tick |
 //! | [`own`] | the agent's own overload |
 
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::clock::Clock;
+use crate::feed::Feed;
 use doic::{AnswerFeatures, DoicConfig, IdleAvps};
 
 pub mod answer;
@@ -48,7 +50,8 @@ mod tests;
 
 pub(crate) use answer::{idle_client_answer, treat_answer, with_avp};
 pub(crate) use cores::set_worker;
-pub(crate) use request::{Decision, RequestIn, idle_forward, treat_request};
+pub(crate) use request::{Decision, RequestIn, Route, idle_forward, retreat, treat_request};
+pub use snapshot::SNAPSHOTS_PER_WORKER;
 pub(crate) use snapshot::tick;
 pub use snapshot::{OcsRow, Snapshot};
 
@@ -71,7 +74,13 @@ pub struct Overload {
     origin: Instant,
     sequence_base: u64,
     inboxes: inbox::Inboxes,
+    /// The last snapshot of each worker (written by the control thread).
     snapshots: Vec<Mutex<Snapshot>>,
+    /// Each worker's snapshot at its tick, to the control thread: at most
+    /// [`SNAPSHOTS_PER_WORKER`] ticks' worth per worker. A snapshot that
+    /// finds it full is dropped and counted; `/metrics` and `GET /audit`
+    /// then show that worker's previous one until its next tick.
+    snapshot_feed: Feed<(usize, Snapshot, bool)>,
     /// The agent's own overload (`own_capacity`).
     own: own::OwnState,
     /// The AVPs of the idle fast path, encoded once ([`IdleAvps`]).
@@ -112,6 +121,7 @@ impl Overload {
             sequence_base,
             inboxes: inbox::Inboxes::new(workers, inbox::CAPACITY),
             snapshots: (0..workers).map(|_| Mutex::default()).collect(),
+            snapshot_feed: Feed::new("snapshots", SNAPSHOTS_PER_WORKER * workers.max(1)),
         }
     }
 

@@ -51,7 +51,7 @@ async fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStre
 
 /// The text of `doic_connections_closed_before_cer_total{reason}`.
 fn closed_before_cer(s: &Setup, reason: &str) -> u64 {
-    let page = agent::metrics::render(s.agent().shared());
+    let page = agent::metrics::render(s.agent().metrics());
     let key = format!("doic_connections_closed_before_cer_total{{reason=\"{reason}\"}} ");
     page.lines()
         .find_map(|l| l.strip_prefix(&key))
@@ -90,8 +90,8 @@ async fn three_thousand_idle_connections_cost_little_and_a_peer_still_gets_in() 
     for _ in 0..n {
         idle.push(connect_from(Ipv4Addr::LOCALHOST, s.addr).await.unwrap());
     }
-    let shared = s.agent().shared().clone();
-    wait_until(Duration::from_secs(30), || shared.admission.waiting() == n).await;
+    let admission = s.agent().admission().clone();
+    wait_until(Duration::from_secs(30), || admission.waiting() == n).await;
     // Both ends of every connection live in this process.
     let per_conn = rss().saturating_sub(before) / n as u64;
     eprintln!("{n} idle connections: {per_conn} bytes of resident memory each");
@@ -100,7 +100,7 @@ async fn three_thousand_idle_connections_cost_little_and_a_peer_still_gets_in() 
     let mut c = s.client().await;
     c.write_raw(&request(7, "example.net", &[])).await.unwrap();
     assert_eq!(result_code(&answer(&mut c).await), Some(2001));
-    assert_eq!(shared.admission.waiting(), n, "the flood is still held");
+    assert_eq!(admission.waiting(), n, "the flood is still held");
     drop(idle);
 }
 
@@ -112,7 +112,7 @@ async fn connections_over_the_caps_are_closed_at_once_and_a_new_peer_still_gets_
         "max_pending_cer = 24\nmax_pending_cer_per_source = 8\ncer_timeout_seconds = 60",
     );
     let s = start(servers, config).await;
-    let shared = s.agent().shared().clone();
+    let admission = s.agent().admission().clone();
     let mut flood = Vec::new();
     for host in 2..=4 {
         for _ in 0..8 {
@@ -120,7 +120,7 @@ async fn connections_over_the_caps_are_closed_at_once_and_a_new_peer_still_gets_
             flood.push(connect_from(from, s.addr).await.unwrap());
         }
         wait_until(Duration::from_secs(10), || {
-            shared.admission.waiting() == flood.len()
+            admission.waiting() == flood.len()
         })
         .await;
     }
@@ -139,7 +139,7 @@ async fn connections_over_the_caps_are_closed_at_once_and_a_new_peer_still_gets_
     closed_within(&mut flood[0], Duration::from_secs(5)).await;
     assert_eq!(closed_before_cer(&s, "evicted"), 1);
     assert_eq!(closed_before_cer(&s, "total_cap"), 0);
-    assert_eq!(shared.admission.waiting(), 23);
+    assert_eq!(admission.waiting(), 23);
 }
 
 #[tokio::test(start_paused = true)]
@@ -165,7 +165,7 @@ async fn the_cer_timeout_closes_silent_and_stalled_connections() {
         );
     }
     assert_eq!(closed_before_cer(&s, "cer_timeout"), 2);
-    assert_eq!(s.agent().shared().admission.waiting(), 0);
+    assert_eq!(s.agent().admission().waiting(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

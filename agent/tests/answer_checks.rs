@@ -115,15 +115,15 @@ async fn malformed_answers_are_never_forwarded_and_each_request_gets_one_3002() 
         assert_eq!((r.unmatched, r.malformed), (0, 0), "{defect:?}: {r:?}");
         assert_eq!(r.by_code.get(&3002), Some(&r.sent), "{defect:?}: {r:?}");
 
-        let shared = s.agent().shared().clone();
-        let (_, slot) = &shared.table.all()[0];
+        let sources = s.agent().metrics().clone();
+        let (_, slot) = &s.agent().peers().all()[0];
         let counted = slot.stats.answers_malformed.lock().unwrap().clone();
         assert_eq!(
             counted.into_iter().collect::<Vec<_>>(),
             vec![(code, 40 + r.sent)],
             "{defect:?}: counted per peer by the defect's Result-Code"
         );
-        let page = agent::metrics::render(&shared);
+        let page = agent::metrics::render(&sources);
         let line = format!(
             "doic_peer_answers_malformed_total{{peer=\"server1.example.net\",result_code=\"{code}\"}} {}",
             40 + r.sent

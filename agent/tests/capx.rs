@@ -50,8 +50,7 @@ async fn refused(s: &Setup, cer: &[u8], rc: u32) -> Bytes {
     // no identity was taken from the refused CER
     assert!(
         s.agent()
-            .shared()
-            .table
+            .peers()
             .all()
             .iter()
             .all(|(_, p)| !p.has_connection() || p.host.starts_with("server")),

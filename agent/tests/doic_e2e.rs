@@ -293,8 +293,7 @@ async fn vanished_connection_reroute(report: OcOlr, vector: u64, code: u32) {
     assert_eq!(count(&a, code) + count(&a, 2001), n as usize);
     // They moved as pending requests of the closed connection.
     let failovers: u64 = agent
-        .shared()
-        .table
+        .peers()
         .all()
         .iter()
         .filter(|(_, p)| p.host == S1)

@@ -307,13 +307,13 @@ async fn kernel_arrival_rates_drive_the_own_peer_report() {
     let s1 = Reporter::spawn(S1).await;
     let doic = format!("own_capacity = {CAPACITY}\n[doic.peers.\"{CLIENT}\"]\ntrusted = true\n");
     let mut cfg = agent_config(&[(&s1, true)], Some(&doic), 2);
-    cfg.ebpf = Some(agent::telemetry::Section {
+    cfg.ebpf = Some(agent::ebpf::Section {
         interfaces: Some(vec!["lo".into()]),
-        ..agent::telemetry::Section::default()
+        ..agent::ebpf::Section::default()
     });
     let agent = start_agent(cfg, 1).await;
-    assert!(agent::telemetry::start(&agent), "program not attached");
-    let shared = agent.shared().clone();
+    assert!(agent.start_kernel_telemetry(), "program not attached");
+    let kernel = agent.kernel().clone();
     let metrics = agent.metrics_addr().unwrap();
     let mut c = connect(agent.local_addrs()[0]).await;
     let cf = client_features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT);
@@ -343,7 +343,7 @@ async fn kernel_arrival_rates_drive_the_own_peer_report() {
     tokio::task::spawn_blocking(move || agent.join())
         .await
         .unwrap();
-    shared.kernel.detach();
+    assert!(!kernel.is_attached(), "detached once the agent is done");
 }
 
 #[test]

@@ -61,8 +61,8 @@ async fn killing_one_of_two_servers_under_load_loses_no_request() {
         t_flagged > 0,
         "pending requests were re-sent with the T flag"
     );
-    let shared = s.agent().shared().clone();
-    let (_, slot) = &shared.table.all()[0];
+    let table = s.agent().peers().clone();
+    let (_, slot) = &table.all()[0];
     assert!(slot.stats.failovers.load(Ordering::Relaxed) >= t_flagged);
     assert_ne!(slot.state(), state::OKAY);
 }

@@ -318,8 +318,7 @@ async fn under_load_one_socket_call_carries_many_messages() {
         destination_host: None,
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let shared = s.agent().shared().clone();
-    let io = &shared.io;
+    let io = s.agent().io();
     let before = (
         io.reads.load(Ordering::Relaxed),
         io.messages_read.load(Ordering::Relaxed),
@@ -411,10 +410,9 @@ async fn garbage_never_takes_the_agent_down() {
         // One connection per peer (RFC 6733 §5.6.4): before the same client
         // connects again, the agent must have seen this connection end.
         drop(c);
-        let shared = s.agent().shared().clone();
+        let table = s.agent().peers().clone();
         wait_until(std::time::Duration::from_secs(5), || {
-            shared
-                .table
+            table
                 .all()
                 .iter()
                 .all(|(_, p)| p.host != "client1.example.org" || !p.has_connection())

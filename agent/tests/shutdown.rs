@@ -255,7 +255,7 @@ async fn a_request_behind_the_peers_dpr_in_the_same_write_is_answered() {
 async fn requests_sent_past_the_drain_are_answered_or_counted_never_reset() {
     let _one = ONE_AT_A_TIME.lock().await;
     let mut s = silent_server_setup(2.0).await;
-    let shared = s.agent().shared().clone();
+    let table = s.agent().peers().clone();
     let mut c = s.client().await;
     let mut seen = Seen::default();
     let mut next = 1;
@@ -272,8 +272,7 @@ async fn requests_sent_past_the_drain_are_answered_or_counted_never_reset() {
         drop(c);
     };
     let ((), ()) = tokio::join!(s.stop(), client);
-    let discarded: u64 = shared
-        .table
+    let discarded: u64 = table
         .all()
         .iter()
         .filter(|(_, p)| p.host == "client1.example.org")

@@ -41,7 +41,7 @@ async fn a_refused_dial_is_retried_after_tc_and_an_open_peer_is_not_dialled() {
     config.node.tc_seconds = TC.as_secs_f64();
     let t0 = Instant::now();
     let agent = Agent::start_on(&tokio::runtime::Handle::current(), config).unwrap();
-    let slot = agent.shared().table.all()[0].1.clone();
+    let slot = agent.peers().all()[0].1.clone();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_ne!(slot.state(), state::OKAY);
     let id = Identity::new("server1.example.net", "example.net");
@@ -75,8 +75,7 @@ async fn peer_that_stops_answering_dwr_goes_suspect_then_down() {
         ..Default::default()
     };
     let s = one_server(Run::Here, silent, |_| {}).await;
-    let shared = s.agent().shared().clone();
-    let slot = shared.table.all()[0].1.clone();
+    let slot = s.agent().peers().all()[0].1.clone();
     let t0 = Instant::now();
     wait_until(Duration::from_secs(10), || {
         s.servers[0].stats.dwr.load(Ordering::Relaxed) >= 1
@@ -114,7 +113,7 @@ async fn a_silent_peer_is_failed_over_with_the_t_flag_and_failed_back_after_thre
     config.node.request_timeout_seconds = 600.0;
     let s = start_here(servers, config).await;
     let (server1, server2) = (&s.servers[0], &s.servers[1]);
-    let slot1 = s.agent().shared().table.all()[0].1.clone();
+    let slot1 = s.agent().peers().all()[0].1.clone();
     let mut c = s.client().await;
     // server1 swallows requests and DWRs from now on.
     server1.set_behaviour(ServerBehaviour {
@@ -228,7 +227,7 @@ async fn an_unanswered_request_gets_3002_at_the_request_timeout() {
     );
     assert_eq!(s.servers[0].stats.requests.load(Ordering::Relaxed), 1);
     assert_eq!(
-        s.agent().shared().table.all()[0].1.state(),
+        s.agent().peers().all()[0].1.state(),
         state::OKAY,
         "the peer answers its DWRs: a slow answer is not a dead peer"
     );

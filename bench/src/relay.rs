@@ -24,8 +24,7 @@ pub fn start_agent(toml: &str) -> anyhow::Result<Agent> {
     let agent = Agent::start(Config::from_str_named(toml, Path::new("bench.toml"))?)?;
     let t0 = Instant::now();
     while !agent
-        .shared()
-        .table
+        .peers()
         .all()
         .iter()
         .any(|(_, s)| s.state() == state::OKAY)

@@ -337,19 +337,18 @@ fn ebpf_section(mode: &str) -> String {
 /// CPU time of `agent`'s worker thread so far, ns.
 fn relay_cpu_ns(agent: &Agent) -> f64 {
     agent
-        .shared()
-        .worker_cpu_time(0)
+        .workers()
+        .cpu_time(0)
         .map_or(0.0, |d| d.as_secs_f64() * 1e9)
 }
 
 /// Extra copies of the program on TC ingress and egress of the agent's
 /// interfaces: the same code run again per packet, a costlier program.
 fn extra_copies(agent: &Agent, n: usize) -> anyhow::Result<Vec<Telemetry>> {
-    let shared = agent.shared();
-    let section = shared.config.ebpf.clone().unwrap_or_default();
-    let mut cfg = section
-        .resolve(&shared.config, agent.local_addrs())
-        .map_err(|(k, why)| anyhow::anyhow!("{k}: {why}"))?;
+    let mut cfg = agent
+        .config()
+        .ebpf_config(agent.local_addrs())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     cfg.mode = Mode::Tc;
     cfg.egress = true;
     (0..n)
@@ -414,8 +413,8 @@ pub fn serve_side(
         ),
     };
     anyhow::ensure!(
-        agents[0].shared().overload.is_none()
-            && agents[on].shared().overload.is_some() == (subject == Subject::Doic),
+        agents[0].overload().is_none()
+            && agents[on].overload().is_some() == (subject == Subject::Doic),
         "overload control is not on exactly in the measured DOIC agent"
     );
     let agent = &agents[0];
@@ -430,7 +429,7 @@ pub fn serve_side(
                 match subject {
                     Subject::Program => {
                         anyhow::ensure!(
-                            agent::telemetry::start(agent),
+                            agent.start_kernel_telemetry(),
                             "the kernel program did not attach (root and the eBPF toolchain are needed)"
                         );
                         extra = extra_copies(agent, k as usize)?;
@@ -444,7 +443,7 @@ pub fn serve_side(
             }
             (Some("detach"), None) => {
                 extra.clear();
-                agent.shared().kernel.detach();
+                agent.detach_kernel_telemetry();
                 current = 0;
                 writeln!(out, "ok")?;
             }

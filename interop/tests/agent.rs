@@ -38,8 +38,7 @@ fn agent(servers: &[PeerTarget]) -> Agent {
     let n = servers.len();
     wait(Duration::from_secs(15), "servers open", || {
         agent
-            .shared()
-            .table
+            .peers()
             .all()
             .iter()
             .filter(|(_, s)| s.state() == state::OKAY)
@@ -63,8 +62,7 @@ fn target(agent: &Agent) -> PeerTarget {
 
 fn slot(agent: &Agent, host: &str) -> std::sync::Arc<PeerSlot> {
     agent
-        .shared()
-        .table
+        .peers()
         .all()
         .into_iter()
         .find(|(_, s)| s.host == host)

@@ -36,8 +36,7 @@ fn agent_with(server: &PeerTarget, trust_client: bool, doic: &str) -> Agent {
     let agent = Agent::start(config).unwrap();
     let t0 = Instant::now();
     while !agent
-        .shared()
-        .table
+        .peers()
         .all()
         .iter()
         .any(|(_, s)| s.state() == state::OKAY)

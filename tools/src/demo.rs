@@ -72,7 +72,7 @@ pub fn run(
     let destination_realm = config.routes[0].realm.clone();
     let agent = Agent::start(config)?;
     let target = agent.local_addrs()[0];
-    agent::telemetry::start(&agent);
+    agent.start_kernel_telemetry();
     println!(
         "demo: agent on {target}, servers {}",
         servers
@@ -85,14 +85,10 @@ pub fn run(
         println!("demo: metrics at http://{m}/metrics");
     }
     // Wait (up to 5 s) for the upstream peers to open.
-    let shared = agent.shared().clone();
+    let table = agent.peers().clone();
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(5)
-        && !shared
-            .table
-            .all()
-            .iter()
-            .any(|(_, s)| s.state() == state::OKAY)
+        && !table.all().iter().any(|(_, s)| s.state() == state::OKAY)
     {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -133,7 +129,7 @@ pub fn run(
         tick = Instant::now();
         let mut parts = Vec::new();
         let mut now_counts = Vec::new();
-        for (_, p) in shared.table.all() {
+        for (_, p) in table.all() {
             let sent = p.stats.requests_out.load(Ordering::Relaxed);
             let before = last
                 .iter()
@@ -158,8 +154,9 @@ pub fn run(
         let total: u64 = now_counts.iter().map(|(_, n)| n).sum::<u64>()
             - last.iter().map(|(_, n)| n).sum::<u64>();
         last = now_counts;
-        let util: Vec<String> = (0..shared.worker_count())
-            .map(|i| format!("{:.0}%", shared.utilisation(i) * 100.0))
+        let workers = agent.workers();
+        let util: Vec<String> = (0..workers.count())
+            .map(|i| format!("{:.0}%", workers.utilisation(i) * 100.0))
             .collect();
         println!(
             "t={:>3.0}s relayed {:>8.0}/s | {} | workers {}",
@@ -181,7 +178,6 @@ pub fn run(
         })?;
     agent.shutdown();
     agent.join();
-    shared.kernel.detach();
     for (_, s) in &servers {
         s.stop();
     }

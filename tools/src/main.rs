@@ -86,8 +86,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             // from then on stops the agent cleanly.
             let signals = Signals::install()?;
             let agent = Agent::start(config)?;
-            agent::telemetry::start(&agent);
-            let shared = agent.shared().clone();
+            agent.start_kernel_telemetry();
             eprintln!(
                 "doic-agent: listening on {:?}{}",
                 agent.local_addrs(),
@@ -99,9 +98,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             signals.wait();
             eprintln!("doic-agent: stopping (DPR to every peer, draining)");
             agent.shutdown();
-            agent.join();
             // The program stays attached until every connection has closed.
-            shared.kernel.detach();
+            agent.join();
             Ok(())
         }
         Command::Demo {

@@ -618,8 +618,8 @@ fn the_control_thread_hands_per_peer_arrival_rates_to_the_overload_logic() {
     let config =
         agent::config::Config::from_str_named(&text, std::path::Path::new("rates.toml")).unwrap();
     let agent = agent::agent::Agent::start(config).unwrap();
-    assert!(agent::telemetry::start(&agent));
-    let shared = agent.shared().clone();
+    assert!(agent.start_kernel_telemetry());
+    let kernel = agent.kernel().clone();
     let mut client = rt
         .block_on(Client::connect(
             agent.local_addrs()[0],
@@ -636,7 +636,7 @@ fn the_control_thread_hands_per_peer_arrival_rates_to_the_overload_logic() {
     while t0.elapsed() < Duration::from_millis(4500) {
         rt.block_on(one_at_a_time(&mut client, 20));
         sent += 20;
-        let load = shared.kernel.load();
+        let load = kernel.load();
         if load.at != last_at {
             last_at = load.at;
             if let Some(r) = load.arrival_rate(me) {
@@ -658,20 +658,15 @@ fn the_control_thread_hands_per_peer_arrival_rates_to_the_overload_logic() {
     // Idle: the rate falls to zero within two ticks.
     let t1 = Instant::now();
     loop {
-        if shared.kernel.load().arrival_rate(me) == Some(0.0) {
+        if kernel.load().arrival_rate(me) == Some(0.0) {
             break;
         }
-        assert!(
-            t1.elapsed() < Duration::from_secs(3),
-            "{:?}",
-            shared.kernel.load()
-        );
+        assert!(t1.elapsed() < Duration::from_secs(3), "{:?}", kernel.load());
         std::thread::sleep(Duration::from_millis(50));
     }
     rt.block_on(client.disconnect()).unwrap();
     agent.shutdown();
     agent.join();
-    shared.kernel.detach();
-    assert!(!shared.kernel.is_attached());
+    assert!(!kernel.is_attached(), "detached once the agent is done");
     server.stop();
 }

@@ -1,22 +1,171 @@
 //! The `[ebpf]` section of the agent's configuration: where the kernel
 //! telemetry program attaches, which TCP ports carry Diameter (RFC 6733 §2.1:
-//! 3868 by default) and the optional SYN guard.
+//! 3868 by default) and the optional SYN guard. [`Section`] is the section
+//! as written (every key optional; `crate::config` gathers it);
+//! [`Section::resolve`] fills the defaults that depend on the rest of the
+//! agent's configuration and gives the loader's [`Config`].
 //!
 //! ```toml
 //! [ebpf]
-//! interfaces = ["lo"]
-//! mode = "auto"            # "auto" | "xdp-native" | "xdp-generic" | "tc" | "off"
-//! egress = true            # also count what the host sends (TC egress)
-//! ports = [3868]
-//! syn_guard = false        # drop SYNs to the ports from sources not in syn_allow
-//! syn_allow = ["10.0.0.0/8", "2001:db8::/32", "192.0.2.7"]
+//! interfaces = ["lo"]      # default
+//! mode = "auto"            # default; "auto" | "xdp-native" | "xdp-generic" | "tc" | "off"
+//! egress = true            # default: also count what the host sends (TC egress)
+//! ports = [3868]           # default: the agent's listen ports and its peers' ports
+//! syn_guard = false        # default; drop SYNs to the ports from sources not in syn_allow
+//! syn_allow = ["10.0.0.0/8", "2001:db8::/32", "192.0.2.7"]  # default with syn_guard: the [[peer]] connect addresses
 //! ```
 
 use std::fmt;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+/// The `[ebpf]` section as written: every key optional. [`Section::resolve`]
+/// fills the defaults that depend on the rest of the configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Section {
+    /// Interfaces to attach to; default `["lo"]`.
+    pub interfaces: Option<Vec<String>>,
+    /// Attach mode; default `auto`.
+    pub mode: Option<Mode>,
+    /// Count sent traffic too (TC egress); default true.
+    pub egress: Option<bool>,
+    /// Diameter TCP ports; default the agent's listen ports and the ports of
+    /// its `[[peer]]` connect addresses.
+    pub ports: Option<Vec<u16>>,
+    /// Drop SYNs from sources outside `syn_allow`; default false.
+    #[serde(default)]
+    pub syn_guard: bool,
+    /// Sources allowed to connect with `syn_guard`; default the `[[peer]]`
+    /// connect addresses.
+    pub syn_allow: Option<Vec<Prefix>>,
+}
+
+/// What the defaults of a [`Section`] depend on in the rest of the agent's
+/// configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Around<'a> {
+    /// The listen addresses as configured (port 0: bound at start).
+    pub listen: &'a [SocketAddr],
+    /// The `[[peer]]` connect addresses.
+    pub connect: &'a [SocketAddr],
+    /// Whether `[accept]` admits peers by name (from any address).
+    pub accept_by_name: bool,
+}
+
+/// An `[ebpf]` value that cannot work, as `check-config` prints it.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("{key}: {why}")]
+pub struct SectionError {
+    /// The dotted key.
+    pub key: String,
+    /// Why.
+    pub why: String,
+}
+
+impl Section {
+    /// The loader's configuration for an agent configured `around` whose
+    /// listeners are bound to `bound` (the bound ports replace port 0).
+    ///
+    /// # Errors
+    ///
+    /// The dotted key and why, as `check-config` prints them.
+    pub fn resolve(
+        &self,
+        around: &Around<'_>,
+        bound: &[SocketAddr],
+    ) -> Result<Config, SectionError> {
+        let base = Config::default();
+        let ports = match &self.ports {
+            Some(p) => p.clone(),
+            None => {
+                let mut p: Vec<u16> = bound
+                    .iter()
+                    .chain(around.listen)
+                    .chain(around.connect)
+                    .map(SocketAddr::port)
+                    .filter(|&p| p != 0)
+                    .collect();
+                p.sort_unstable();
+                p.dedup();
+                p
+            }
+        };
+        let syn_allow = match &self.syn_allow {
+            Some(a) => a.clone(),
+            None if self.syn_guard => {
+                if around.accept_by_name {
+                    return Err(SectionError {
+                        key: "ebpf.syn_allow".into(),
+                        why: "must list the sources of the peers [accept] admits by name (syn_guard is on and they may connect from any address)".into(),
+                    });
+                }
+                let mut a: Vec<Prefix> = around
+                    .connect
+                    .iter()
+                    .map(|s| Prefix {
+                        addr: s.ip(),
+                        len: if s.is_ipv4() { 32 } else { 128 },
+                    })
+                    .collect();
+                a.dedup();
+                a
+            }
+            None => Vec::new(),
+        };
+        let cfg = Config {
+            interfaces: self.interfaces.clone().unwrap_or(base.interfaces),
+            mode: self.mode.unwrap_or(base.mode),
+            egress: self.egress.unwrap_or(base.egress),
+            ports,
+            syn_guard: self.syn_guard,
+            syn_allow,
+        };
+        cfg.validate().map_err(|e| explain(&e, self))?;
+        Ok(cfg)
+    }
+
+    /// Checks the section against the rest of the configuration before
+    /// anything is bound (listen port 0 counts as a port to be bound).
+    ///
+    /// # Errors
+    ///
+    /// The dotted key and why.
+    pub fn check(&self, around: &Around<'_>) -> Result<(), SectionError> {
+        let unbound = around.listen.iter().any(|a| a.port() == 0);
+        match self.resolve(around, &[]) {
+            Err(e) if e.key == "ebpf.ports" && unbound && self.ports.is_none() => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+}
+
+/// A loader configuration error as a key and a reason.
+fn explain(e: &ConfigError, section: &Section) -> SectionError {
+    let (key, why) = match e {
+        ConfigError::NoInterfaces => ("ebpf.interfaces", "must name at least one interface".into()),
+        ConfigError::BadInterface { name } => (
+            "ebpf.interfaces",
+            format!("{name:?} is not an interface name (1 to 15 bytes, no '/', space or NUL)"),
+        ),
+        ConfigError::NoPorts if section.ports.is_none() => (
+            "ebpf.ports",
+            "no Diameter port to count: set ebpf.ports, or node.listen or a [[peer]] connect address".into(),
+        ),
+        ConfigError::NoPorts => ("ebpf.ports", "must name at least one port".into()),
+        ConfigError::PortZero => ("ebpf.ports", "port 0 is not a valid port".into()),
+        ConfigError::EmptyAllowList => (
+            "ebpf.syn_allow",
+            "is empty while syn_guard is on: every connection attempt would be dropped (list the peers' sources, or give [[peer]] connect addresses)".into(),
+        ),
+    };
+    SectionError {
+        key: key.into(),
+        why,
+    }
+}
 
 /// How the program is attached to each interface.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,8 +197,10 @@ impl fmt::Display for Mode {
     }
 }
 
-/// The `[ebpf]` configuration section. Every field has a default, so an empty
-/// section (or none) means: count on `lo`, port 3868, no SYN guard.
+/// The loader's configuration, as [`Section::resolve`] gives it for the
+/// agent (tools that load the program alone parse it directly). Every field
+/// has a default, so an empty one means: count on `lo`, port 3868, no SYN
+/// guard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -222,7 +373,18 @@ pub fn addr_from_key(addr: [u8; 16], family: u8) -> IpAddr {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::config::Config as AgentConfig;
+
+    /// An agent configuration: two listeners, one peer to dial.
+    fn agent_config(extra: &str) -> AgentConfig {
+        let text = format!(
+            "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:3868\", \"[::1]:3870\"]\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"192.0.2.7:3869\"\n{extra}"
+        );
+        AgentConfig::from_str_named(&text, Path::new("t.toml")).unwrap()
+    }
 
     #[test]
     fn defaults_match_the_documented_section() {
@@ -319,5 +481,71 @@ mod tests {
             addr_from_key(Ipv6Addr::LOCALHOST.octets(), 6),
             "::1".parse::<IpAddr>().unwrap()
         );
+    }
+
+    #[test]
+    fn defaults_count_the_listen_and_peer_ports_on_lo() {
+        let c = agent_config("");
+        let e = c.ebpf_config(&[]).unwrap();
+        assert_eq!(e.interfaces, ["lo"]);
+        assert_eq!(e.mode, Mode::Auto);
+        assert!(!e.syn_guard);
+        assert_eq!(e.ports, [3868, 3869, 3870]);
+        // A listener bound to port 0 contributes the port it got.
+        let bound: SocketAddr = "127.0.0.1:41000".parse().unwrap();
+        let e = c.ebpf_config(&[bound]).unwrap();
+        assert!(e.ports.contains(&41000));
+    }
+
+    #[test]
+    fn syn_guard_allows_the_configured_peers_by_default() {
+        let c = agent_config("[ebpf]\nsyn_guard = true\n");
+        let e = c.ebpf_config(&[]).unwrap();
+        assert_eq!(e.syn_allow, ["192.0.2.7/32".parse::<Prefix>().unwrap()]);
+    }
+
+    #[test]
+    fn check_config_names_the_key_and_the_reason() {
+        let text = |extra: &str| {
+            format!(
+                "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\n{extra}"
+            )
+        };
+        let err = |extra: &str| {
+            AgentConfig::from_str_named(&text(extra), Path::new("t.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("[ebpf]\nports = []\n"),
+            "t.toml: ebpf.ports: must name at least one port"
+        );
+        assert!(
+            err("[ebpf]\n").starts_with("t.toml: ebpf.ports: no Diameter port to count"),
+            "{}",
+            err("[ebpf]\n")
+        );
+        assert!(
+            err("listen = [\"127.0.0.1:3868\"]\n[ebpf]\ninterfaces = [\"a/b\"]\n")
+                .starts_with("t.toml: ebpf.interfaces: \"a/b\" is not an interface name")
+        );
+        assert!(
+            err("listen = [\"127.0.0.1:3868\"]\n[ebpf]\nsyn_guard = true\n")
+                .starts_with("t.toml: ebpf.syn_allow: is empty while syn_guard is on")
+        );
+        assert!(
+            err("listen = [\"127.0.0.1:3868\"]\n[accept]\nhosts = [\"*.example.org\"]\n[ebpf]\nsyn_guard = true\n")
+                .starts_with("t.toml: ebpf.syn_allow: must list the sources")
+        );
+        assert!(
+            err("listen = [\"127.0.0.1:3868\"]\n[ebpf]\nmode = \"fast\"\n").contains("fast"),
+            "{}",
+            err("listen = [\"127.0.0.1:3868\"]\n[ebpf]\nmode = \"fast\"\n")
+        );
+        // mode = "off" needs nothing; port 0 listeners are filled at start.
+        AgentConfig::from_str_named(&text("[ebpf]\nmode = \"off\"\n"), Path::new("t.toml"))
+            .unwrap();
+        AgentConfig::from_str_named(&text("listen = [\"127.0.0.1:0\"]\n"), Path::new("t.toml"))
+            .unwrap();
     }
 }

@@ -40,9 +40,9 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::agent::Shared;
+use crate::net::ConnCtx;
 use crate::peer::table::{PeerSlot, PeerStats, ToConn, state};
-use crate::relay::{self, Relay, pending::Upstream};
+use crate::relay::{self, pending::Upstream};
 use crate::routing::PeerId;
 use diameter::codec::Capabilities;
 use diameter::codec::answer::put_base;
@@ -93,7 +93,7 @@ pub(crate) struct Waiting {
 
 /// The state of one connection task.
 struct Conn {
-    shared: Arc<Shared>,
+    ctx: Arc<ConnCtx>,
     id: u64,
     stream: TcpStream,
     fsm: Fsm,
@@ -124,7 +124,7 @@ struct Conn {
 /// Runs one connection to the end. `expect` is the peer an initiator
 /// dialled; `waiting` the admission of an accepted one.
 pub(crate) async fn run(
-    shared: Arc<Shared>,
+    ctx: Arc<ConnCtx>,
     stream: TcpStream,
     role: Role,
     expect: Option<PeerId>,
@@ -132,9 +132,9 @@ pub(crate) async fn run(
 ) {
     let accepted = Instant::now();
     if let Some(w) = &waiting
-        && !first_bytes(&shared, &stream, w, accepted + shared.config.cer_timeout()).await
+        && !first_bytes(&ctx, &stream, w, accepted + ctx.config.cer_timeout()).await
     {
-        shared.admission.release(&w.ticket);
+        ctx.admission.release(&w.ticket);
         return;
     }
     let _ = stream.set_nodelay(true);
@@ -143,14 +143,14 @@ pub(crate) async fn run(
         .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |a| a.ip());
     let remote = stream.peer_addr().ok();
     if let Some(remote) = remote {
-        shared.kernel.note_open(remote);
+        ctx.kernel.note_open(remote);
     }
-    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = unbounded_channel();
-    let local = shared.config.capabilities(local_ip);
-    let timeout = shared.config.cer_timeout();
+    let local = ctx.config.capabilities(local_ip);
+    let timeout = ctx.config.cer_timeout();
     let fsm = Fsm::with_exchange_timeout(accepted.into_std(), role, local, timeout);
-    let peer = expect.and_then(|p| shared.table.get(p).map(|s| (p, s)));
+    let peer = expect.and_then(|p| ctx.relay.table.get(p).map(|s| (p, s)));
     if role == Role::Initiator
         && let Some((_, slot)) = &peer
         && !slot.begin_connecting(id, tx.clone())
@@ -158,9 +158,9 @@ pub(crate) async fn run(
         return;
     }
     let span = tracing::debug_span!("conn", id, ?remote, ?role);
-    let request_timeout = shared.config.request_timeout();
+    let request_timeout = ctx.config.request_timeout();
     let mut c = Conn {
-        shared,
+        ctx,
         id,
         stream,
         fsm,
@@ -189,40 +189,23 @@ pub(crate) async fn run(
         c.main_loop().await;
         c.finish().await;
         if let Some(remote) = remote {
-            c.shared.kernel.note_closed(remote);
+            c.ctx.kernel.note_closed(remote);
         }
     }
     .instrument(span)
     .await;
 }
 
-/// The relay as the connections of `shared` drive it.
-fn relay_of(shared: &Shared) -> Relay<'_> {
-    Relay {
-        origin: (
-            &shared.config.node.origin_host,
-            &shared.config.node.origin_realm,
-        ),
-        router: &shared.router,
-        table: &shared.table,
-        retry: &shared.retry,
-        treat: shared
-            .overload
-            .is_some()
-            .then_some(shared as &dyn relay::Treat),
-    }
-}
-
 impl Conn {
     fn origin(&self) -> (&str, &str) {
         (
-            &self.shared.config.node.origin_host,
-            &self.shared.config.node.origin_realm,
+            &self.ctx.relay.origin_host,
+            &self.ctx.config.node.origin_realm,
         )
     }
 
     async fn main_loop(&mut self) {
-        let mut shutdown = self.shared.shutdown.clone();
+        let mut shutdown = self.ctx.stop.receiver();
         if *shutdown.borrow() {
             self.stop();
         }
@@ -315,7 +298,7 @@ impl Conn {
                 }
                 Ok(n) => {
                     self.out.advance(n);
-                    let io = &self.shared.io;
+                    let io = &self.ctx.io;
                     io.writes.fetch_add(1, Ordering::Relaxed);
                     io.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
                 }
@@ -350,7 +333,7 @@ impl Conn {
                 return;
             }
         }
-        self.shared.io.reads.fetch_add(1, Ordering::Relaxed);
+        self.ctx.io.reads.fetch_add(1, Ordering::Relaxed);
         let mut messages = 0u64;
         loop {
             match frame_len_max(&self.inbuf, max_len) {
@@ -379,7 +362,7 @@ impl Conn {
                 }
             }
         }
-        self.shared
+        self.ctx
             .io
             .messages_read
             .fetch_add(messages, Ordering::Relaxed);
@@ -434,7 +417,7 @@ impl Conn {
                     self.last_dpr = Some(head);
                     // Answers to the peer's own requests still on their way
                     // come first; each is bounded by the request timeout.
-                    let bound = self.shared.config.request_timeout() + Duration::from_secs(1);
+                    let bound = self.ctx.config.request_timeout() + Duration::from_secs(1);
                     self.fsm.handle_dpr(now, self.inflight_down > 0, bound);
                 }
                 cmd::CAPABILITIES_EXCHANGE => {
@@ -498,13 +481,13 @@ impl Conn {
         let Some((_, slot)) = &self.peer else {
             return;
         };
-        let tw = self.shared.config.tw();
+        let tw = self.ctx.config.tw();
         let seed = self.id ^ 0x2545_f491_4f6c_dd1d;
         let mut w = slot.take_watchdog(|| Watchdog::new(tw, seed));
         w.handle_connection_up(Instant::now().into_std());
         self.watchdog = Some(w);
         self.pump_watchdog();
-        if *self.shared.shutdown.borrow() {
+        if self.ctx.stop.is_stopping() {
             self.stop();
         }
     }
@@ -571,7 +554,7 @@ impl Conn {
         self.fsm.handle_stop(
             now.into_std(),
             DisconnectCause::Rebooting,
-            self.shared.config.drain(),
+            self.ctx.config.drain(),
         );
         self.check_drained();
     }
@@ -589,7 +572,7 @@ impl Conn {
     ) {
         let start = self.out.len();
         self.out.extend_from_slice(msg);
-        if let Some(ov) = &self.shared.overload {
+        if let Some(ov) = &self.ctx.relay.overload {
             self.out.extend_from_slice(ov.answer_features_avp(features));
         }
         finish(&mut self.out, start);
@@ -615,7 +598,7 @@ impl Conn {
         let waiting_cer = self.fsm.state() == State::WaitCer;
         self.fsm.handle_timeout(now.into_std());
         if waiting_cer && self.fsm.state() == State::Closed {
-            cer_timed_out(&self.shared);
+            cer_timed_out(&self.ctx);
         }
         if let Some(w) = self.watchdog.as_mut() {
             w.handle_timeout(now.into_std());
@@ -623,12 +606,15 @@ impl Conn {
         self.pump_watchdog();
         // Requests whose upstream answer is overdue get the agent's 3002.
         let slot = self.peer.as_ref().map(|(_, s)| &**s);
-        relay_of(&self.shared).handle_timeout(&mut self.upstream, slot, now.into_std());
+        self.ctx
+            .relay
+            .relay()
+            .handle_timeout(&mut self.upstream, slot, now.into_std());
         // Near the end of the drain, pending requests are answered locally
         // so that downstream peers still receive them before closing.
         if let Some(since) = self.closing_since
             && !self.flushed_pending
-            && now >= since + self.shared.config.drain().mul_f64(0.8)
+            && now >= since + self.ctx.config.drain().mul_f64(0.8)
         {
             self.flushed_pending = true;
             self.answer_all_pending(relay::Error::ShuttingDown);
@@ -638,13 +624,19 @@ impl Conn {
 
     fn answer_all_pending(&mut self, why: relay::Error) {
         let slot = self.peer.as_ref().map(|(_, s)| &**s);
-        relay_of(&self.shared).answer_all(&mut self.upstream, slot, why);
+        self.ctx
+            .relay
+            .relay()
+            .answer_all(&mut self.upstream, slot, why);
     }
 
     fn fail_over_all(&mut self) {
         let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
         let now = Instant::now().into_std();
-        relay_of(&self.shared).fail_over_all(&mut self.upstream, from, now, &mut self.rotate);
+        self.ctx
+            .relay
+            .relay()
+            .fail_over_all(&mut self.upstream, from, now, &mut self.rotate);
     }
 
     fn handle_to_conn(&mut self, m: ToConn) {
@@ -706,7 +698,7 @@ impl Conn {
             match m {
                 ToConn::Request(r) => {
                     let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
-                    relay_of(&self.shared).reroute(
+                    self.ctx.relay.relay().reroute(
                         from,
                         r,
                         self.rotate,

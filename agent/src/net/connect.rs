@@ -12,9 +12,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::agent::Shared;
+use crate::net::ConnCtx;
 use crate::net::conn::{self, Waiting};
 use crate::routing::PeerId;
+use crate::runtime::Workers;
 use diameter::peer::fsm::Role;
 
 /// At most one log line per this interval about connections closed before
@@ -72,7 +73,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Accepts connections until shutdown; each runs as a responder on the next
 /// worker.
-pub(crate) async fn listen(shared: Arc<Shared>, listener: std::net::TcpListener) {
+pub(crate) async fn listen(
+    ctx: Arc<ConnCtx>,
+    workers: Arc<Workers>,
+    listener: std::net::TcpListener,
+) {
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -80,7 +85,7 @@ pub(crate) async fn listen(shared: Arc<Shared>, listener: std::net::TcpListener)
             return;
         }
     };
-    let mut shutdown = shared.shutdown.clone();
+    let stop = ctx.stop.clone();
     let mut log = RefusalLog::default();
     loop {
         tokio::select! {
@@ -88,7 +93,7 @@ pub(crate) async fn listen(shared: Arc<Shared>, listener: std::net::TcpListener)
                 Ok((stream, remote)) => {
                     tracing::debug!(%remote, "accepted");
                     let evict = Arc::new(Notify::new());
-                    let admitted = match shared.admission.admit(remote.ip(), evict.clone()) {
+                    let admitted = match ctx.admission.admit(remote.ip(), evict.clone()) {
                         Ok(a) => a,
                         Err(refusal) => {
                             drop(stream);
@@ -103,11 +108,11 @@ pub(crate) async fn listen(shared: Arc<Shared>, listener: std::net::TcpListener)
                     }
                     let waiting = Waiting { ticket: admitted.ticket, evict };
                     let Ok(std) = stream.into_std() else {
-                        shared.admission.release(&waiting.ticket);
+                        ctx.admission.release(&waiting.ticket);
                         continue;
                     };
-                    let s = shared.clone();
-                    shared.spawn_next(async move {
+                    let s = ctx.clone();
+                    workers.spawn_next(async move {
                         match TcpStream::from_std(std) {
                             Ok(stream) => {
                                 conn::run(s, stream, Role::Responder, None, Some(waiting)).await;
@@ -121,7 +126,7 @@ pub(crate) async fn listen(shared: Arc<Shared>, listener: std::net::TcpListener)
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            _ = crate::agent::stopped(&mut shutdown) => break,
+            () = stop.stopped() => break,
         }
     }
 }
@@ -129,18 +134,18 @@ pub(crate) async fn listen(shared: Arc<Shared>, listener: std::net::TcpListener)
 /// Keeps one connection to a configured peer: dial, run, wait Tc, again,
 /// until shutdown. Skips dialling while an inbound connection from the peer
 /// is open.
-pub(crate) async fn dial_loop(shared: Arc<Shared>, peer: PeerId, addr: SocketAddr) {
-    let mut shutdown = shared.shutdown.clone();
-    let tc = shared.config.tc();
+pub(crate) async fn dial_loop(ctx: Arc<ConnCtx>, peer: PeerId, addr: SocketAddr) {
+    let stop = ctx.stop.clone();
+    let tc = ctx.config.tc();
     loop {
-        if *shutdown.borrow() {
+        if stop.is_stopping() {
             break;
         }
-        let busy = shared.table.get(peer).is_none_or(|s| s.has_connection());
+        let busy = ctx.relay.table.get(peer).is_none_or(|s| s.has_connection());
         if !busy {
             match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
-                    conn::run(shared.clone(), stream, Role::Initiator, Some(peer), None).await;
+                    conn::run(ctx.clone(), stream, Role::Initiator, Some(peer), None).await;
                 }
                 Ok(Err(e)) => tracing::debug!(%addr, cause = %e, "connect failed"),
                 Err(_) => tracing::debug!(%addr, "connect timed out"),
@@ -148,7 +153,7 @@ pub(crate) async fn dial_loop(shared: Arc<Shared>, peer: PeerId, addr: SocketAdd
         }
         tokio::select! {
             _ = tokio::time::sleep(tc) => {}
-            _ = crate::agent::stopped(&mut shutdown) => break,
+            () = stop.stopped() => break,
         }
     }
 }

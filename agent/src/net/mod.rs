@@ -4,4 +4,9 @@
 
 pub mod conn;
 pub(crate) mod connect;
+mod ctx;
 mod liveness;
+
+pub(crate) use ctx::ConnCtx;
+pub use ctx::IoStats;
+pub use ctx::RelayCtx;

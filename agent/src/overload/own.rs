@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::Overload;
-use crate::agent::Shared;
-use crate::telemetry::KernelLoad;
+use crate::peer::table::PeerTable;
+use crate::telemetry::{Kernel, KernelLoad};
 use doic::Doic;
 use doic::own_load::{OwnLoad, OwnLoadParams, OwnReport};
 use doic::report::Abatement;
@@ -133,7 +133,7 @@ impl OwnState {
 
 /// Measures every peer's arrival rate at `now` and runs the controller
 /// (control thread, once per second, after the kernel tick).
-pub(crate) fn control_tick(shared: &Shared, ov: &Overload, now: Instant) {
+pub(crate) fn control_tick(table: &PeerTable, kernel: &Kernel, ov: &Overload, now: Instant) {
     let own = &ov.own;
     let mut guard = own
         .controller
@@ -142,12 +142,11 @@ pub(crate) fn control_tick(shared: &Shared, ov: &Overload, now: Instant) {
     let Some(ctl) = guard.as_mut() else {
         return;
     };
-    let kernel = shared.kernel.is_attached().then(|| shared.kernel.load());
+    let kernel = kernel.is_attached().then(|| kernel.load());
     let kernel = kernel.filter(|k| {
         k.at.is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(3))
     });
-    let slots: Vec<SlotCount> = shared
-        .table
+    let slots: Vec<SlotCount> = table
         .all()
         .into_iter()
         .map(|(_, slot)| SlotCount {

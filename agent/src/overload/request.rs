@@ -13,8 +13,8 @@ use bytes::{Bytes, BytesMut};
 
 use super::cores::with_core;
 use super::{MAX_CANDIDATES, Overload, RETRY_NOT_ALLOWED_VENDOR};
-use crate::agent::Shared;
-use crate::routing::PeerId;
+use crate::peer::table::PeerTable;
+use crate::routing::{PeerId, Router};
 use diameter::codec::avp::{Avp, AvpIter, RawAvp};
 use diameter::codec::doic::FeaturesRef;
 use diameter::codec::relay::{MessageBuf, Routing};
@@ -25,20 +25,16 @@ use doic::{Candidate, OcSupportedFeatures, Offer, RequestView, Treatment};
 
 pub(crate) use crate::relay::Decision;
 
-/// The relay's seam to overload control (RFC 8581 §5): a request treated
-/// before is treated again for its new next hop.
-impl crate::relay::Treat for Shared {
-    fn retreat(
-        &self,
-        r: &crate::peer::table::Relayed,
-        dest_host: Option<&str>,
-        rotate: usize,
-    ) -> Decision {
-        match &self.overload {
-            Some(ov) => retreat(self, ov, r, dest_host, rotate),
-            None => Decision::Relay,
-        }
-    }
+/// What the treatment reads of the relay: the router and the peer table
+/// (the candidates), the agent's identity (its throttle answers).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Route<'a> {
+    /// The routing table.
+    pub router: &'a Router,
+    /// The peer table.
+    pub table: &'a PeerTable,
+    /// Origin-Host and Origin-Realm of the agent.
+    pub origin: (&'a str, &'a str),
 }
 
 /// The request inputs the relay already decoded.
@@ -140,11 +136,11 @@ fn idle_forward_client(
 
 /// Treats one request (RFC 8581 §5 order) and applies the decision to its
 /// bytes.
-pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -> Decision {
+pub(crate) fn treat_request(route: &Route<'_>, ov: &Overload, r: &RequestIn<'_>) -> Decision {
     // Candidates in the router's order of preference (fixed arrays: no
     // allocation on the per-request path).
-    let Ok((choices, found)) = shared.router.choose_many::<MAX_CANDIDATES>(
-        &shared.table,
+    let Ok((choices, found)) = route.router.choose_many::<MAX_CANDIDATES>(
+        route.table,
         r.dest_host,
         r.realm,
         r.head.application_id,
@@ -158,7 +154,7 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
         Default::default();
     let mut n = 0;
     for c in &choices[..found] {
-        let Some(slot) = shared.table.get(c.peer) else {
+        let Some(slot) = route.table.get(c.peer) else {
             break;
         };
         ids[n] = (c.peer, c.pinned);
@@ -232,7 +228,7 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
         Treatment::Throttle { result, cause } => {
             tracing::trace!(?cause, code = result.code(), "doic throttle");
             let act = core.local_answer(now, &view);
-            let msg = throttle_answer(shared, r.msg, result, &act);
+            let msg = throttle_answer(route, r.msg, result, &act);
             Decision::Answer {
                 msg,
                 code: result.code(),
@@ -275,7 +271,7 @@ pub(crate) fn treat_request(shared: &Shared, ov: &Overload, r: &RequestIn<'_>) -
 /// the candidates (RFC 6733 §6.1.7). The client's DOIC support is the one the
 /// first treatment recorded.
 pub(crate) fn retreat(
-    shared: &Shared,
+    route: &Route<'_>,
     ov: &Overload,
     r: &crate::peer::table::Relayed,
     dest_host: Option<&str>,
@@ -296,7 +292,7 @@ pub(crate) fn retreat(
         })
     });
     treat_request(
-        shared,
+        route,
         ov,
         &RequestIn {
             msg: &r.msg,
@@ -320,20 +316,14 @@ fn is_features(a: &diameter::codec::avp::RawAvp<'_>) -> bool {
 /// Experimental-Result 5198 without Result-Code (RFC 6733 §7.6), with the
 /// DOIC AVPs `act` gives (RFC 7683 §5.1.2: none to a non-DOIC client).
 fn throttle_answer(
-    shared: &Shared,
+    route: &Route<'_>,
     req: &[u8],
     result: ThrottleAnswer,
     act: &doic::AnswerActions,
 ) -> Bytes {
     let header = Header::read(req);
-    let node = &shared.config.node;
-    let mut a = builder::ErrorAnswer::new(
-        &header,
-        req,
-        result.code(),
-        &node.origin_host,
-        &node.origin_realm,
-    );
+    let (origin_host, origin_realm) = route.origin;
+    let mut a = builder::ErrorAnswer::new(&header, req, result.code(), origin_host, origin_realm);
     if result.is_experimental() {
         a = a.experimental_result(RETRY_NOT_ALLOWED_VENDOR, result.code());
     }

@@ -1,4 +1,6 @@
-//! What each worker's core publishes at every control tick ([`tick`]):
+//! What each worker's core sends the control thread at every control tick
+//! ([`tick`], over a bounded feed, [`crate::feed`]; the control thread keeps
+//! the last one of each worker, [`Overload::collect_snapshots`]):
 //! its treatment totals, active OCS entries and received-report verdicts
 //! for `/metrics` ([`crate::metrics`] renders them), and its evidence trail
 //! for `GET /audit` ([`doic::audit::Audit::to_json`]).
@@ -10,6 +12,11 @@ use doic::report::Abatement;
 
 use super::Overload;
 use super::cores::with_core;
+use crate::feed::Feed;
+
+/// Snapshots each worker may have in flight to the control thread (one per
+/// 100 ms tick).
+pub const SNAPSHOTS_PER_WORKER: usize = 4;
 
 /// An active overload control state, as published by a worker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,8 +47,8 @@ pub struct Snapshot {
 }
 
 /// One control tick on the current worker: expiry and ramps
-/// ([`Doic::handle_timeout`]), replicas applied, snapshot published
-/// (`full` also renders the audit trail).
+/// ([`Doic::handle_timeout`]), replicas applied, snapshot sent to the
+/// control thread (`full` also renders the audit trail).
 pub(crate) fn tick(ov: &Overload, full: bool) {
     let now = ov.clock.now();
     let snap = with_core(ov, |core, worker| {
@@ -84,15 +91,34 @@ pub(crate) fn tick(ov: &Overload, full: bool) {
             },
         )
     });
-    if let Some((worker, mut snap)) = snap
-        && let Some(slot) = ov.snapshots.get(worker)
-    {
-        let mut slot = slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !full {
-            snap.audit = std::mem::take(&mut slot.audit);
+    if let Some((worker, snap)) = snap {
+        ov.snapshot_feed.send((worker, snap, full));
+    }
+}
+
+impl Overload {
+    /// Takes the snapshots the workers sent since the last call and makes
+    /// them the ones `/metrics` and `GET /audit` show (the control thread's,
+    /// every tick). A snapshot without its audit trail keeps the trail of
+    /// the one before.
+    pub(crate) fn collect_snapshots(&self) {
+        for (worker, mut snap, full) in self.snapshot_feed.drain() {
+            let Some(slot) = self.snapshots.get(worker) else {
+                continue;
+            };
+            let mut slot = slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !full {
+                snap.audit = std::mem::take(&mut slot.audit);
+            }
+            *slot = snap;
         }
-        *slot = snap;
+    }
+
+    /// The feed of the workers' snapshots (its drop count, for `/metrics`).
+    #[must_use]
+    pub fn snapshot_feed(&self) -> &Feed<(usize, Snapshot, bool)> {
+        &self.snapshot_feed
     }
 }

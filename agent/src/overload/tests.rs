@@ -333,3 +333,29 @@ fn unusual_client_features_take_the_full_treatment() {
     let counted = with_core(&ov, |core, _| core.audit().totals).unwrap();
     assert_eq!(counted.requests, 0);
 }
+
+/// A worker's snapshot reaches `/metrics` only through the control
+/// thread's collection of the feed; one without the trail keeps the last
+/// trail; a full feed drops and counts.
+#[test]
+fn snapshots_reach_metrics_through_the_bounded_feed() {
+    let ov = Overload::new("agent", Some(DoicConfig::default()), 1).unwrap();
+    reset();
+    set_worker(0);
+    tick(&ov, true);
+    assert!(
+        ov.snapshots()[0].audit.is_null(),
+        "not before it is collected"
+    );
+    ov.collect_snapshots();
+    let audit = ov.snapshots()[0].audit.clone();
+    assert!(!audit.is_null(), "collected");
+    tick(&ov, false);
+    ov.collect_snapshots();
+    assert_eq!(ov.snapshots()[0].audit, audit, "the last trail is kept");
+    for _ in 0..=SNAPSHOTS_PER_WORKER {
+        tick(&ov, false);
+    }
+    assert_eq!(ov.snapshot_feed().dropped(), 1);
+    assert_eq!(ov.snapshot_feed().drain().count(), SNAPSHOTS_PER_WORKER);
+}

@@ -36,8 +36,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use crate::routing::PeerId;
 
 /// The sliding window the share is measured over.
@@ -47,71 +45,7 @@ const SLOTS: usize = 10;
 /// Peers remembered as overloaded at most (a bound; the oldest mark goes).
 const MAX_MARKS: usize = 1024;
 
-/// The `[retry]` section.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RetryConfig {
-    /// Retries allowed, in percent of the requests relayed over the window.
-    #[serde(default = "default_percent")]
-    pub budget_percent: f64,
-    /// Retries allowed per second whatever the share.
-    #[serde(default = "default_min")]
-    pub min_retries_per_second: u32,
-    /// How long a 3004 marks its peer as overloaded (no retry goes there); 0
-    /// turns the mark off.
-    #[serde(default = "default_overloaded")]
-    pub overloaded_seconds: f64,
-}
-
-fn default_percent() -> f64 {
-    10.0
-}
-fn default_min() -> u32 {
-    20
-}
-fn default_overloaded() -> f64 {
-    1.0
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        Self {
-            budget_percent: default_percent(),
-            min_retries_per_second: default_min(),
-            overloaded_seconds: default_overloaded(),
-        }
-    }
-}
-
-impl RetryConfig {
-    /// Checks the values serde accepts but the budget cannot use.
-    ///
-    /// # Errors
-    /// The key and why, for `check-config`.
-    pub fn check(&self) -> Result<(), (String, String)> {
-        let p = self.budget_percent;
-        if !(p.is_finite() && (0.0..=100.0).contains(&p)) {
-            return Err((
-                "retry.budget_percent".into(),
-                format!("{p} is not a percentage in [0, 100]"),
-            ));
-        }
-        if self.min_retries_per_second > 1_000_000 {
-            return Err((
-                "retry.min_retries_per_second".into(),
-                format!("{} is above 1000000", self.min_retries_per_second),
-            ));
-        }
-        let s = self.overloaded_seconds;
-        if !(s.is_finite() && (0.0..=3600.0).contains(&s)) {
-            return Err((
-                "retry.overloaded_seconds".into(),
-                format!("{s} is not a duration in [0, 3600] seconds"),
-            ));
-        }
-        Ok(())
-    }
-}
+pub use crate::config::RetryConfig;
 
 /// Why a retry is not sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -488,7 +422,7 @@ mod tests {
 
     #[test]
     fn bad_values_are_named() {
-        let bad = |c: RetryConfig| c.check().unwrap_err().0;
+        let bad = |c: RetryConfig| c.check().unwrap_err().key;
         let d = RetryConfig::default();
         assert!(d.check().is_ok());
         assert_eq!(

@@ -158,10 +158,9 @@ pub async fn launch(run: Run, config: Config, n: usize) -> Agent {
 
 /// Waits until `n` peers of `agent` are OKAY.
 pub async fn wait_open(agent: &Agent, n: usize) {
-    let shared = agent.shared().clone();
+    let table = agent.peers().clone();
     wait_until(Duration::from_secs(10), || {
-        shared
-            .table
+        table
             .all()
             .iter()
             .filter(|(_, s)| s.state() == state::OKAY)
@@ -234,7 +233,7 @@ impl Drop for Setup {
 /// The value of one sample of the agent's `/metrics` text, given as
 /// `name{labels}` exactly as rendered; `None` when it is not there.
 pub fn metric(agent: &Agent, sample: &str) -> Option<f64> {
-    agent::metrics::render(agent.shared())
+    agent::metrics::render(agent.metrics())
         .lines()
         .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
 }

@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::{Cause, Conn, Waiting};
-use crate::agent::Shared;
+use crate::net::ConnCtx;
 use crate::peer::table::state;
 use crate::routing::PeerView;
 use diameter::codec::Capabilities;
@@ -57,7 +57,7 @@ impl Conn {
             }
             self.fsm.handle_cea(caps, rc.unwrap_or(0));
             if self.fsm.state() == State::Open {
-                let local_host = self.shared.config.node.origin_host.clone();
+                let local_host = self.ctx.relay.origin_host.clone();
                 let live = self.liveness();
                 let opened = self.peer.as_ref().is_some_and(|(_, slot)| {
                     slot.try_open(self.id, self.tx.clone(), false, &local_host, live)
@@ -74,13 +74,14 @@ impl Conn {
     }
 
     fn handle_cer(&mut self, head: Header, caps: Capabilities) {
-        let cfg = &self.shared.config;
+        let cfg = &self.ctx.config;
         let host = caps.origin_host.clone();
-        let configured = self.shared.table.by_host(&host);
+        let configured = self.ctx.relay.table.by_host(&host);
         let id = match configured {
             Some(id) => Some(id),
             None if cfg.accept.matches(&host) => self
-                .shared
+                .ctx
+                .relay
                 .table
                 .lookup_or_add(&host, Some(&caps.origin_realm)),
             None => None,
@@ -95,7 +96,7 @@ impl Conn {
         {
             let local_host = cfg.node.origin_host.clone();
             let live = self.liveness();
-            match self.shared.table.get(id) {
+            match self.ctx.relay.table.get(id) {
                 Some(slot) if slot.try_open(self.id, self.tx.clone(), true, &local_host, live) => {
                     slot.note_remote(self.id, self.stream.peer_addr().ok());
                     self.peer = Some((id, slot));
@@ -181,7 +182,7 @@ impl Conn {
     /// admission ticket back.
     pub(super) fn leave_waiting(&mut self) {
         if let Some(w) = self.waiting.take() {
-            self.shared.admission.release(&w.ticket);
+            self.ctx.admission.release(&w.ticket);
         }
     }
 }
@@ -201,28 +202,27 @@ pub(super) async fn evicted(waiting: Option<&Waiting>) {
 /// implementation-defined timeout occurs prior to receipt of CER"), an
 /// eviction, the agent's stop (false).
 pub(super) async fn first_bytes(
-    shared: &Shared,
+    ctx: &ConnCtx,
     stream: &TcpStream,
     w: &Waiting,
     deadline: Instant,
 ) -> bool {
-    let mut shutdown = shared.shutdown.clone();
     tokio::select! {
         r = stream.readable() => return r.is_ok(),
-        () = tokio::time::sleep_until(deadline) => cer_timed_out(shared),
+        () = tokio::time::sleep_until(deadline) => cer_timed_out(ctx),
         () = evicted(Some(w)) => note_evicted(),
-        () = crate::agent::stopped(&mut shutdown) => {}
+        () = ctx.stop.stopped() => {}
     }
     false
 }
 
 /// A connection waited longer than the CER timeout.
-pub(super) fn cer_timed_out(shared: &Shared) {
-    let stats = &shared.admission.stats;
+pub(super) fn cer_timed_out(ctx: &ConnCtx) {
+    let stats = &ctx.admission.stats;
     stats.cer_timeouts.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(
         cause = "no CER in time",
-        timeout = ?shared.config.cer_timeout(),
+        timeout = ?ctx.config.cer_timeout(),
         "closing connection"
     );
 }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::{Conn, relay_of};
+use super::Conn;
 use crate::peer::table::{PeerSlot, Relayed, ToConn};
 use crate::relay::{self, AnswerFate, Relay};
 use crate::routing::{PeerId, PeerView};
@@ -68,12 +68,12 @@ impl Conn {
     pub(super) fn send_upstream(&mut self, r: Relayed) {
         let usable =
             self.fsm.state() == State::Open && self.watchdog.as_ref().is_some_and(Watchdog::usable);
-        let features = match &self.shared.overload {
+        let features = match &self.ctx.relay.overload {
             Some(ov) if r.doic.is_some() => Some(ov.features_avp()),
             _ => None,
         };
         let now = Instant::now().into_std();
-        relay_of(&self.shared).send_upstream(
+        self.ctx.relay.relay().send_upstream(
             &mut self.upstream,
             self.peer.as_ref().map(|(id, s)| (*id, &**s)),
             usable,
@@ -126,7 +126,7 @@ impl Conn {
             Ok(r) => r,
             Err(e) => return self.answer_defect(&msg, &e),
         };
-        let relay = relay_of(&self.shared);
+        let relay = self.ctx.relay.relay();
         let realm = match relay.check_request(head, &routing) {
             Ok(realm) => realm,
             Err(why) => return self.refuse(&msg, why),
@@ -149,7 +149,7 @@ impl Conn {
         // Route-Record, and the sender itself, are not candidates.
         let mut tried: Vec<PeerId> = routing
             .route_records()
-            .filter_map(|rr| self.shared.table.by_host(&String::from_utf8_lossy(rr)))
+            .filter_map(|rr| self.ctx.relay.table.by_host(&String::from_utf8_lossy(rr)))
             .collect();
         let (from, sender) = match &self.peer {
             Some((id, slot)) => (slot.host_arc(), Some(*id)),
@@ -159,14 +159,14 @@ impl Conn {
         let excluded = tried.len();
         // One step of the tie rotation per request, whoever routes it.
         self.rotate = self.rotate.wrapping_add(1);
-        let decision = match &self.shared.overload {
+        let decision = match &self.ctx.relay.overload {
             None => crate::overload::Decision::Relay,
             Some(ov) => {
                 match crate::overload::idle_forward(ov, &msg, head.application_id, &routing, &from)
                 {
                     Some(d) => d,
                     None => crate::overload::treat_request(
-                        &self.shared,
+                        &self.ctx.relay.doic_route(),
                         ov,
                         &crate::overload::RequestIn {
                             msg: &msg,
@@ -226,7 +226,7 @@ impl Conn {
             doic,
             cut,
         };
-        let relay = relay_of(&self.shared);
+        let relay = self.ctx.relay.relay();
         let sent = match to {
             Some((to, pinned)) => relay.dispatch_to(r, to, pinned, self.rotate),
             None => relay.route(r, dest_host.as_deref(), self.rotate),
@@ -234,7 +234,7 @@ impl Conn {
         match sent {
             Ok(()) => {
                 self.inflight_down += 1;
-                self.shared.retry.note_request();
+                self.ctx.relay.retry.note_request();
             }
             Err((r, e)) => self.refuse(&r.msg, Relay::refusal(&r, e, excluded)),
         }
@@ -259,7 +259,7 @@ impl Conn {
         let mut retry_ok = true;
         let mut rewritten = None;
         let mut append = None;
-        if let Some(ov) = &self.shared.overload
+        if let Some(ov) = &self.ctx.relay.overload
             && let Some(tx) = r.doic.as_ref()
             && tx.client_features.is_some()
             && let Some((features, retry)) = crate::overload::idle_client_answer(ov, tx, &routing)
@@ -267,7 +267,7 @@ impl Conn {
             // A DOIC client and nothing to judge: the agent's features are
             // appended as the answer is written (`ToConn::AnswerWith`).
             (append, retry_ok) = (Some(features), retry);
-        } else if let Some(ov) = &self.shared.overload
+        } else if let Some(ov) = &self.ctx.relay.overload
             && let Some(tx) = r.doic.as_ref()
         {
             let from_peer = self.peer.as_ref().map_or("", |(_, s)| s.host.as_str());
@@ -281,15 +281,20 @@ impl Conn {
             PeerSlot::count(&slot.stats.answers_in, code);
             let now = Instant::now().into_std();
             if rc == Some(relay::TOO_BUSY) {
-                self.shared.retry.handle_too_busy(now, *id);
+                self.ctx.relay.retry.handle_too_busy(now, *id);
             }
             if retry_ok && relay::answer_fate(rc, erc, r.pinned) == AnswerFate::Retry {
                 self.rotate = self.rotate.wrapping_add(1);
-                match relay_of(&self.shared).retry_too_busy(r, *id, (now, self.rotate)) {
+                match self
+                    .ctx
+                    .relay
+                    .relay()
+                    .retry_too_busy(r, *id, (now, self.rotate))
+                {
                     Ok(()) => return,
                     Err(r) => {
                         if let Some(f) = append
-                            && let Some(ov) = &self.shared.overload
+                            && let Some(ov) = &self.ctx.relay.overload
                         {
                             msg = crate::overload::with_avp(&msg, ov.answer_features_avp(f));
                         }
@@ -342,7 +347,10 @@ impl Conn {
             "malformed answer from {host}: {e} ({})",
             e.result_code_name()
         );
-        relay_of(&self.shared).answer_locally_with(r, relay::UNABLE_TO_DELIVER, &why);
+        self.ctx
+            .relay
+            .relay()
+            .answer_locally_with(r, relay::UNABLE_TO_DELIVER, &why);
         self.check_drained();
     }
 }

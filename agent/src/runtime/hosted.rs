@@ -1,4 +1,5 @@
-//! The agent on a runtime the caller passes in ([`Agent::start_on`]): the
+//! The agent on a runtime the caller passes in (`Agent::start_on`,
+//! [`super::Runtime::hosted`]): the
 //! workers are groups of tasks on that runtime instead of pinned threads,
 //! the control tick is a task driven by a `tokio::time` interval, and the
 //! request path's clock follows the runtime's time. Under a paused clock
@@ -9,8 +10,6 @@
 //! A worker here keeps what a worker thread keeps in thread-locals in a
 //! [`HostedCore`], lent to the thread that polls one of its tasks for the
 //! length of the poll ([`on_worker`]).
-//!
-//! [`Agent::start_on`]: super::Agent::start_on
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,7 +18,8 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::{CONTROL_TICK, Control, Shared, WorkerSlot};
+use super::control::{Control, TICK};
+use super::{Stop, WorkerSlot, Workers};
 use crate::clock::Clock;
 use crate::overload::hosted::HostedCore;
 
@@ -52,16 +52,16 @@ pub(super) fn clock() -> Clock {
     Clock::following(runtime_now)
 }
 
-/// The control tick as a task: [`Control::handle_tick`] every
-/// [`CONTROL_TICK`] of the runtime's time, until aborted.
-pub(super) async fn control(shared: Arc<Shared>) {
-    let mut control = Control::new(&shared, runtime_now());
-    let start = tokio::time::Instant::now() + CONTROL_TICK;
-    let mut every = tokio::time::interval_at(start, CONTROL_TICK);
+/// The control tick as a task: one tick every [`TICK`] of the runtime's
+/// time, until aborted.
+pub(super) async fn control(control: Control, workers: Arc<Workers>, shutdown: Stop) {
+    let mut ticking = control.ticking(&workers, runtime_now());
+    let start = tokio::time::Instant::now() + TICK;
+    let mut every = tokio::time::interval_at(start, TICK);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        control.handle_tick(&shared, runtime_now());
+        ticking.handle_tick(&workers, &shutdown, runtime_now());
     }
 }
 

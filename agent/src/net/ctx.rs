@@ -1,0 +1,107 @@
+//! What the tasks of the tokio edge are given: [`ConnCtx`] for a
+//! connection (and the listener and dialler that start one), the socket
+//! call counters they keep ([`IoStats`]).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use tokio::sync::Notify;
+
+use crate::admission::Admission;
+use crate::config::Config;
+use crate::overload::Overload;
+use crate::peer::table::{PeerTable, Relayed};
+use crate::relay::budget::RetryGate;
+use crate::relay::{Decision, Relay, Treat};
+use crate::routing::Router;
+use crate::runtime::Stop;
+use crate::telemetry::Kernel;
+
+/// Socket calls and what they carried, over every connection: reads and
+/// writes are batched, so under load one call carries many messages.
+#[derive(Debug, Default)]
+pub struct IoStats {
+    /// `read` calls that returned data.
+    pub reads: AtomicU64,
+    /// Whole messages those reads completed.
+    pub messages_read: AtomicU64,
+    /// `write` calls that wrote data.
+    pub writes: AtomicU64,
+    /// Bytes those writes carried.
+    pub bytes_written: AtomicU64,
+}
+
+/// What relaying uses across connections, one per agent: the agent's
+/// identity (its own answers), the peer table, the routing table, overload
+/// control and the retry budget. [`RelayCtx::relay`] gives the sans-io
+/// [`Relay`] over them.
+#[derive(Debug)]
+pub struct RelayCtx {
+    /// The agent's Origin-Host.
+    pub(crate) origin_host: String,
+    /// The agent's Origin-Realm.
+    pub(crate) origin_realm: String,
+    /// The peer table.
+    pub(crate) table: Arc<PeerTable>,
+    /// The routing table.
+    pub(crate) router: Router,
+    /// DOIC state shared by the workers; `None` when overload control is off.
+    pub(crate) overload: Option<Arc<Overload>>,
+    /// The retry budget of 3004 retries and failovers (`[retry]`).
+    pub(crate) retry: Arc<RetryGate>,
+}
+
+impl RelayCtx {
+    /// The relay as the connections drive it.
+    pub(crate) fn relay(&self) -> Relay<'_> {
+        Relay {
+            origin: (&self.origin_host, &self.origin_realm),
+            router: &self.router,
+            table: &self.table,
+            retry: &self.retry,
+            treat: self.overload.is_some().then_some(self as &dyn Treat),
+        }
+    }
+
+    /// What overload control's treatment reads of the relay.
+    pub(crate) fn doic_route(&self) -> crate::overload::Route<'_> {
+        crate::overload::Route {
+            router: &self.router,
+            table: &self.table,
+            origin: (&self.origin_host, &self.origin_realm),
+        }
+    }
+}
+
+/// The relay's seam to overload control (RFC 8581 §5): a request treated
+/// before is treated again for its new next hop.
+impl Treat for RelayCtx {
+    fn retreat(&self, r: &Relayed, dest_host: Option<&str>, rotate: usize) -> Decision {
+        match &self.overload {
+            Some(ov) => crate::overload::retreat(&self.doic_route(), ov, r, dest_host, rotate),
+            None => Decision::Relay,
+        }
+    }
+}
+
+/// The handles a connection uses, one per agent behind an `Arc`: its
+/// configuration (identity, timers), the relay's shared parts, the CER
+/// admission, the I/O counters, the kernel telemetry's connection events
+/// and the stop signal.
+#[derive(Debug)]
+pub(crate) struct ConnCtx {
+    /// The configuration.
+    pub(crate) config: Arc<Config>,
+    /// Peer table, routing, overload control, retry budget.
+    pub(crate) relay: RelayCtx,
+    /// Inbound connections waiting for their CER, capped.
+    pub(crate) admission: Arc<Admission<Arc<Notify>>>,
+    /// Socket call counters.
+    pub(crate) io: Arc<IoStats>,
+    /// Where connections report their opens and closes.
+    pub(crate) kernel: Arc<Kernel>,
+    /// Flips when the agent stops.
+    pub(crate) stop: Stop,
+    /// The next connection's number.
+    pub(crate) next_conn: AtomicU64,
+}

@@ -1,0 +1,399 @@
+//! The threads of a running agent: worker threads pinned to cores (one
+//! current-thread tokio runtime each, [`Workers`]), the control thread
+//! ([`control`]: DOIC ticks, utilisation, kernel telemetry, the agent's
+//! own load) and the shutdown sequence of RFC 6733 §5.4 ([`Runtime::stop`],
+//! [`Runtime::join`]: the workers end once every connection has sent its DPR,
+//! drained and closed, then the control thread). [`Runtime::hosted`] builds
+//! the same workers as groups of tasks on a runtime the caller passes in,
+//! with the control tick as a task ([`hosted`]).
+//!
+//! Threads talk through atomics and bounded crossbeam channels, never an
+//! unbounded queue: the feeds of the workers to the control thread are in
+//! [`control::Feeds`].
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+
+pub mod control;
+mod hosted;
+
+use crate::clock::Clock;
+use crate::overload::hosted::HostedCore;
+
+/// A worker thread or its runtime could not be created.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start worker {index}")]
+pub struct WorkerError {
+    /// The worker.
+    pub index: usize,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// One worker as the others see it.
+#[derive(Debug)]
+struct WorkerSlot {
+    handle: tokio::runtime::Handle,
+    live: Arc<AtomicUsize>,
+    idle: Arc<Notify>,
+    /// Busy share of the last second, in per mille (control thread).
+    utilisation: AtomicU32,
+    /// The worker thread's kernel thread id (0: not a thread, [`hosted`]).
+    tid: i32,
+    /// The worker's DOIC state when it is not a thread ([`hosted`]).
+    hosted: Option<Arc<HostedCore>>,
+}
+
+impl WorkerSlot {
+    /// Runs `fut` on the worker, uncounted.
+    fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        match &self.hosted {
+            None => drop(self.handle.spawn(fut)),
+            Some(core) => drop(self.handle.spawn(hosted::on_worker(core.clone(), fut))),
+        }
+    }
+}
+
+/// The worker threads: where tasks run, and what the control thread
+/// measures of them.
+#[derive(Debug)]
+pub struct Workers {
+    slots: Vec<WorkerSlot>,
+    next: AtomicUsize,
+}
+
+impl Workers {
+    /// Number of worker threads.
+    #[must_use]
+    pub fn count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Busy share of worker `i` over the last second, 0.0 to 1.0.
+    #[must_use]
+    pub fn utilisation(&self, i: usize) -> f64 {
+        self.slots.get(i).map_or(0.0, |w| {
+            f64::from(w.utilisation.load(Ordering::Relaxed)) / 1000.0
+        })
+    }
+
+    /// CPU time worker `i`'s thread has used so far (user and system, as
+    /// the scheduler accounts it: `/proc/self/task/TID/schedstat`). The
+    /// cost of relaying is this time per message, read as exactly as the
+    /// kernel keeps it whatever else runs on the machine. `None` for a
+    /// worker on a caller's runtime ([`Runtime::hosted`]).
+    #[must_use]
+    pub fn cpu_time(&self, i: usize) -> Option<Duration> {
+        let tid = self.slots.get(i)?.tid;
+        if tid == 0 {
+            return None;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+        let ns = stat.split_whitespace().next()?.parse().ok()?;
+        Some(Duration::from_nanos(ns))
+    }
+
+    /// Runs `fut` on worker `i` (modulo the count), counted so that the
+    /// worker waits for it on shutdown.
+    pub(crate) fn spawn_on(&self, i: usize, fut: impl Future<Output = ()> + Send + 'static) {
+        let w = &self.slots[i % self.slots.len()];
+        let live = w.live.clone();
+        let idle = w.idle.clone();
+        live.fetch_add(1, Ordering::SeqCst);
+        w.spawn(async move {
+            fut.await;
+            if live.fetch_sub(1, Ordering::SeqCst) == 1 {
+                idle.notify_waiters();
+            }
+        });
+    }
+
+    /// Runs `fut` on the next worker in turn (connections spread across
+    /// workers).
+    pub(crate) fn spawn_next(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        self.spawn_on(i, fut);
+    }
+
+    /// Runs `fut` on every worker, not counted (a tick: it must not hold a
+    /// worker's shutdown back).
+    pub(crate) fn spawn_each<F>(&self, mut fut: impl FnMut(usize) -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        for (i, w) in self.slots.iter().enumerate() {
+            w.spawn(fut(i));
+        }
+    }
+
+    /// Each worker's total busy time so far.
+    fn busy(&self) -> impl Iterator<Item = Duration> + '_ {
+        self.slots
+            .iter()
+            .map(|w| w.handle.metrics().worker_total_busy_duration(0))
+    }
+
+    fn set_utilisation(&self, i: usize, permille: u32) {
+        if let Some(w) = self.slots.get(i) {
+            w.utilisation.store(permille, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The stop signal: flips to true once when the agent stops.
+#[derive(Debug, Clone)]
+pub struct Stop(watch::Receiver<bool>);
+
+impl Stop {
+    /// True once the agent is stopping.
+    #[must_use]
+    pub fn is_stopping(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// The receiver, for a `select!` on [`watch::Receiver::changed`].
+    pub(crate) fn receiver(&self) -> watch::Receiver<bool> {
+        self.0.clone()
+    }
+
+    /// Resolves once the agent is stopping.
+    pub(crate) async fn stopped(&self) {
+        stopped(&mut self.0.clone()).await;
+    }
+}
+
+/// Resolves once the agent is stopping.
+pub(crate) async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// The agent's threads: the workers, the control thread and the stop
+/// signal they watch.
+#[derive(Debug)]
+pub struct Runtime {
+    workers: Arc<Workers>,
+    stop_tx: watch::Sender<bool>,
+    stop: Stop,
+    threads: Vec<JoinHandle<()>>,
+    control: Option<JoinHandle<()>>,
+    control_stop: Arc<AtomicBool>,
+    /// The caller's runtime, for workers that are not threads.
+    hosted_on: Option<tokio::runtime::Handle>,
+    /// The control tick of workers on a caller's runtime.
+    control_task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Runtime {
+    /// Starts `n` worker threads, each pinned to a core (round robin over
+    /// the cores this process may use) with its own current-thread tokio
+    /// runtime. A worker ends once the agent stops and every task spawned
+    /// on it with [`Workers::spawn_on`] has ended.
+    ///
+    /// # Errors
+    /// [`WorkerError`] when a thread or its runtime cannot be created.
+    pub fn start(n: usize) -> Result<Runtime, WorkerError> {
+        let (stop_tx, shutdown) = watch::channel(false);
+        let cores = core_affinity::get_core_ids().unwrap_or_default();
+        let mut threads = Vec::new();
+        let mut slots = Vec::new();
+        // Each worker says once that it is ready (its runtime's handle).
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+        for index in 0..n {
+            let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
+            let ready_tx = ready_tx.clone();
+            let mut shutdown = shutdown.clone();
+            let live = Arc::new(AtomicUsize::new(0));
+            let idle = Arc::new(Notify::new());
+            let (live2, idle2) = (live.clone(), idle.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("doic-worker-{index}"))
+                .spawn(move || {
+                    if let Some(core) = core {
+                        core_affinity::set_for_current(core);
+                    }
+                    crate::overload::set_worker(index);
+                    let rt = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    // SAFETY: gettid has no preconditions.
+                    let tid = unsafe { libc::gettid() };
+                    let _ = ready_tx.send(Ok((rt.handle().clone(), tid)));
+                    rt.block_on(async move {
+                        stopped(&mut shutdown).await;
+                        // Wait for every task of this worker to end.
+                        loop {
+                            let notified = idle2.notified();
+                            if live2.load(Ordering::SeqCst) == 0 {
+                                break;
+                            }
+                            notified.await;
+                        }
+                    });
+                })
+                .map_err(|source| WorkerError { index, source })?;
+            threads.push(t);
+            let (handle, tid) = ready_rx
+                .recv()
+                .map_err(|_| WorkerError {
+                    index,
+                    source: std::io::Error::other("worker thread ended"),
+                })?
+                .map_err(|source| WorkerError { index, source })?;
+            slots.push(WorkerSlot {
+                handle,
+                live,
+                idle,
+                utilisation: AtomicU32::new(0),
+                tid,
+                hosted: None,
+            });
+        }
+        Ok(Runtime::with(slots, threads, None, stop_tx, shutdown))
+    }
+
+    /// `n` workers as groups of tasks on the caller's runtime `handle`, not
+    /// threads: each keeps its own DOIC core, lent to whichever thread polls
+    /// one of its tasks; the control tick is a task there too
+    /// ([`Runtime::start_control`]). No thread is pinned and no worker's CPU
+    /// time is measured.
+    #[must_use]
+    pub fn hosted(handle: &tokio::runtime::Handle, n: usize) -> Runtime {
+        let (stop_tx, shutdown) = watch::channel(false);
+        let slots = (0..n)
+            .map(|index| hosted::worker_slot(handle, index))
+            .collect();
+        Runtime::with(slots, Vec::new(), Some(handle.clone()), stop_tx, shutdown)
+    }
+
+    fn with(
+        slots: Vec<WorkerSlot>,
+        threads: Vec<JoinHandle<()>>,
+        hosted_on: Option<tokio::runtime::Handle>,
+        stop_tx: watch::Sender<bool>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Runtime {
+        Runtime {
+            workers: Arc::new(Workers {
+                slots,
+                next: AtomicUsize::new(0),
+            }),
+            stop_tx,
+            stop: Stop(shutdown),
+            threads,
+            control: None,
+            control_stop: Arc::new(AtomicBool::new(false)),
+            hosted_on,
+            control_task: None,
+        }
+    }
+
+    /// The clock of every `now` the request path reads: the CPU counter on
+    /// worker threads, the caller's runtime time on hosted workers (paused
+    /// when it is paused).
+    #[must_use]
+    pub fn clock(&self) -> Clock {
+        match self.hosted_on {
+            None => Clock::new(),
+            Some(_) => hosted::clock(),
+        }
+    }
+
+    /// The workers.
+    #[must_use]
+    pub fn workers(&self) -> &Arc<Workers> {
+        &self.workers
+    }
+
+    /// The stop signal every task watches.
+    #[must_use]
+    pub fn stop_signal(&self) -> &Stop {
+        &self.stop
+    }
+
+    /// Starts the control thread on `control` (at most once; a thread that
+    /// cannot be created leaves the agent without ticks, logged), or its
+    /// task on the caller's runtime ([`Runtime::hosted`]).
+    pub(crate) fn start_control(&mut self, control: control::Control) {
+        if let Some(handle) = &self.hosted_on {
+            let task = hosted::control(control, self.workers.clone(), self.stop.clone());
+            self.control_task = Some(handle.spawn(task));
+            return;
+        }
+        let stop = self.control_stop.clone();
+        let workers = self.workers.clone();
+        let shutdown = self.stop.clone();
+        match std::thread::Builder::new()
+            .name("doic-control".into())
+            .spawn(move || control.run(&workers, &shutdown, &stop))
+        {
+            Ok(t) => self.control = Some(t),
+            Err(e) => tracing::error!(cause = %e, "cannot start the control thread"),
+        }
+    }
+
+    /// Starts the graceful stop: every task sees [`Stop`] flip.
+    pub fn stop(&self) {
+        let _ = self.stop_tx.send(true);
+    }
+
+    /// Waits until every worker has finished (call [`Runtime::stop`]
+    /// first), then stops the control thread. Hosted workers
+    /// ([`Runtime::hosted`]) have no thread to wait for: their control tick
+    /// stops, their tasks end on their own ([`Runtime::wait`] waits for
+    /// them).
+    pub fn join(&mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.control_stop.store(true, Ordering::Relaxed);
+        if let Some(c) = self.control.take() {
+            let _ = c.join();
+        }
+        if let Some(c) = self.control_task.take() {
+            c.abort();
+        }
+    }
+
+    /// True when the workers are tasks on a caller's runtime.
+    #[must_use]
+    pub fn is_hosted(&self) -> bool {
+        self.hosted_on.is_some()
+    }
+
+    /// Hosted workers ([`Runtime::hosted`]): waits until the stop and every
+    /// task of every worker has ended, then stops the control tick.
+    pub async fn wait(&mut self) {
+        self.stop.stopped().await;
+        for w in &self.workers.slots {
+            hosted::idle(w).await;
+        }
+        if let Some(c) = self.control_task.take() {
+            c.abort();
+            let _ = c.await;
+        }
+    }
+}
+
+impl Drop for Runtime {
+    /// Hosted workers stop their control tick with the runtime (the
+    /// workers stop as on [`Runtime::stop`]: the stop signal's sender is
+    /// gone).
+    fn drop(&mut self) {
+        if let Some(c) = self.control_task.take() {
+            c.abort();
+        }
+    }
+}

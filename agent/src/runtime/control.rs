@@ -1,0 +1,111 @@
+//! The control thread: every 100 ms a DOIC tick on each worker (expiry,
+//! ramps, replicas, snapshots: `crate::overload::tick`) and the snapshots
+//! the workers sent back collected; once a second the workers' busy share,
+//! the kernel program's counters ([`crate::ebpf::live::Live::handle_tick`],
+//! published in [`crate::telemetry::Kernel`]) and the agent's own load
+//! (`crate::overload::own`).
+//!
+//! The workers feed it over bounded crossbeam channels ([`crate::feed`]),
+//! never waiting and never unbounded: the connections' open and close
+//! events ([`crate::telemetry::EVENT_FEED_CAPACITY`]) and the DOIC
+//! snapshots ([`crate::overload::SNAPSHOTS_PER_WORKER`] per worker). What a
+//! full feed drops is counted in `doic_feed_dropped_total{feed}`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{Stop, Workers};
+use crate::ebpf::live::Live;
+use crate::overload::Overload;
+use crate::peer::table::PeerTable;
+use crate::telemetry::Kernel;
+
+/// How often the control thread wakes.
+pub(super) const TICK: Duration = Duration::from_millis(100);
+/// Ticks per full tick (utilisation, kernel counters, own load, audit).
+const TICKS_PER_SECOND: u64 = 10;
+
+/// What the control thread reads and drives.
+#[derive(Debug)]
+pub(crate) struct Control {
+    /// The kernel program (or none).
+    pub(crate) ebpf: Arc<Live>,
+    /// Where its readings are published, and the connections' events.
+    pub(crate) kernel: Arc<Kernel>,
+    /// DOIC state; `None` when overload control is off.
+    pub(crate) overload: Option<Arc<Overload>>,
+    /// The peer table (request counters for the own load).
+    pub(crate) table: Arc<PeerTable>,
+}
+
+/// What the control tick keeps between ticks.
+#[derive(Debug)]
+pub(super) struct Ticking {
+    control: Control,
+    /// Each worker's busy time at the last second.
+    last: Vec<Duration>,
+    /// When that was.
+    at: Instant,
+    ticks: u64,
+}
+
+impl Control {
+    /// Runs on the control thread until `stop` is set.
+    pub(super) fn run(self, workers: &Workers, shutdown: &Stop, stop: &AtomicBool) {
+        let mut ticking = self.ticking(workers, Instant::now());
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(TICK);
+            ticking.handle_tick(workers, shutdown, Instant::now());
+        }
+    }
+
+    /// The tick's state, starting at `now`.
+    pub(super) fn ticking(self, workers: &Workers, now: Instant) -> Ticking {
+        Ticking {
+            control: self,
+            last: workers.busy().collect(),
+            at: now,
+            ticks: 0,
+        }
+    }
+}
+
+impl Ticking {
+    /// One tick at `now`: every tick the DOIC ticks and the snapshots, once
+    /// a second the rest.
+    pub(super) fn handle_tick(&mut self, workers: &Workers, shutdown: &Stop, now: Instant) {
+        let c = &self.control;
+        self.ticks += 1;
+        if let Some(ov) = &c.overload {
+            ov.collect_snapshots();
+            if !shutdown.is_stopping() {
+                // DOIC expiry, ramps and snapshots run on each worker (its
+                // core lives there); the audit trail is rendered once a
+                // second.
+                let full = self.ticks.is_multiple_of(TICKS_PER_SECOND);
+                workers.spawn_each(|_| {
+                    let ov = ov.clone();
+                    async move { crate::overload::tick(&ov, full) }
+                });
+            }
+        }
+        let elapsed = now.saturating_duration_since(self.at);
+        if elapsed < Duration::from_secs(1) {
+            return;
+        }
+        self.at = now;
+        for (i, busy) in workers.busy().enumerate() {
+            let delta = busy.saturating_sub(self.last[i]);
+            self.last[i] = busy;
+            let permille = (delta.as_secs_f64() / elapsed.as_secs_f64() * 1000.0).min(1000.0);
+            workers.set_utilisation(i, permille as u32);
+        }
+        if let Some(reading) = c.ebpf.handle_tick(now, c.kernel.take_events()) {
+            c.kernel.publish(now, reading);
+        }
+        if let Some(ov) = &c.overload {
+            crate::overload::own::control_tick(&c.table, &c.kernel, ov, now);
+        }
+    }
+}
