@@ -33,13 +33,17 @@ pub mod live;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+#[cfg(feature = "probe")]
 use std::os::fd::{AsFd, AsRawFd};
+#[cfg(feature = "probe")]
 use std::path::Path;
 
+#[cfg(feature = "probe")]
+use agent_ebpf_common::PROG_XDP_PASS;
 use agent_ebpf_common::{
     DIR_FROM_PEER, DIR_TO_PEER, FLAG_SYN_GUARD, GLOBAL_PORT_BITS, GLOBAL_TABLE_FULL,
     GLOBAL_UNPARSED, MAP_CONFIG, MAP_GLOBAL, MAP_PEERS, MAP_SYN_ALLOW, PORT_WORDS, PROG_TC_EGRESS,
-    PROG_TC_INGRESS, PROG_XDP, PROG_XDP_PASS, PeerKey, PeerStats,
+    PROG_TC_INGRESS, PROG_XDP, PeerKey, PeerStats,
 };
 use aya::maps::{Array, LpmTrie, MapData, MapError, PerCpuArray, PerCpuHashMap, lpm_trie::Key};
 use aya::programs::{ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode};
@@ -377,6 +381,7 @@ fn read_global(ebpf: &Ebpf) -> Result<GlobalCounters, LoadError> {
     })
 }
 
+#[cfg(feature = "probe")]
 /// The program loaded with its maps but attached nowhere: packets are fed to
 /// it with the kernel's test run (`BPF_PROG_TEST_RUN`), exactly as a hook
 /// would run it, and the counters read back. For tests of the parse path and
@@ -385,12 +390,14 @@ pub struct Probe {
     ebpf: Ebpf,
 }
 
+#[cfg(feature = "probe")]
 impl fmt::Debug for Probe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Probe").finish_non_exhaustive()
     }
 }
 
+#[cfg(feature = "probe")]
 /// Which program a [`Probe`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeHook {
@@ -402,6 +409,7 @@ pub enum ProbeHook {
     TcEgress,
 }
 
+#[cfg(feature = "probe")]
 impl Probe {
     /// Loads the programs with the maps filled from `cfg`.
     ///
@@ -479,6 +487,7 @@ impl Probe {
     }
 }
 
+#[cfg(feature = "probe")]
 /// `BPF_PROG_TEST_RUN` (`union bpf_attr`, member `test`).
 #[repr(C)]
 #[derive(Default)]
@@ -503,6 +512,7 @@ struct TestRunAttr {
     pad: u32,
 }
 
+#[cfg(feature = "probe")]
 fn test_run(prog_fd: i32, frame: &[u8]) -> Result<i32, std::io::Error> {
     const BPF_PROG_TEST_RUN: libc::c_long = 10;
     let len = u32::try_from(frame.len())
@@ -531,6 +541,7 @@ fn test_run(prog_fd: i32, frame: &[u8]) -> Result<i32, std::io::Error> {
     Ok(attr.retval as i32)
 }
 
+#[cfg(feature = "probe")]
 /// Loads the object, fills the maps from `cfg` and pins the XDP program and
 /// the empty anchor program under `dir` (on a mounted bpffs), without
 /// attaching anything: for `bpftool prog run` benchmarks. The pins keep the
@@ -726,6 +737,7 @@ mod tests {
         ));
     }
 
+    #[cfg(feature = "probe")]
     #[test]
     fn test_run_attr_matches_the_kernel_layout() {
         // `union bpf_attr` member `test`: 76 bytes of fields, 8-byte aligned.
