@@ -22,11 +22,12 @@
 //! | [`config`] | the `[doic]` configuration section |
 //! | [`bucket`] | RFC 8582 §8.3 leaky bucket: lock-free, shared by all workers, priorities and randomised phase |
 //! | [`audit`] | evidence records: reports, OCS versions, treatment counters |
-//! | [`wire`] | reading DOIC AVPs of scanned messages, applying decisions to relayed buffers |
+//! | [`avps`] | reading DOIC AVPs of scanned messages, applying decisions to relayed buffers |
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod audit;
+pub mod avps;
 pub mod bucket;
 pub mod config;
 pub mod engine;
@@ -39,7 +40,6 @@ pub mod rate;
 pub mod realm;
 pub mod report;
 pub mod treatment;
-pub mod wire;
 
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,7 @@ use diameter::codec::doic::{OcSupportedFeatures, ReportType};
 use diameter::codec::relay::Routing;
 use diameter::codec::{CommandFlags, Message};
 use diameter::dictionary::code;
-use doic::wire::DoicAvps;
+use doic::avps::DoicAvps;
 use doic::{
     Algorithm, AnswerView, Candidate, Doic, DoicConfig, IdleAnswer, IdleAvps, PeerPolicy,
     RequestView, ThrottleResult, Treatment, TxState,

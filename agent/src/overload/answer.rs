@@ -12,8 +12,8 @@ use super::cores::with_core;
 use diameter::codec::Header;
 use diameter::codec::header::finish;
 use diameter::codec::relay::{MessageBuf, Routing};
+use doic::avps::{DoicAvps, apply_answer, text};
 use doic::treatment::retry_allowed;
-use doic::wire::{DoicAvps, apply_answer, text};
 use doic::{AnswerFeatures, AnswerView, IdleAnswer, TxState};
 
 /// Whether the answer carries any DOIC AVP.

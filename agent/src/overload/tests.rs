@@ -9,7 +9,7 @@ use diameter::codec::CommandFlags;
 use diameter::codec::avp::{Avp, AvpIter, RawAvp};
 use diameter::codec::relay::{MessageBuf, Routing};
 use diameter::dictionary::code;
-use doic::wire::apply_answer;
+use doic::avps::apply_answer;
 use doic::{
     AnswerView, Candidate, Doic, DoicConfig, OcSupportedFeatures, RequestView, Treatment, TxState,
 };

@@ -19,7 +19,7 @@ use diameter::codec::{Capabilities, CommandFlags, Header, frame_len};
 use diameter::codec::{MessageBuf, Routing};
 use diameter::dictionary::cmd;
 use diameter::dictionary::code;
-use doic::wire::DoicAvps;
+use doic::avps::DoicAvps;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tools::loadgen::{Client, Identity, TEST_APP};

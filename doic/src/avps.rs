@@ -1,4 +1,4 @@
-//! The DOIC core on the wire: reading the DOIC AVPs of a message the relay
+//! The DOIC AVPs of a relayed message: reading those of a message the relay
 //! scanned ([`diameter::codec::relay::Routing`]) and applying the core's
 //! decisions to the buffer it forwards ([`diameter::codec::relay::MessageBuf`]):
 //! RFC 7683 §5.1.3 (the agent's OC-Supported-Features in every relayed
@@ -15,7 +15,7 @@ use super::treatment::AnswerActions;
 
 /// Why a message could not be read or rewritten.
 #[derive(Debug, thiserror::Error)]
-pub enum WireError {
+pub enum AvpsError {
     /// A malformed DOIC AVP or AVP header.
     #[error("malformed DOIC AVP")]
     Decode(#[source] DecodeError),
@@ -37,19 +37,19 @@ impl DoicAvps {
     /// Decodes the OC-Supported-Features and OC-OLR AVPs found by the scan.
     ///
     /// # Errors
-    /// [`WireError::Decode`] for a malformed one (e.g. an OC-OLR without
+    /// [`AvpsError::Decode`] for a malformed one (e.g. an OC-OLR without
     /// OC-Sequence-Number, 5005).
-    pub fn read(r: &Routing<'_>) -> Result<Self, WireError> {
+    pub fn read(r: &Routing<'_>) -> Result<Self, AvpsError> {
         let features = r
             .oc_supported_features()
             .map(|a| OcSupportedFeatures::from_raw(&a))
             .transpose()
-            .map_err(WireError::Decode)?;
+            .map_err(AvpsError::Decode)?;
         let olrs = r
             .oc_olrs()
             .map(|a| OcOlr::from_raw(&a))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(WireError::Decode)?;
+            .map_err(AvpsError::Decode)?;
         Ok(Self { features, olrs })
     }
 }
@@ -72,10 +72,10 @@ fn is_doic(a: &RawAvp<'_>) -> bool {
 /// replaced by `add` ([`super::Treatment::Forward`]'s `add_features`).
 ///
 /// # Errors
-/// [`WireError`] when the buffer is malformed or would grow too long.
-pub fn apply_request(buf: &mut MessageBuf, add: &OcSupportedFeatures) -> Result<(), WireError> {
-    buf.remove_avps(is_features).map_err(WireError::Decode)?;
-    buf.append_avp(&add.to_avp()).map_err(WireError::Encode)
+/// [`AvpsError`] when the buffer is malformed or would grow too long.
+pub fn apply_request(buf: &mut MessageBuf, add: &OcSupportedFeatures) -> Result<(), AvpsError> {
+    buf.remove_avps(is_features).map_err(AvpsError::Decode)?;
+    buf.append_avp(&add.to_avp()).map_err(AvpsError::Encode)
 }
 
 /// Rewrites an answer being relayed downstream as `act` says: every received
@@ -83,16 +83,16 @@ pub fn apply_request(buf: &mut MessageBuf, add: &OcSupportedFeatures) -> Result<
 /// agent's OC-Supported-Features and reports appended.
 ///
 /// # Errors
-/// [`WireError`] when the buffer is malformed or would grow too long.
-pub fn apply_answer(buf: &mut MessageBuf, act: &AnswerActions) -> Result<(), WireError> {
+/// [`AvpsError`] when the buffer is malformed or would grow too long.
+pub fn apply_answer(buf: &mut MessageBuf, act: &AnswerActions) -> Result<(), AvpsError> {
     if act.strip {
-        buf.remove_avps(is_doic).map_err(WireError::Decode)?;
+        buf.remove_avps(is_doic).map_err(AvpsError::Decode)?;
     }
     if let Some(f) = &act.add_features {
-        buf.append_avp(&f.to_avp()).map_err(WireError::Encode)?;
+        buf.append_avp(&f.to_avp()).map_err(AvpsError::Encode)?;
     }
     for o in &act.forward_reports {
-        buf.append_avp(&o.to_avp()).map_err(WireError::Encode)?;
+        buf.append_avp(&o.to_avp()).map_err(AvpsError::Encode)?;
     }
     Ok(())
 }
@@ -191,6 +191,6 @@ mod tests {
         let msg = Message::request(272, 4, true).with(bad);
         let b = buf(&msg);
         let r = Routing::scan(b.as_bytes()).unwrap();
-        assert!(matches!(DoicAvps::read(&r), Err(WireError::Decode(_))));
+        assert!(matches!(DoicAvps::read(&r), Err(AvpsError::Decode(_))));
     }
 }
