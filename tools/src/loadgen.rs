@@ -4,9 +4,14 @@
 //! a load client with closed-loop (N outstanding) and open-loop (target
 //! rate) modes. Both do the base protocol themselves: CER/CEA (§5.3),
 //! DWR/DWA (§5.5), DPR/DPA (§5.4). Traffic is freeDiameter test_app's:
-//! Test-Request, command 16777214, application 16777215.
+//! Test-Request, command 16777214, application 16777215. A server may be
+//! held to a capacity ([`busy`]: it queues or rejects above it).
 
-use std::collections::{BTreeMap, HashMap};
+mod busy;
+
+pub use busy::Busy;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -66,6 +71,11 @@ pub struct ServerStats {
     pub requests: AtomicU64,
     /// Of which carried the T flag.
     pub retransmitted: AtomicU64,
+    /// Of which were answered 3004 for want of capacity ([`Busy::Reject`]).
+    pub rejected: AtomicU64,
+    /// The wait in the queue, in microseconds, of the last request that
+    /// arrived ([`Busy::Queue`]).
+    pub queue_wait_us: AtomicU64,
     /// DWRs received.
     pub dwr: AtomicU64,
     /// DPRs received.
@@ -93,10 +103,11 @@ pub struct ServerBehaviour {
     /// Answer with Experimental-Result (Vendor-Id, Experimental-Result-Code)
     /// instead of Result-Code.
     pub experimental_result: Option<(u32, u32)>,
-    /// Requests per second answered as above; past it (counted per tenth of
-    /// a second on each connection) the server answers 3004 TOO_BUSY, as an
-    /// overloaded server does.
+    /// Requests per second the server serves, over all its connections;
+    /// what it does past it is `busy`. `None`: no limit.
     pub capacity: Option<u32>,
+    /// What the server does above `capacity`.
+    pub busy: Busy,
     /// Answer with this defect (a broken peer).
     pub malformed: Option<Malformed>,
 }
@@ -123,6 +134,7 @@ impl Default for ServerBehaviour {
             applications: vec![TEST_APP],
             experimental_result: None,
             capacity: None,
+            busy: Busy::default(),
             malformed: None,
         }
     }
@@ -138,6 +150,7 @@ pub struct Server {
     pub stats: Arc<ServerStats>,
     stop: Arc<AtomicBool>,
     behaviour: Arc<std::sync::RwLock<ServerBehaviour>>,
+    work: Arc<busy::Work>,
 }
 
 /// Accepts connections on `listener` until `stop` is set (checked every
@@ -189,11 +202,18 @@ impl Server {
         let stats = Arc::new(ServerStats::default());
         let stop = Arc::new(AtomicBool::new(false));
         let behaviour = Arc::new(std::sync::RwLock::new(behaviour));
-        let (s, st, b) = (stats.clone(), stop.clone(), behaviour.clone());
+        let work = Arc::new(busy::Work::default());
+        let shared = Shared {
+            id,
+            stats: stats.clone(),
+            stop: stop.clone(),
+            behaviour: behaviour.clone(),
+            work: work.clone(),
+        };
         accept_until(listener, stop.clone(), move |stream| {
-            let (s, st, b, id) = (s.clone(), st.clone(), b.clone(), id.clone());
+            let shared = shared.clone();
             async move {
-                let _ = serve_conn(stream, id, s, st, b).await;
+                let _ = serve_conn(stream, shared).await;
             }
         });
         Ok(Server {
@@ -201,6 +221,7 @@ impl Server {
             stats,
             stop,
             behaviour,
+            work,
         })
     }
 
@@ -208,6 +229,13 @@ impl Server {
     /// killed process: no DPR).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// How long a request arriving now would wait in the server's queue
+    /// before its service begins ([`Busy::Queue`]).
+    #[must_use]
+    pub fn backlog(&self) -> Duration {
+        self.work.backlog(tokio::time::Instant::now())
     }
 
     /// Changes the behaviour of the server's connections.
@@ -241,27 +269,50 @@ pub async fn read_unless_stopped(
     }
 }
 
-async fn serve_conn(
-    mut stream: TcpStream,
+/// What every connection of a [`Server`] shares.
+#[derive(Clone)]
+struct Shared {
     id: Identity,
     stats: Arc<ServerStats>,
     stop: Arc<AtomicBool>,
     behaviour: Arc<std::sync::RwLock<ServerBehaviour>>,
-) -> std::io::Result<()> {
+    work: Arc<busy::Work>,
+}
+
+/// How long a connection sleeps, with nothing due, before it looks at the
+/// stop flag again.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+async fn serve_conn(mut stream: TcpStream, sh: Shared) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let ip = stream.local_addr()?.ip();
     let mut inbuf = BytesMut::with_capacity(256 * 1024);
     let mut out = BytesMut::with_capacity(64 * 1024);
-    // (start of the tenth of a second, requests answered within capacity)
-    let mut tenth = (Instant::now(), 0u32);
+    // Requests in the server's queue, in order: (answer due, request).
+    let mut queued: VecDeque<(tokio::time::Instant, Bytes)> = VecDeque::new();
+    let (id, stats) = (&sh.id, &sh.stats);
     loop {
-        if !read_unless_stopped(&mut stream, &mut inbuf, &stop).await? {
-            return Ok(());
+        let wake = queued
+            .front()
+            .map_or_else(|| tokio::time::Instant::now() + STOP_POLL, |(due, _)| *due);
+        tokio::select! {
+            r = stream.read_buf(&mut inbuf) => {
+                if r? == 0 || sh.stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+            }
+            () = tokio::time::sleep_until(wake) => {
+                if sh.stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+            }
         }
-        let b = behaviour
+        let b = sh
+            .behaviour
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
+        let o = (id.host.as_str(), id.realm.as_str());
         let mut close = false;
         while let Ok(Some(len)) = frame_len(&inbuf) {
             let m = inbuf.split_to(len).freeze();
@@ -269,7 +320,6 @@ async fn serve_conn(
             if !h.is_request() {
                 continue;
             }
-            let o = (id.host.as_str(), id.realm.as_str());
             match h.command_code {
                 cmd::CAPABILITIES_EXCHANGE => {
                     stats.cer.fetch_add(1, Ordering::Relaxed);
@@ -302,36 +352,34 @@ async fn serve_conn(
                     if h.flags.is_retransmit() {
                         stats.retransmitted.fetch_add(1, Ordering::Relaxed);
                     }
-                    if b.answer_requests {
-                        let at = out.len();
-                        let mut rc = b.result_code;
-                        let mut experimental = b.experimental_result;
-                        if let Some(cap) = b.capacity {
-                            let now = Instant::now();
-                            if now.duration_since(tenth.0) >= Duration::from_millis(100) {
-                                tenth = (now, 0);
-                            }
-                            if tenth.1 >= cap / 10 {
-                                (rc, experimental) = (3004, None);
-                            } else {
-                                tenth.1 += 1;
-                            }
+                    if !b.answer_requests {
+                        continue;
+                    }
+                    let now = tokio::time::Instant::now();
+                    let verdict = b
+                        .capacity
+                        .map_or(busy::Verdict::Serve, |c| sh.work.admit(now, c, b.busy));
+                    match verdict {
+                        busy::Verdict::Serve => put_answer(&mut out, &m, o, &b, stats, false),
+                        busy::Verdict::Reject => {
+                            stats.rejected.fetch_add(1, Ordering::Relaxed);
+                            put_answer(&mut out, &m, o, &b, stats, true);
                         }
-                        match (b.malformed, experimental) {
-                            (Some(d), _) => put_malformed_answer(&mut out, &m, o, d),
-                            (None, None) => put_error_answer(&mut out, &m, o, rc, None, ""),
-                            (None, Some((vendor, code))) => {
-                                put_experimental_answer(&mut out, &m, o, vendor, code)
-                            }
+                        busy::Verdict::At(due) => {
+                            let wait = due.saturating_duration_since(now);
+                            let wait_us = wait.as_micros().min(u128::from(u64::MAX)) as u64;
+                            stats.queue_wait_us.store(wait_us, Ordering::Relaxed);
+                            queued.push_back((due, m));
                         }
-                        let answer = Bytes::copy_from_slice(&out[at..]);
-                        *stats
-                            .last
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                            Some((m.clone(), answer));
                     }
                 }
+            }
+        }
+        // Answers whose turn is done leave in the queue's order.
+        let now = tokio::time::Instant::now();
+        while queued.front().is_some_and(|(due, _)| *due <= now) {
+            if let Some((_, m)) = queued.pop_front() {
+                put_answer(&mut out, &m, o, &b, stats, false);
             }
         }
         if !out.is_empty() {
@@ -345,6 +393,34 @@ async fn serve_conn(
             return Ok(());
         }
     }
+}
+
+/// Appends the answer `b` gives to the application request `m` (3004 when
+/// `too_busy`) and keeps both as the server's last exchange.
+fn put_answer(
+    out: &mut BytesMut,
+    m: &Bytes,
+    o: (&str, &str),
+    b: &ServerBehaviour,
+    stats: &ServerStats,
+    too_busy: bool,
+) {
+    let at = out.len();
+    let (rc, experimental) = if too_busy {
+        (3004, None)
+    } else {
+        (b.result_code, b.experimental_result)
+    };
+    match (b.malformed, experimental) {
+        (Some(d), _) => put_malformed_answer(out, m, o, d),
+        (None, None) => put_error_answer(out, m, o, rc, None, ""),
+        (None, Some((vendor, code))) => put_experimental_answer(out, m, o, vendor, code),
+    }
+    let answer = Bytes::copy_from_slice(&out[at..]);
+    *stats
+        .last
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((m.clone(), answer));
 }
 
 /// What a client sends.
