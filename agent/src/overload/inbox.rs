@@ -108,11 +108,12 @@ mod tests {
 
     use doic::DoicConfig;
     use doic::report::{Abatement, Report, ReportType};
+    use doic::treatment::ReportReplica;
 
     use super::*;
 
     fn replica(at: Instant, sequence: u64) -> Replica {
-        Replica {
+        Replica::Report(ReportReplica {
             at,
             app_id: 4,
             id: "s1".into(),
@@ -125,7 +126,7 @@ mod tests {
             },
             rate: None,
             delivered_to: None,
-        }
+        })
     }
 
     fn core() -> Doic {

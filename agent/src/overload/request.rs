@@ -194,47 +194,53 @@ pub(crate) fn treat_request(route: &Route<'_>, ov: &Overload, r: &RequestIn<'_>)
         drmp: r.routing.drmp().and_then(|d| u8::try_from(d).ok()),
     };
     let now = ov.clock.now();
-    let out = with_core(ov, |core, _| match core.treat(now, &view, candidates) {
-        // The core's `request_features` are constant: encoded once in
-        // `Overload::features_avp`.
-        Treatment::Forward { index, tx, .. } | Treatment::Divert { index, tx, .. } => {
-            // RFC 7683 §5.1.3, RFC 8581 §6.1.1: one OC-Supported-Features,
-            // the agent's; a received one is left out as the request is
-            // written, several are removed here (the only copy).
-            let (msg, cut) = match features_cut(r.msg, received.as_ref()) {
-                FeaturesCut::None => (None, None),
-                FeaturesCut::One(a, b) => (None, Some((a, b))),
-                FeaturesCut::Several => {
-                    let Ok(mut buf) = MessageBuf::new(BytesMut::from(&r.msg[..])) else {
-                        return Decision::Relay;
-                    };
-                    if buf.remove_avps(is_features).is_err() {
-                        return Decision::Relay;
+    let out = with_core(ov, |core, worker| {
+        let treatment = core.treat(now, &view, candidates);
+        // A new version of the agent's own realm report, to every worker
+        // (nothing, and no allocation, on almost every request).
+        ov.inboxes.publish(worker, core.take_replicas());
+        match treatment {
+            // The core's `request_features` are constant: encoded once in
+            // `Overload::features_avp`.
+            Treatment::Forward { index, tx, .. } | Treatment::Divert { index, tx, .. } => {
+                // RFC 7683 §5.1.3, RFC 8581 §6.1.1: one OC-Supported-Features,
+                // the agent's; a received one is left out as the request is
+                // written, several are removed here (the only copy).
+                let (msg, cut) = match features_cut(r.msg, received.as_ref()) {
+                    FeaturesCut::None => (None, None),
+                    FeaturesCut::One(a, b) => (None, Some((a, b))),
+                    FeaturesCut::Several => {
+                        let Ok(mut buf) = MessageBuf::new(BytesMut::from(&r.msg[..])) else {
+                            return Decision::Relay;
+                        };
+                        if buf.remove_avps(is_features).is_err() {
+                            return Decision::Relay;
+                        }
+                        (Some(buf.freeze()), None)
                     }
-                    (Some(buf.freeze()), None)
+                };
+                let (peer, pinned) = ids[index];
+                tracing::trace!(peer = %candidates[index].peer, diverted = index != 0, "doic forward");
+                Decision::Forward {
+                    peer,
+                    slot: None,
+                    pinned,
+                    msg,
+                    cut,
+                    tx: tx.to_state(),
                 }
-            };
-            let (peer, pinned) = ids[index];
-            tracing::trace!(peer = %candidates[index].peer, diverted = index != 0, "doic forward");
-            Decision::Forward {
-                peer,
-                slot: None,
-                pinned,
-                msg,
-                cut,
-                tx: tx.to_state(),
             }
-        }
-        Treatment::Throttle { result, cause } => {
-            tracing::trace!(?cause, code = result.code(), "doic throttle");
-            let act = core.local_answer(now, &view);
-            let msg = throttle_answer(route, r.msg, result, &act);
-            Decision::Answer {
-                msg,
-                code: result.code(),
+            Treatment::Throttle { result, cause } => {
+                tracing::trace!(?cause, code = result.code(), "doic throttle");
+                let act = core.local_answer(now, &view);
+                let msg = throttle_answer(route, r.msg, result, &act);
+                Decision::Answer {
+                    msg,
+                    code: result.code(),
+                }
             }
+            Treatment::NoRoute => Decision::Relay,
         }
-        Treatment::NoRoute => Decision::Relay,
     });
     match out {
         Some(Decision::Forward {
