@@ -20,6 +20,13 @@
 //! With `own_capacity`, the control thread also measures the agent's own
 //! load and every worker sends the same own peer reports ([`own`]).
 //!
+//! The agent's own realm reports (seed 002; RFC 7683 §5.1.3, §5.2.1.4) are
+//! one per realm for the whole agent: every core takes its versions from
+//! the one [`doic::realm::RealmBoard`] held here, and a version one core
+//! makes ([`doic::Doic::take_replicas`] after a request, [`doic::Doic::on_answer`]
+//! after an answer), or a client it sent it to, goes to the other workers'
+//! inboxes like an accepted report.
+//!
 //! | module | what it holds |
 //! | --- | --- |
 //! | this one | [`Overload`]: the configuration, clock, inboxes and snapshots the workers share |

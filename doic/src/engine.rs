@@ -7,7 +7,7 @@
 //!
 //! | module | what it implements |
 //! | --- | --- |
-//! | this one | the [`Doic`] core: state, own peer reports, replicas, timeouts |
+//! | this one | the [`Doic`] core: state, own peer reports, replicas (reports and realm versions), timeouts |
 //! | [`request`] | [`Doic::treat`]: the RFC 8581 §5 order, diversion, throttling |
 //! | [`answer`] | [`Doic::on_answer`], [`Doic::local_answer`]: reports judged, answers rewritten |
 //! | [`idle`] | the idle fast path, one decision for `treat`, `on_answer` and the relay |
