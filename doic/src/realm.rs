@@ -89,6 +89,8 @@ pub struct RealmState {
     made_at: Option<Instant>,
     computed_at: Option<Instant>,
     generation: u64,
+    /// Whether the board has `servers`.
+    noted: bool,
     delivered: HashSet<String>,
     /// Treatment counts of the current version (agent abating for clients
     /// that did not receive it).
@@ -105,6 +107,7 @@ impl RealmState {
             made_at: None,
             computed_at: None,
             generation,
+            noted: false,
             delivered: HashSet::new(),
             counts: Counters::default(),
         }
@@ -226,19 +229,25 @@ impl RealmSynth {
         let Some(st) = self.states.get_mut(&key) else {
             return;
         };
-        // The set of servers, in whatever order the relay prefers them now.
+        // The set of servers, in whatever order the relay prefers them now
+        // (a set that changes from request to request, a realm of more
+        // servers than candidates, is re-evaluated on the timer only).
         let same = st.servers.len() == servers.len()
             && servers.iter().all(|s| st.servers.iter().any(|t| t == s));
         if !same {
             st.servers = servers.iter().map(|s| (*s).to_owned()).collect();
-            self.board.note_servers(app_id, realm, &st.servers);
+            st.noted = false;
         }
-        let forced = !same || st.generation != generation;
+        let forced = st.generation != generation;
         if !forced && st.computed_at.is_some_and(|t| now < t + REEVALUATE) {
             return;
         }
         st.computed_at = Some(now);
         st.generation = generation;
+        if !st.noted {
+            self.board.note_servers(app_id, realm, &st.servers);
+            st.noted = true;
+        }
         if st.servers.is_empty() {
             return;
         }
