@@ -119,6 +119,22 @@ impl RealmState {
         self.delivered.contains(client)
     }
 
+    /// The version held, for the other cores, with a client it was sent to.
+    fn replica(&self, app_id: u32, realm: &str, client: Option<&str>) -> Option<RealmReplica> {
+        Some(RealmReplica {
+            app_id,
+            realm: realm.to_owned(),
+            servers: self.servers.clone(),
+            version: RealmVersion {
+                percent: self.percent,
+                sequence: self.sequence,
+                at: self.made_at?,
+                ending_until: self.ending_until,
+            },
+            delivered_to: client.map(str::to_owned),
+        })
+    }
+
     /// Holds `v` from now on: a new version, nobody has it yet; the closed
     /// version's counts go to the audit record.
     fn hold(&mut self, v: &RealmVersion, key: OcsKey, validity: Duration, audit: &mut Audit) {
@@ -301,16 +317,11 @@ impl RealmSynth {
                 sequence = v.sequence,
                 "own realm report"
             );
-            if !self.replicate {
-                return;
+            if self.replicate
+                && let Some(r) = st.replica(app_id, realm, None)
+            {
+                self.outbox.push(r);
             }
-            self.outbox.push(RealmReplica {
-                app_id,
-                realm: realm.to_owned(),
-                servers: st.servers.clone(),
-                version: v,
-                delivered_to: None,
-            });
         }
     }
 
@@ -404,28 +415,18 @@ impl RealmSynth {
         let Some(st) = self.states.get_mut(&(app_id, realm.to_owned())) else {
             return;
         };
-        let Some(at) = st.made_at else {
-            return;
-        };
-        if st.delivered.len() >= MAX_DELIVERED || st.delivered.contains(client) {
+        if st.made_at.is_none()
+            || st.delivered.len() >= MAX_DELIVERED
+            || st.delivered.contains(client)
+        {
             return;
         }
         st.delivered.insert(client.to_owned());
-        if !self.replicate {
-            return;
+        if self.replicate
+            && let Some(r) = st.replica(app_id, realm, Some(client))
+        {
+            self.outbox.push(r);
         }
-        self.outbox.push(RealmReplica {
-            app_id,
-            realm: realm.to_owned(),
-            servers: st.servers.clone(),
-            version: RealmVersion {
-                percent: st.percent,
-                sequence: st.sequence,
-                at,
-                ending_until: st.ending_until,
-            },
-            delivered_to: Some(client.to_owned()),
-        });
     }
 }
 
