@@ -1,10 +1,11 @@
 //! Seed 002 (draft-docdt-dime-ovli-01 appendix C.3: a mix of
 //! Destination-Host and Destination-Realm routed requests) through the
-//! running agent over real TCP, with 1, 2 and 4 workers: the agent as
-//! reporting node for a realm whose servers together are short (RFC 7683
-//! §5.1.3), one sequence space for its realm report whichever worker sends
-//! it (§5.2.1.4), the report applied by the agent for a client that did not
-//! receive it, and ended with validity 0 (§5.2.3).
+//! running agent over real TCP, with 1, 2 and 4 workers and the default
+//! count (one per core): the agent as reporting node for a realm whose
+//! servers together are short (RFC 7683 §5.1.3), one sequence space for its
+//! realm report whichever worker sends it (§5.2.1.4), the report applied by
+//! the agent for a client that did not receive it, and ended with validity 0
+//! (§5.2.3).
 //!
 //! The client's connection, the three server connections and the non-DOIC
 //! client's connection are spread over the workers in turn, so with two or
@@ -70,17 +71,16 @@ fn sent(s: &Reporter) -> bool {
     s.script.lock().unwrap().olrs.is_empty()
 }
 
-async fn seed002_with_workers(workers: usize) {
+/// `workers` workers (`None`: the default count).
+async fn seed002_with_workers(workers: Option<usize>) {
     let s = [
         Reporter::spawn(S1).await,
         Reporter::spawn(S2).await,
         Reporter::spawn(S3).await,
     ];
-    let config = agent_config(
-        &[(&s[0], true), (&s[1], true), (&s[2], true)],
-        Some(DOIC),
-        workers,
-    );
+    let servers = [(&s[0], true), (&s[1], true), (&s[2], true)];
+    let mut config = agent_config(&servers, Some(DOIC), workers.unwrap_or(1));
+    config.node.workers = workers;
     let agent = start_agent(config, 3).await;
     let addr = agent.local_addrs()[0];
     let mut c = connect(addr).await;
@@ -194,15 +194,20 @@ async fn seed002_with_workers(workers: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed002_realm_report_with_one_worker() {
-    seed002_with_workers(1).await;
+    seed002_with_workers(Some(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed002_realm_report_with_two_workers() {
-    seed002_with_workers(2).await;
+    seed002_with_workers(Some(2)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed002_realm_report_with_four_workers() {
-    seed002_with_workers(4).await;
+    seed002_with_workers(Some(4)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed002_realm_report_with_the_default_worker_count() {
+    seed002_with_workers(None).await;
 }
