@@ -20,6 +20,13 @@
 //! With `own_capacity`, the control thread also measures the agent's own
 //! load and every worker sends the same own peer reports ([`own`]).
 //!
+//! The agent's own realm reports (seed 002; RFC 7683 §5.1.3, §5.2.1.4) are
+//! one per realm for the whole agent: every core takes its versions from
+//! the one [`doic::realm::RealmBoard`] held here, and a version one core
+//! makes ([`doic::Doic::take_replicas`] after a request, [`doic::Doic::on_answer`]
+//! after an answer), or a client it sent it to, goes to the other workers'
+//! inboxes like an accepted report.
+//!
 //! | module | what it holds |
 //! | --- | --- |
 //! | this one | [`Overload`]: the configuration, clock, inboxes and snapshots the workers share |
@@ -31,7 +38,7 @@
 //! | [`snapshot`] | what each worker sends the control thread at each tick |
 //! | [`own`] | the agent's own overload |
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::clock::Clock;
@@ -73,6 +80,10 @@ pub struct Overload {
     /// When the agent started: the reference of the audit trail's times.
     origin: Instant,
     sequence_base: u64,
+    /// The versions of the agent's own realm reports, one sequence space
+    /// for every worker's core (seed 002, RFC 7683 §5.2.1.4); a core
+    /// locks it only when its estimate of a realm changes.
+    realm_board: Arc<doic::realm::RealmBoard>,
     inboxes: inbox::Inboxes,
     /// The last snapshot of each worker (written by the control thread).
     snapshots: Vec<Mutex<Snapshot>>,
@@ -107,6 +118,7 @@ impl Overload {
         let base_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX / 2));
+        let realm_board = Arc::new(doic::realm::RealmBoard::new(sequence_base, cfg.max_ocs));
         Self {
             // RFC 7683 §5.1.3 / RFC 8581 §6.1.1: the same AVP in every
             // relayed request; RFC 7683 §5.1.2, RFC 8581 §6.1.2: what
@@ -119,6 +131,7 @@ impl Overload {
             clock,
             origin,
             sequence_base,
+            realm_board,
             inboxes: inbox::Inboxes::new(workers, inbox::CAPACITY),
             snapshots: (0..workers).map(|_| Mutex::default()).collect(),
             snapshot_feed: Feed::new("snapshots", SNAPSHOTS_PER_WORKER * workers.max(1)),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use agent::agent::Agent;
 use agent::config::Config;
-use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
+use diameter::codec::doic::{OcOlr, ReportType};
 use diameter::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 use support::*;
 use tools::loadgen::Client;
@@ -18,32 +18,6 @@ use tools::loadgen::Client;
 const S1: &str = "server1.example.net";
 const S2: &str = "server2.example.net";
 const TRUST_CLIENT: &str = "[doic.peers.\"client1.example.org\"]\ntrusted = true\n";
-
-fn olr(seq: u64, rt: ReportType, percent: u32, validity: Option<u32>) -> OcOlr {
-    let mut o = OcOlr::new(seq, rt);
-    o.reduction_percentage = Some(percent);
-    o.validity_duration = validity;
-    o
-}
-
-fn server_features(vector: u64, source: &str) -> OcSupportedFeatures {
-    OcSupportedFeatures {
-        feature_vector: Some(vector),
-        source_id: Some(source.into()),
-        peer_algo: None,
-    }
-}
-
-fn report_once(s: &Reporter, vector: u64, olrs: Vec<OcOlr>) {
-    s.set(Script {
-        features: Some(server_features(vector, &s.host)),
-        olrs,
-        once: true,
-        experimental: None,
-        result_code: None,
-        vanish_after: None,
-    });
-}
 
 /// One reporting server `S1` (`trusted` or not) behind an agent with two
 /// workers and the `[doic]` settings `doic`, and a client connected to the
@@ -53,16 +27,6 @@ async fn one_server(trusted: bool, doic: &str) -> (Reporter, Agent, Client) {
     let agent = start_agent(agent_config(&[(&s1, trusted)], Some(doic), 2), 1).await;
     let c = connect(agent.local_addrs()[0]).await;
     (s1, agent, c)
-}
-
-/// `s`'s next answer carries a host loss report of `percent` % (sequence
-/// 1, 60 s).
-fn host_loss_once(s: &Reporter, percent: u32) {
-    report_once(
-        s,
-        OLR_DEFAULT_ALGO,
-        vec![olr(1, ReportType::Host, percent, Some(60))],
-    );
 }
 
 /// The body of `path` on the metrics endpoint `metrics` once it contains

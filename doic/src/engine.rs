@@ -7,18 +7,19 @@
 //!
 //! | module | what it implements |
 //! | --- | --- |
-//! | this one | the [`Doic`] core: state, own peer reports, replicas, timeouts |
+//! | this one | the [`Doic`] core: state, own peer reports, replicas (reports and realm versions), timeouts |
 //! | [`request`] | [`Doic::treat`]: the RFC 8581 §5 order, diversion, throttling |
 //! | [`answer`] | [`Doic::on_answer`], [`Doic::local_answer`]: reports judged, answers rewritten |
 //! | [`idle`] | the idle fast path, one decision for `treat`, `on_answer` and the relay |
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::config::{DoicConfig, DoicConfigError};
 use super::features::{self, OcSupportedFeatures};
 use super::loss::Prng;
 use super::ocs::{Ending, Ocs, OcsTable, Phase};
-use super::realm::RealmSynth;
+use super::realm::{RealmBoard, RealmSynth};
 use super::report::{Abatement, OcOlr, Report, ReportType};
 use super::treatment::Replica;
 use crate::audit::{Audit, Verdict};
@@ -136,6 +137,38 @@ impl Doic {
         seed: u64,
         sequence_base: u64,
     ) -> Result<Self, DoicConfigError> {
+        let board = Arc::new(RealmBoard::new(sequence_base, cfg.max_ocs));
+        Self::build(identity, cfg, seed, sequence_base, (board, false))
+    }
+
+    /// [`Doic::new`] for one of several cores of one agent (one per
+    /// worker): the agent's own realm reports take their versions from
+    /// `board`, shared by all of them, so that every core sends the same
+    /// report with the same sequence number (RFC 7683 §5.2.1.4). The
+    /// versions a core makes reach the others through
+    /// [`Doic::take_replicas`] and [`crate::AnswerActions::replicate`].
+    ///
+    /// # Errors
+    /// [`DoicConfigError`] when the configuration is unusable
+    /// ([`DoicConfig::validate`]).
+    pub fn with_realm_board(
+        identity: &str,
+        cfg: DoicConfig,
+        seed: u64,
+        sequence_base: u64,
+        board: Arc<RealmBoard>,
+    ) -> Result<Self, DoicConfigError> {
+        Self::build(identity, cfg, seed, sequence_base, (board, true))
+    }
+
+    /// A core; with `replicate`, it hands out its realm versions.
+    fn build(
+        identity: &str,
+        cfg: DoicConfig,
+        seed: u64,
+        sequence_base: u64,
+        (board, replicate): (Arc<RealmBoard>, bool),
+    ) -> Result<Self, DoicConfigError> {
         cfg.validate()?;
         let vector = features::announced_vector(&cfg.algorithms, cfg.peer_report);
         let ending = Ending {
@@ -149,7 +182,8 @@ impl Doic {
                 cfg.max_ocs,
                 cfg.divert_headroom,
                 Duration::from_secs(u64::from(cfg.realm_report_validity)),
-                sequence_base,
+                board,
+                replicate,
             ),
             rng: Prng::new(seed),
             audit: Audit::new(cfg.audit_records),
@@ -313,11 +347,18 @@ impl Doic {
         (report, until)
     }
 
-    /// Applies a report another worker's core accepted ([`AnswerActions::replicate`]),
-    /// so that every worker abates with the same states and, for the rate
-    /// algorithm, the same shared bucket. The sequence rules make replicas
-    /// idempotent and order-tolerant: an older replica is ignored.
+    /// Applies what another worker's core handed out
+    /// ([`crate::AnswerActions::replicate`], [`Doic::take_replicas`]): a report it
+    /// accepted, so that every worker abates with the same states and, for
+    /// the rate algorithm, the same shared bucket; or a version of the
+    /// agent's own realm report, or a client it was sent to. The sequence
+    /// rules make replicas idempotent and order-tolerant: an older replica
+    /// is ignored.
     pub fn replicate(&mut self, r: &Replica) {
+        let r = match r {
+            Replica::Report(r) => r,
+            Replica::Realm(r) => return self.realms.apply(r, &mut self.audit),
+        };
         let rt = r.report.report_type;
         let v = self.ocs.apply_shared(
             r.at,
@@ -341,6 +382,18 @@ impl Doic {
         {
             o.mark_delivered(client);
         }
+    }
+
+    /// What this core made while treating requests, for the other workers'
+    /// cores ([`Doic::replicate`]): versions of the agent's own realm reports
+    /// (seed 002). Empty, and free, on every request that changed none.
+    #[must_use]
+    pub fn take_replicas(&mut self) -> Vec<Replica> {
+        self.realms
+            .take_replicas()
+            .into_iter()
+            .map(Replica::Realm)
+            .collect()
     }
 
     /// The OC-Supported-Features the agent puts in every request it relays

@@ -16,7 +16,7 @@
 //! | [`fxhash`] | fast hash for the OCS tables |
 //! | [`loss`] | loss algorithm, RFC 7683 §6 |
 //! | [`rate`] | rate algorithm leaky bucket, RFC 8582 §8.3 |
-//! | [`realm`] | realm reports made by the agent (seed 002) |
+//! | [`realm`] | realm reports made by the agent (seed 002), one version for all cores ([`realm::RealmBoard`]) |
 //! | [`treatment`] | request/answer views and decisions, RFC 7683 §8 codes |
 //! | [`engine`] | the core: treatment order of RFC 8581 §5, answer handling, the idle fast path |
 //! | [`config`] | the `[doic]` configuration section |

@@ -254,11 +254,22 @@ pub enum Treatment<'a> {
     NoRoute,
 }
 
-/// A report one worker accepted, for the other workers' cores
-/// ([`crate::Doic::replicate`]): the same sequence rules apply there, and
-/// a rate OCS shares the one bucket so the maximum rate holds across workers.
+/// What one worker's core hands to the other workers' cores
+/// ([`crate::Doic::replicate`]), so that the agent acts as one node.
 #[derive(Clone, Debug)]
-pub struct Replica {
+pub enum Replica {
+    /// A report accepted from upstream.
+    Report(ReportReplica),
+    /// A version of the agent's own realm report, or a client it was sent
+    /// to (seed 002; one sequence space for the agent, RFC 7683 §5.2.1.4).
+    Realm(crate::realm::RealmReplica),
+}
+
+/// A report one worker accepted, for the other workers' cores: the same
+/// sequence rules apply there, and a rate OCS shares the one bucket so the
+/// maximum rate holds across workers.
+#[derive(Clone, Debug)]
+pub struct ReportReplica {
     /// When the answer carrying it was handled.
     pub at: std::time::Instant,
     /// Application-ID.

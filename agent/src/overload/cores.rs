@@ -28,7 +28,14 @@ pub(crate) fn with_core<R>(ov: &Overload, f: impl FnOnce(&mut Doic, usize) -> R)
         let mut c = c.borrow_mut();
         if c.is_none() {
             let seed = ov.sequence_base ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            match Doic::new(&ov.identity, ov.cfg.clone(), seed, ov.sequence_base) {
+            let board = ov.realm_board.clone();
+            match Doic::with_realm_board(
+                &ov.identity,
+                ov.cfg.clone(),
+                seed,
+                ov.sequence_base,
+                board,
+            ) {
                 Ok(d) => *c = Some(d),
                 Err(e) => {
                     tracing::error!(cause = %e, "DOIC core not started");

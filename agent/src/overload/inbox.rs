@@ -1,7 +1,10 @@
 //! The replica inboxes: reports one worker's core accepted
-//! ([`doic::AnswerActions::replicate`]) on their way to every other
-//! worker's core ([`doic::Doic::replicate`]), so that all workers abate with
-//! the same states and the same rate buckets (RFC 8582 §8.3).
+//! ([`doic::AnswerActions::replicate`]), and versions of the agent's own
+//! realm reports and the clients they were sent to
+//! ([`doic::Doic::take_replicas`] too; seed 002, RFC 7683 §5.2.1.4), on
+//! their way to every other worker's core ([`doic::Doic::replicate`]), so
+//! that all workers abate with the same states and the same rate buckets
+//! (RFC 8582 §8.3) and send the same realm reports.
 //!
 //! Each worker has one bounded lock-free queue (a crossbeam array channel,
 //! [`CAPACITY`] replicas) and a flag: the request path reads the flag (one
@@ -12,7 +15,10 @@
 //! lacks this version of the report until it handles an answer carrying it
 //! itself, or a newer version reaches it; the other workers are not
 //! affected. A full queue means that worker has not treated a request for
-//! [`CAPACITY`] accepted reports in a row.
+//! [`CAPACITY`] accepted reports in a row. A dropped realm version leaves
+//! that worker sending the previous one until a newer one reaches it; a
+//! dropped delivery leaves it abating for that client (as for a client
+//! that was not sent the report) until the next version.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -108,11 +114,12 @@ mod tests {
 
     use doic::DoicConfig;
     use doic::report::{Abatement, Report, ReportType};
+    use doic::treatment::ReportReplica;
 
     use super::*;
 
     fn replica(at: Instant, sequence: u64) -> Replica {
-        Replica {
+        Replica::Report(ReportReplica {
             at,
             app_id: 4,
             id: "s1".into(),
@@ -125,7 +132,7 @@ mod tests {
             },
             rate: None,
             delivered_to: None,
-        }
+        })
     }
 
     fn core() -> Doic {

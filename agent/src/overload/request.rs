@@ -9,6 +9,8 @@
 //! and the agent's own follows the Route-Record (RFC 7683 §5.1.3, RFC 8581
 //! §6.1.1).
 
+use std::time::Instant;
+
 use bytes::{Bytes, BytesMut};
 
 use super::cores::with_core;
@@ -21,7 +23,7 @@ use diameter::codec::relay::{MessageBuf, Routing};
 use diameter::codec::{Header, builder};
 use diameter::dictionary::code;
 use doic::treatment::ThrottleAnswer;
-use doic::{Candidate, OcSupportedFeatures, Offer, RequestView, Treatment};
+use doic::{Candidate, Doic, OcSupportedFeatures, Offer, RequestView, Treatment};
 
 pub(crate) use crate::relay::Decision;
 
@@ -194,7 +196,8 @@ pub(crate) fn treat_request(route: &Route<'_>, ov: &Overload, r: &RequestIn<'_>)
         drmp: r.routing.drmp().and_then(|d| u8::try_from(d).ok()),
     };
     let now = ov.clock.now();
-    let out = with_core(ov, |core, _| match core.treat(now, &view, candidates) {
+    let treat = |core: &mut Doic, w| treat_shared(ov, (core, w), now, &view, candidates);
+    let out = with_core(ov, |core, w| match treat(core, w) {
         // The core's `request_features` are constant: encoded once in
         // `Overload::features_avp`.
         Treatment::Forward { index, tx, .. } | Treatment::Divert { index, tx, .. } => {
@@ -262,6 +265,21 @@ pub(crate) fn treat_request(route: &Route<'_>, ov: &Overload, r: &RequestIn<'_>)
         Some(d) => d,
         None => Decision::Relay,
     }
+}
+
+/// [`Doic::treat`] on worker `w`'s core, then what the core made for the
+/// other workers goes to their inboxes: a new version of the agent's own
+/// realm report (nothing, and no allocation, on almost every request).
+fn treat_shared<'a>(
+    ov: &Overload,
+    (core, w): (&mut Doic, usize),
+    now: Instant,
+    view: &RequestView<'a>,
+    candidates: &[Candidate<'a>],
+) -> Treatment<'a> {
+    let t = core.treat(now, view, candidates);
+    ov.inboxes.publish(w, core.take_replicas());
+    t
 }
 
 /// Treats a request again before it goes to another next hop: a failover,

@@ -13,12 +13,13 @@ use std::time::Duration;
 use agent::config::Config;
 use bytes::{Bytes, BytesMut};
 use diameter::codec::answer::{put_base, put_capabilities, put_error_answer};
-use diameter::codec::doic::{OcOlr, OcSupportedFeatures};
+use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
 use diameter::codec::header::{begin, finish};
 use diameter::codec::{Capabilities, CommandFlags, Header, frame_len};
 use diameter::codec::{MessageBuf, Routing};
 use diameter::dictionary::cmd;
 use diameter::dictionary::code;
+use diameter::dictionary::doic::OLR_DEFAULT_ALGO;
 use doic::avps::DoicAvps;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -188,6 +189,47 @@ async fn serve(
             out.clear();
         }
     }
+}
+
+/// An OC-OLR of type `rt`: `percent` % reduction, sequence `seq`, validity
+/// `validity` seconds (`None`: left out).
+pub fn olr(seq: u64, rt: ReportType, percent: u32, validity: Option<u32>) -> OcOlr {
+    let mut o = OcOlr::new(seq, rt);
+    o.reduction_percentage = Some(percent);
+    o.validity_duration = validity;
+    o
+}
+
+/// A reporting node's OC-Supported-Features.
+pub fn server_features(vector: u64, source: &str) -> OcSupportedFeatures {
+    OcSupportedFeatures {
+        feature_vector: Some(vector),
+        source_id: Some(source.into()),
+        peer_algo: None,
+    }
+}
+
+/// `s`'s next answer carries `olrs` and its OC-Supported-Features with
+/// `vector`.
+pub fn report_once(s: &Reporter, vector: u64, olrs: Vec<OcOlr>) {
+    s.set(Script {
+        features: Some(server_features(vector, &s.host)),
+        olrs,
+        once: true,
+        experimental: None,
+        result_code: None,
+        vanish_after: None,
+    });
+}
+
+/// `s`'s next answer carries a host loss report of `percent` % (sequence
+/// 1, 60 s).
+pub fn host_loss_once(s: &Reporter, percent: u32) {
+    report_once(
+        s,
+        OLR_DEFAULT_ALGO,
+        vec![olr(1, ReportType::Host, percent, Some(60))],
+    );
 }
 
 /// Every OC-Supported-Features AVP of a message.

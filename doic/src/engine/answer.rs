@@ -12,7 +12,7 @@ use crate::features::{self, Algorithm, OcSupportedFeatures};
 use crate::report::{OcOlr, Report, ReportType};
 use crate::treatment::{
     AnswerActions, DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY, DIAMETER_TOO_BUSY, PendingTx,
-    Replica, RequestView, retry_allowed,
+    Replica, ReportReplica, RequestView, retry_allowed,
 };
 
 impl Doic {
@@ -105,14 +105,14 @@ impl Doic {
                         .ocs
                         .peek(ans.app_id, r.report_type, id)
                         .and_then(|o| o.rate_control().cloned());
-                    out.replicate.push(Replica {
+                    out.replicate.push(Replica::Report(ReportReplica {
                         at: now,
                         app_id: ans.app_id,
                         id: id.to_owned(),
                         report: r,
                         rate,
                         delivered_to,
-                    });
+                    }));
                 }
             }
             self.audit.report(ReportRecord {
@@ -136,6 +136,8 @@ impl Doic {
                 |s| capacity(ocs, now, ramp, ans.app_id, s),
                 &mut self.audit,
             );
+            out.replicate
+                .extend(self.realms.take_replicas().into_iter().map(Replica::Realm));
         }
         // Probes answered without a new report: the ramp may begin.
         let overload_error = ans.result_code == Some(DIAMETER_TOO_BUSY)
@@ -174,6 +176,8 @@ impl Doic {
             out.forward_reports.push(r.to_olr());
             self.realms
                 .mark_delivered(ans.app_id, ans.origin_realm, &tx.client);
+            out.replicate
+                .extend(self.realms.take_replicas().into_iter().map(Replica::Realm));
         }
         // The agent's own peer report (RFC 8581 §6.2.4).
         out.forward_reports.extend(own);

@@ -7,6 +7,7 @@ mod precision;
 mod props;
 mod rules;
 mod seed002;
+mod seed002_workers;
 mod sim;
 mod topologies;
 mod workers;

@@ -81,10 +81,12 @@ fn replicas_follow_the_sequence_rules() {
     );
     // Worker 1 sees the replica; a late older one from elsewhere changes nothing.
     w[1].replicate(&a_new.replicate[0]);
-    let mut stale = a_new.replicate[0].clone();
+    let crate::treatment::Replica::Report(mut stale) = a_new.replicate[0].clone() else {
+        panic!("a report replica")
+    };
     stale.report.sequence = 3;
     stale.report.abatement = crate::report::Abatement::Loss { percent: 0 };
-    w[1].replicate(&stale);
+    w[1].replicate(&crate::treatment::Replica::Report(stale));
     assert!(!forwarded(&mut w[1], t0), "worker 1 abates with sequence 5");
     let o = w[1].ocs_entry(APP, ReportType::Host, "s1").unwrap();
     assert_eq!(o.sequence, 5);
