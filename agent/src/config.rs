@@ -147,6 +147,17 @@ pub struct Node {
     /// it at `net.core.somaxconn`).
     #[serde(default = "default_listen_backlog")]
     pub listen_backlog: u32,
+    /// Requests queued for one upstream connection, at most, waiting for its
+    /// worker to write them; one more is answered 3004 at once
+    /// (`crate::net::link`, RFC 6733 §7.1.3).
+    #[serde(default = "default_upstream_queue")]
+    pub upstream_queue: usize,
+    /// Requests of one downstream connection relayed and not yet answered,
+    /// at most; one more is answered 3004 at once. It also sizes the
+    /// connection's answer queue, which therefore cannot fill
+    /// (`crate::net::link`).
+    #[serde(default = "default_max_pending_per_connection")]
+    pub max_pending_per_connection: usize,
 }
 
 fn default_applications() -> Vec<u32> {
@@ -169,6 +180,12 @@ fn default_request_timeout() -> f64 {
 }
 fn default_cer_timeout() -> f64 {
     5.0
+}
+fn default_upstream_queue() -> usize {
+    16_384
+}
+fn default_max_pending_per_connection() -> usize {
+    65_536
 }
 fn default_max_pending_cer() -> usize {
     256
@@ -482,6 +499,17 @@ impl Config {
                 format!("{} is not in [1, 65535]", n.listen_backlog),
             ));
         }
+        for (key, v) in [
+            ("node.upstream_queue", n.upstream_queue),
+            (
+                "node.max_pending_per_connection",
+                n.max_pending_per_connection,
+            ),
+        ] {
+            if !(1..=1_000_000).contains(&v) {
+                return Err(bad(key, format!("{v} is not in [1, 1000000]")));
+            }
+        }
         Ok(())
     }
 
@@ -730,6 +758,10 @@ peers = ["nobody.example.net"]
             (256, 16)
         );
         assert_eq!(c.node.listen_backlog, 4096);
+        assert_eq!(
+            (c.node.upstream_queue, c.node.max_pending_per_connection),
+            (16_384, 65_536)
+        );
         let node = "[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\n";
         for (extra, want) in [
             (
@@ -743,6 +775,14 @@ peers = ["nobody.example.net"]
             (
                 "listen_backlog = 0",
                 "t.toml: node.listen_backlog: 0 is not in [1, 65535]",
+            ),
+            (
+                "upstream_queue = 0",
+                "t.toml: node.upstream_queue: 0 is not in [1, 1000000]",
+            ),
+            (
+                "max_pending_per_connection = 1000001",
+                "t.toml: node.max_pending_per_connection: 1000001 is not in [1, 1000000]",
             ),
             (
                 "cer_timeout_seconds = 0",

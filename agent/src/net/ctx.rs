@@ -29,6 +29,10 @@ pub struct IoStats {
     pub writes: AtomicU64,
     /// Bytes those writes carried.
     pub bytes_written: AtomicU64,
+    /// Answers or notices that found a connection's answer queue full
+    /// (sized so that this cannot happen, `net::link`): queued all the
+    /// same by a task that waits for room.
+    pub answer_queue_full: AtomicU64,
 }
 
 /// What relaying uses across connections, one per agent: the agent's

@@ -5,6 +5,7 @@
 pub mod conn;
 pub(crate) mod connect;
 mod ctx;
+mod link;
 mod liveness;
 
 pub(crate) use ctx::ConnCtx;
