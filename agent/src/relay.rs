@@ -51,6 +51,11 @@ pub use diameter::dictionary::result::{
     TOO_BUSY, UNABLE_TO_DELIVER,
 };
 
+/// Bytes of output an upstream connection holds, not yet taken by its peer,
+/// past which a request for that peer is answered 3004 at once instead of
+/// queued behind them ([`Relay::send_upstream`]).
+pub const UPSTREAM_BACKLOG: usize = 1 << 20;
+
 /// Why the agent answers a request itself instead of relaying it (or its
 /// answer); the message is the answer's Error-Message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -462,7 +467,10 @@ impl<'a> Relay<'a> {
     /// say whether it takes requests (`usable`: open, watchdog OKAY): written
     /// to `out` and recorded in `up` at `now` ([`Upstream::send`], with the
     /// agent's OC-Supported-Features `features` when given). Not usable, it
-    /// goes to another peer, or is answered 3002.
+    /// goes to another peer, or is answered 3002. When `out` already holds
+    /// [`UPSTREAM_BACKLOG`] bytes the peer does not take in, `r` is answered
+    /// 3004 at once ([`Error::QueueFull`], counted as a full queue): the
+    /// agent is too busy for that peer.
     #[expect(
         clippy::too_many_arguments,
         reason = "the driver's state, passed by parts so that no lock or copy is added"
@@ -483,6 +491,11 @@ impl<'a> Relay<'a> {
         if !usable {
             *rotate = rotate.wrapping_add(1);
             return self.reroute(Some((id, slot)), r, *rotate, Error::PeerNotAvailable);
+        }
+        if out.len() >= UPSTREAM_BACKLOG {
+            done(Some(slot));
+            slot.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+            return self.queue_full(slot, r);
         }
         slot.stats.requests_out.fetch_add(1, Ordering::Relaxed);
         let (_, old) = up.send(now, r, out, features);

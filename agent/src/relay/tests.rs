@@ -420,6 +420,40 @@ fn a_request_that_finds_its_next_hops_queue_full_is_answered_3004_at_once_and_co
 }
 
 #[test]
+fn a_request_for_a_peer_that_does_not_take_in_its_backlog_is_answered_3004_at_once() {
+    let w = World::new(&RetryConfig::default());
+    let slot = w.slot(0);
+    let mut up = Upstream::new(0, TIMEOUT);
+    let mut out = BytesMut::from(&vec![0u8; UPSTREAM_BACKLOG - 1][..]);
+    for hbh in [1, 2] {
+        let (r, down) = relayed(to_realm(0, hbh));
+        slot.outstanding.fetch_add(1, Ordering::Relaxed);
+        w.relay().send_upstream(
+            &mut up,
+            Some((0, &slot)),
+            true,
+            (Instant::now(), &mut 0),
+            r,
+            &mut out,
+            None,
+        );
+        if hbh == 1 {
+            assert!(down.try_recv().is_none(), "below the backlog: written");
+        } else {
+            let (h, code, _) = answer(&down);
+            assert_eq!((h, code), (2, 3004), "RFC 6733 §7.1.3");
+        }
+    }
+    assert!(out.len() > UPSTREAM_BACKLOG);
+    assert_eq!(slot.stats.queue_full.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        slot.outstanding.load(Ordering::Relaxed),
+        1,
+        "only the written one"
+    );
+}
+
+#[test]
 fn no_answer_before_the_request_timeout_is_3002_and_the_late_answer_is_dropped() {
     let w = World::new(&RetryConfig::default());
     let t0 = Instant::now();
