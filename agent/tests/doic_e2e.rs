@@ -442,9 +442,16 @@ async fn untrusted_peers_reports_are_stripped_and_ignored() {
     stop(agent);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn rate_report_bounds_what_reaches_the_server_and_shows_in_metrics() {
-    let (s1, agent, mut c) = one_server(true, "").await;
+    // RFC 8582 §5.2: a 200 requests/s report bounds what reaches the server
+    // over any window. On the test's paused clock, with two workers: the
+    // offered load (1000/s, 10 requests every 10 ms) does not dip when the
+    // machine is busy, so what passes is what the bucket lets through, and
+    // a window in which no request was offered cannot lower it.
+    let s1 = Reporter::spawn(S1).await;
+    let agent = launch(Run::Here, agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
     let metrics = agent.metrics_addr().unwrap();
     let mut r = OcOlr::new(1, ReportType::Host);
     r.maximum_rate = Some(200);
@@ -452,32 +459,29 @@ async fn rate_report_bounds_what_reaches_the_server_and_shows_in_metrics() {
     report_once(&s1, OLR_RATE_ALGORITHM, vec![r]);
     exchange(&mut c, 1, 1, 1, None).await;
     let before = s1.requests();
-    let t0 = Instant::now();
+    let t0 = tokio::time::Instant::now();
     let mut hbh = 100;
-    while t0.elapsed() < Duration::from_secs(2) {
-        let a = exchange(&mut c, hbh, 500, 64, None).await;
-        assert_eq!(count(&a, 2001) + count(&a, 5012), 500);
-        hbh += 500;
+    for tick in 1..=200u32 {
+        let a = exchange(&mut c, hbh, 10, 10, None).await;
+        assert_eq!(count(&a, 2001) + count(&a, 5012), 10);
+        hbh += 10;
+        tokio::time::sleep_until(t0 + Duration::from_millis(10 * u64::from(tick))).await;
     }
-    let secs = t0.elapsed().as_secs_f64();
-    let rate = (s1.requests() - before) as f64 / secs;
-    let offered = f64::from(hbh - 100) / secs;
-    // At most the maximum rate (plus the bucket's burst tolerance, RFC 8582
-    // §8.3.2: 1 + TAU1/T requests); at least 90 % of what could pass (the
-    // machine is shared with the other tests: the offered load may dip).
-    // The 2 % bound at 10x load is the `bench-doic` stage's.
-    assert!(
-        rate <= 200.0 + 10.0 / secs,
-        "rate reaching the server {rate}/s"
-    );
-    assert!(
-        rate >= 0.9 * offered.min(200.0) - 10.0,
-        "rate reaching the server {rate}/s, offered {offered}/s"
-    );
+    let secs = (tokio::time::Instant::now() - t0).as_secs_f64();
+    assert!((2.0..2.1).contains(&secs), "{secs} s");
+    let passed = (s1.requests() - before) as f64;
+    eprintln!("{passed} passed in {secs} s");
+    // At most the maximum rate, plus the bucket's burst tolerance (RFC 8582
+    // §8.3.2: 1 + TAU1/T requests); at least all but that tolerance: with
+    // the load offered throughout, the bucket is never idle. The 2 % bound
+    // at 10x load is the `bench-doic` stage's.
+    assert!(passed <= 200.0 * secs + 10.0, "{passed} in {secs} s");
+    assert!(passed >= 200.0 * secs - 10.0, "{passed} in {secs} s");
     let active = "doic_ocs_active{type=\"host\",target=\"server1.example.net\"} 1";
     let body = body_with(metrics, "/metrics", active).await;
     assert!(body.contains("doic_requests_treated_total{treatment=\"throttled\"}"));
-    stop(agent);
+    agent.shutdown();
+    agent.wait().await;
 }
 
 #[test]
