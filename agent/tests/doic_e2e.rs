@@ -564,3 +564,51 @@ async fn a_report_ends_after_its_validity_then_probes_then_ramps_to_full_traffic
     agent.shutdown();
     agent.wait().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn after_a_probe_every_worker_ramps_together() {
+    // RFC 7683 §6.3 and docs/doic.md, "The ramp", with two workers: the
+    // clients' connections are on different workers (accepted in turn), so
+    // the probe's answer reaches one core while the other client's requests
+    // are treated on the other. The clean answer's ramp is replicated: both
+    // abate half way through it, and nothing after it.
+    let s1 = Reporter::spawn(S1).await;
+    let cfg = agent_config(&[(&s1, true)], Some("probe_interval = 1.0\nramp = 4.0"), 2);
+    let agent = launch(Run::Here, cfg, 1).await;
+    let addr = agent.local_addrs()[0];
+    let mut c1 = connect(addr).await;
+    let id = tools::loadgen::Identity::new("client2.example.org", "example.org");
+    let mut c2 = Client::connect(addr, id, vec![tools::loadgen::TEST_APP])
+        .await
+        .unwrap();
+    assert_eq!(c2.cea_result, 2001);
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(1, ReportType::Host, 100, Some(5))],
+    );
+    let t0 = tokio::time::Instant::now();
+    assert_eq!(code_of(&exchange(&mut c1, 1, 1, 1, None).await[0]), 2001);
+    for c in [&mut c1, &mut c2] {
+        let a = exchange(c, 100, 50, 50, None).await;
+        assert_eq!(count(&a, 2001), 0, "abated at once on both workers");
+    }
+    tokio::join!(idle_until(&mut c1, t0, 5.1), idle_until(&mut c2, t0, 5.1));
+    let a = exchange(&mut c1, 300, 50, 50, None).await;
+    assert_eq!(count(&a, 2001), 1, "one probe at 5.1 s");
+    // Half way through the ramp (7.1 s), about half passes on each worker.
+    tokio::join!(idle_until(&mut c1, t0, 7.1), idle_until(&mut c2, t0, 7.1));
+    for c in [&mut c1, &mut c2] {
+        let a = exchange(c, 1000, 200, 50, None).await;
+        let passed = count(&a, 2001);
+        assert!((50..=150).contains(&passed), "{passed} of 200 half way");
+    }
+    // After the ramp (9.1 s), everything, on both.
+    tokio::join!(idle_until(&mut c1, t0, 9.5), idle_until(&mut c2, t0, 9.5));
+    for c in [&mut c1, &mut c2] {
+        let a = exchange(c, 2000, 200, 50, None).await;
+        assert_eq!(count(&a, 2001), 200, "all traffic after the ramp");
+    }
+    agent.shutdown();
+    agent.wait().await;
+}
