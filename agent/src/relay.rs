@@ -54,7 +54,7 @@ pub use diameter::dictionary::result::{
 /// Bytes of output an upstream connection holds, not yet taken by its peer,
 /// past which a request for that peer is answered 3004 at once instead of
 /// queued behind them ([`Relay::send_upstream`]).
-pub const UPSTREAM_BACKLOG: usize = 1 << 20;
+pub(crate) const UPSTREAM_BACKLOG: usize = 1 << 20;
 
 /// Why the agent answers a request itself instead of relaying it (or its
 /// answer); the message is the answer's Error-Message.

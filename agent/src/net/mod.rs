@@ -1,6 +1,7 @@
-//! The tokio edge: listeners, outbound connections with Tc backoff, and the
-//! driver of one connection. The only place on the protocol path that
-//! awaits.
+//! The tokio edge: listeners, outbound connections with Tc backoff, the
+//! driver of one connection, and its bounded queues between workers
+//! (`link`, the [`crate::peer::table::Link`] the relay sees). The only
+//! place on the protocol path that awaits.
 
 pub mod conn;
 pub(crate) mod connect;
