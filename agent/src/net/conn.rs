@@ -63,8 +63,9 @@ pub const PRE_OPEN_READ: usize = 4 * 1024;
 /// a few hundred bytes, rarely a few KiB. Longer is a framing error (5015),
 /// so a connection not yet open never holds more than this.
 pub const PRE_OPEN_MAX_MESSAGE: usize = 64 * 1024;
-/// Messages taken off a queue per wake-up, at most.
-const BATCH: usize = 4096;
+/// Messages taken off a queue per wake-up, at most (the batch's buffer is
+/// kept per connection, so this also bounds what it holds after a burst).
+const BATCH: usize = 256;
 /// Output buffer of an open connection.
 const WRITE_CAPACITY: usize = 64 * 1024;
 /// Output buffer before the capabilities exchange (a CER or CEA).
@@ -251,23 +252,12 @@ impl Conn {
                     Err(_) => self.close_by_peer(Cause::SocketError),
                 },
                 // What is queued, in one go: one write for all.
-                n = self.rx.msgs.recv_many(&mut self.batch.1, BATCH) => {
-                    if n > 0 {
-                        let mut batch = std::mem::take(&mut self.batch.1);
-                        for m in batch.drain(..) {
-                            self.handle_to_conn(m);
-                        }
-                        self.batch.1 = batch;
-                    }
+                // The Conn holds senders of both, so neither ends with 0.
+                _ = self.rx.msgs.recv_many(&mut self.batch.1, BATCH) => {
+                    self.take_batch(|c| &mut c.batch.1, Self::handle_to_conn);
                 }
-                n = self.rx.requests.recv_many(&mut self.batch.0, BATCH) => {
-                    if n > 0 {
-                        let mut batch = std::mem::take(&mut self.batch.0);
-                        for r in batch.drain(..) {
-                            self.send_upstream(r);
-                        }
-                        self.batch.0 = batch;
-                    }
+                _ = self.rx.requests.recv_many(&mut self.batch.0, BATCH) => {
+                    self.take_batch(|c| &mut c.batch.0, Self::send_upstream);
                 }
                 () = &mut sleep => {
                     self.handle_timers();
@@ -290,6 +280,16 @@ impl Conn {
             }
             self.pump_fsm();
         }
+    }
+
+    /// Hands each message of the batch `slot` (kept for its capacity) to
+    /// `handle`.
+    fn take_batch<T>(&mut self, slot: fn(&mut Self) -> &mut Vec<T>, handle: fn(&mut Self, T)) {
+        let mut batch = std::mem::take(slot(self));
+        for m in batch.drain(..) {
+            handle(self, m);
+        }
+        *slot(self) = batch;
     }
 
     fn next_deadline(&self) -> Instant {
