@@ -708,8 +708,8 @@ impl Conn {
         } else {
             self.fail_over_all();
         }
-        // Queued requests for this connection go elsewhere too (none is
-        // queued after the slot's release), queued answers are written.
+        // Queued requests for this connection go elsewhere too (once the
+        // queue is closed, none can be queued), queued answers are written.
         self.rx.requests.close();
         while let Ok(r) = self.rx.requests.try_recv() {
             let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));

@@ -32,9 +32,10 @@
 //! most as many answers are on their way to a connection as it has requests
 //! pending (`node.max_pending_per_connection`), plus one notice
 //! ([`ToConn::Close`] or [`ToConn::Replaced`], sent once, under the lock
-//! that then forgets the connection). Requests are queued under the slot's
-//! lock too ([`PeerSlot::send_request`]), so none reaches a connection after
-//! [`PeerSlot::release`]: what its task drains then is all there is.
+//! that then forgets the connection). A connection's task closes its
+//! request queue before it drains it for the last time: a request queued
+//! before is drained (rerouted), one offered after is refused
+//! ([`Undelivered::Gone`]) and goes elsewhere; none is left behind.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -282,9 +283,9 @@ impl PeerSlot {
         )
     }
 
-    /// Queues `r` for the open connection, under the lock [`Self::release`]
-    /// takes (module docs), counted outstanding there; a full queue is
-    /// counted in [`PeerStats::queue_full`].
+    /// Queues `r` for the open connection (outside the slot's lock: the
+    /// queue wakes the connection's worker), counted outstanding there; a
+    /// full queue is counted in [`PeerStats::queue_full`].
     ///
     /// # Errors
     /// The request back and why, when there is no open connection or its
@@ -294,12 +295,13 @@ impl PeerSlot {
         reason = "the request comes back by value on the cold path; boxing would allocate on it"
     )]
     pub fn send_request(&self, r: Relayed) -> Result<(), (Relayed, Undelivered)> {
-        let reg = self
+        let link = match &*self
             .reg
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let ConnReg::Open(_, link, _) = &*reg else {
-            return Err((r, Undelivered::Gone));
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            ConnReg::Open(_, link, _) => link.clone(),
+            _ => return Err((r, Undelivered::Gone)),
         };
         self.outstanding.fetch_add(1, Ordering::Relaxed);
         link.request(r).map_err(|(r, why)| {
