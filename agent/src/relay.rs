@@ -51,11 +51,6 @@ pub use diameter::dictionary::result::{
     TOO_BUSY, UNABLE_TO_DELIVER,
 };
 
-/// Bytes of output an upstream connection holds, not yet taken by its peer,
-/// past which a request for that peer is answered 3004 at once instead of
-/// queued behind them ([`Relay::send_upstream`]).
-pub(crate) const UPSTREAM_BACKLOG: usize = 1 << 20;
-
 /// Why the agent answers a request itself instead of relaying it (or its
 /// answer); the message is the answer's Error-Message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -205,6 +200,10 @@ pub(crate) struct Relay<'a> {
     pub(crate) table: &'a PeerTable,
     /// The retry budget.
     pub(crate) retry: &'a RetryGate,
+    /// Bytes of output an upstream connection holds, not yet taken by its
+    /// peer, past which a request for that peer is answered 3004 at once
+    /// instead of queued behind them (`node.upstream_backlog_bytes`).
+    pub(crate) upstream_backlog: usize,
     /// Overload control, when it is on.
     pub(crate) treat: Option<&'a dyn Treat>,
 }
@@ -468,7 +467,7 @@ impl<'a> Relay<'a> {
     /// to `out` and recorded in `up` at `now` ([`Upstream::send`], with the
     /// agent's OC-Supported-Features `features` when given). Not usable, it
     /// goes to another peer, or is answered 3002. When `out` already holds
-    /// [`UPSTREAM_BACKLOG`] bytes the peer does not take in, `r` is answered
+    /// [`Relay::upstream_backlog`] bytes the peer does not take in, `r` is answered
     /// 3004 at once ([`Error::QueueFull`], counted as a full queue): the
     /// agent is too busy for that peer.
     #[expect(
@@ -492,7 +491,7 @@ impl<'a> Relay<'a> {
             *rotate = rotate.wrapping_add(1);
             return self.reroute(Some((id, slot)), r, *rotate, Error::PeerNotAvailable);
         }
-        if out.len() >= UPSTREAM_BACKLOG {
+        if out.len() >= self.upstream_backlog {
             done(Some(slot));
             slot.stats.queue_full.fetch_add(1, Ordering::Relaxed);
             return self.queue_full(slot, r);

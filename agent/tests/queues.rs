@@ -103,6 +103,7 @@ async fn a_full_upstream_queue_answers_3004_at_once_and_counts_it() {
     let (addr, _hold) = hung_server().await;
     let mut config = agent_toml(None, "", &[(SERVER, addr, None)], "");
     config.node.upstream_queue = 64;
+    config.node.upstream_backlog_bytes = 64 << 10;
     config.node.request_timeout_seconds = 6.0;
     config.node.tw_seconds = 30.0;
     let agent = launch(Run::Pinned, config, 1).await;

@@ -53,6 +53,8 @@ pub struct RelayCtx {
     pub(crate) overload: Option<Arc<Overload>>,
     /// The retry budget of 3004 retries and failovers (`[retry]`).
     pub(crate) retry: Arc<RetryGate>,
+    /// `node.upstream_backlog_bytes` ([`Relay::upstream_backlog`]).
+    pub(crate) upstream_backlog: usize,
 }
 
 impl RelayCtx {
@@ -63,6 +65,7 @@ impl RelayCtx {
             router: &self.router,
             table: &self.table,
             retry: &self.retry,
+            upstream_backlog: self.upstream_backlog,
             treat: self.overload.is_some().then_some(self as &dyn Treat),
         }
     }

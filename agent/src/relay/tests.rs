@@ -19,6 +19,7 @@ use diameter::dictionary::code;
 const AGENT: &str = "agent.example.com";
 const CLIENT: &str = "client.example.org";
 const TIMEOUT: Duration = Duration::from_secs(5);
+const BACKLOG: usize = 1 << 20;
 
 /// An agent with peers `s1`, `s2` (realm example.net, any application),
 /// `s3` (example.net, application 4 only), each with an open connection.
@@ -67,6 +68,7 @@ impl World {
             router: &self.router,
             table: &self.table,
             retry: &self.retry,
+            upstream_backlog: BACKLOG,
             treat: None,
         }
     }
@@ -424,7 +426,7 @@ fn a_request_for_a_peer_that_does_not_take_in_its_backlog_is_answered_3004_at_on
     let w = World::new(&RetryConfig::default());
     let slot = w.slot(0);
     let mut up = Upstream::new(0, TIMEOUT);
-    let mut out = BytesMut::from(&vec![0u8; UPSTREAM_BACKLOG - 1][..]);
+    let mut out = BytesMut::from(&vec![0u8; BACKLOG - 1][..]);
     for hbh in [1, 2] {
         let (r, down) = relayed(to_realm(0, hbh));
         slot.outstanding.fetch_add(1, Ordering::Relaxed);
@@ -444,7 +446,7 @@ fn a_request_for_a_peer_that_does_not_take_in_its_backlog_is_answered_3004_at_on
             assert_eq!((h, code), (2, 3004), "RFC 6733 §7.1.3");
         }
     }
-    assert!(out.len() > UPSTREAM_BACKLOG);
+    assert!(out.len() > BACKLOG);
     assert_eq!(slot.stats.queue_full.load(Ordering::Relaxed), 1);
     assert_eq!(
         slot.outstanding.load(Ordering::Relaxed),
