@@ -199,3 +199,30 @@ async fn under_a_burst_on_two_workers_every_request_gets_exactly_one_answer() {
     );
     eprintln!("{ok} relayed, {busy} answered 3004 at a full queue");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_pending_bound_of_a_connection_requests_are_answered_3004_at_once() {
+    // The bound that keeps a connection's answer queue from filling
+    // (docs/relay.md, "Threads"): with 8 requests pending toward a hung
+    // peer, the next ones are answered 3004 at once (RFC 6733 §7.1.3); the
+    // 8 get their 3002 at the request timeout.
+    let (addr, _hold) = hung_server().await;
+    let mut config = agent_toml(None, "", &[(SERVER, addr, None)], "");
+    config.node.max_pending_per_connection = 8;
+    config.node.request_timeout_seconds = 3.0;
+    config.node.tw_seconds = 30.0;
+    let agent = launch(Run::Pinned, config, 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    pipeline(&mut c, 1, 20, 20).await;
+    let got = answers(&mut c, 1, 20, Duration::from_secs(20)).await;
+    let (busy, rest) = got.split_at(12);
+    assert!(
+        busy.iter().all(|(hbh, code)| *code == 3004 && *hbh > 8),
+        "{got:?}"
+    );
+    assert!(
+        rest.iter().all(|(hbh, code)| *code == 3002 && *hbh <= 8),
+        "{got:?}"
+    );
+    stop(agent);
+}
