@@ -157,6 +157,7 @@ impl Agent {
                 router,
                 overload: overload.clone(),
                 retry: retry.clone(),
+                upstream_backlog: config.node.upstream_backlog_bytes,
             },
             admission: admission.clone(),
             io: io.clone(),

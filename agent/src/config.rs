@@ -147,6 +147,22 @@ pub struct Node {
     /// it at `net.core.somaxconn`).
     #[serde(default = "default_listen_backlog")]
     pub listen_backlog: u32,
+    /// Requests queued for one upstream connection, at most, waiting for its
+    /// worker to write them; one more is answered 3004 at once
+    /// (`crate::net::link`, RFC 6733 §7.1.3).
+    #[serde(default = "default_upstream_queue")]
+    pub upstream_queue: usize,
+    /// Bytes of output an upstream connection may hold that its peer has not
+    /// taken in; past them a request for that peer is answered 3004 at once
+    /// instead of queued behind them.
+    #[serde(default = "default_upstream_backlog_bytes")]
+    pub upstream_backlog_bytes: usize,
+    /// Requests of one downstream connection relayed and not yet answered,
+    /// at most; one more is answered 3004 at once. It also sizes the
+    /// connection's answer queue, which therefore cannot fill
+    /// (`crate::net::link`).
+    #[serde(default = "default_max_pending_per_connection")]
+    pub max_pending_per_connection: usize,
 }
 
 fn default_applications() -> Vec<u32> {
@@ -169,6 +185,15 @@ fn default_request_timeout() -> f64 {
 }
 fn default_cer_timeout() -> f64 {
     5.0
+}
+fn default_upstream_queue() -> usize {
+    65_536
+}
+fn default_upstream_backlog_bytes() -> usize {
+    16 << 20
+}
+fn default_max_pending_per_connection() -> usize {
+    65_536
 }
 fn default_max_pending_cer() -> usize {
     256
@@ -482,6 +507,24 @@ impl Config {
                 format!("{} is not in [1, 65535]", n.listen_backlog),
             ));
         }
+        for (key, v) in [
+            ("node.upstream_queue", n.upstream_queue),
+            (
+                "node.max_pending_per_connection",
+                n.max_pending_per_connection,
+            ),
+        ] {
+            if !(1..=1_000_000).contains(&v) {
+                return Err(bad(key, format!("{v} is not in [1, 1000000]")));
+            }
+        }
+        // Below the 64 MiB at which a peer that does not read is dropped.
+        if !(4096..=32 << 20).contains(&n.upstream_backlog_bytes) {
+            return Err(bad(
+                "node.upstream_backlog_bytes",
+                format!("{} is not in [4096, 33554432]", n.upstream_backlog_bytes),
+            ));
+        }
         Ok(())
     }
 
@@ -730,6 +773,11 @@ peers = ["nobody.example.net"]
             (256, 16)
         );
         assert_eq!(c.node.listen_backlog, 4096);
+        assert_eq!(
+            (c.node.upstream_queue, c.node.max_pending_per_connection),
+            (65_536, 65_536)
+        );
+        assert_eq!(c.node.upstream_backlog_bytes, 16 << 20);
         let node = "[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\n";
         for (extra, want) in [
             (
@@ -743,6 +791,18 @@ peers = ["nobody.example.net"]
             (
                 "listen_backlog = 0",
                 "t.toml: node.listen_backlog: 0 is not in [1, 65535]",
+            ),
+            (
+                "upstream_backlog_bytes = 100",
+                "t.toml: node.upstream_backlog_bytes: 100 is not in [4096, 33554432]",
+            ),
+            (
+                "upstream_queue = 0",
+                "t.toml: node.upstream_queue: 0 is not in [1, 1000000]",
+            ),
+            (
+                "max_pending_per_connection = 1000001",
+                "t.toml: node.max_pending_per_connection: 1000001 is not in [1, 1000000]",
             ),
             (
                 "cer_timeout_seconds = 0",

@@ -21,7 +21,7 @@
 //! | [`admission`] | caps on inbound connections waiting for CER (RFC 6733 §5.3), per source and in total |
 //! | [`runtime`] | the threads: pinned workers (or tasks on a caller's runtime, `Agent::start_on`), the control thread, the shutdown sequence |
 //! | [`agent`] | the running agent: gives each part what it uses, starts listeners, dialling, metrics and the control thread on the runtime |
-//! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O driving the relay; close reasons with their side; each connection's `ConnCtx` |
+//! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O driving the relay; each connection's bounded queues between workers (`link`); close reasons with their side; each connection's `ConnCtx` |
 //! | [`overload`] | DOIC in the relay: per-worker cores (thread-local, or hosted on a caller's runtime), the bounded replica inbox, request/answer glue between the relay and the `doic` core, the snapshots the control tick reads |
 //! | [`relay`] | the sans-io relay (RFC 6733 §6.1-6.2): checks, loop detection, routing, hop-by-hop table, failover with the T flag, 3004 retries within the budget, local answers, 3002 timeouts |
 //! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix): renders, holds no state |

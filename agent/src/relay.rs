@@ -11,8 +11,11 @@
 //! (DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY) is never retried elsewhere.
 //!
 //! No socket, no runtime, no clock: `now` is an argument, requests go to a
-//! peer's connection through its channel in the [`PeerTable`], answers to
-//! the downstream connection through the request's reply channel.
+//! peer's connection through its [`crate::peer::table::Link`] in the
+//! [`PeerTable`], answers to the downstream connection through the
+//! request's reply link. A request that finds its next hop's queue full is
+//! answered 3004 at once (RFC 6733 §7.1.3: the agent is too busy for that
+//! peer; the downstream SHOULD try an alternate), not queued elsewhere.
 //! `net::conn` drives it: bytes in, `Relay`, bytes out. DOIC treatment
 //! reaches the relay only through the `Treat` seam.
 //!
@@ -27,7 +30,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::peer::table::{PeerSlot, PeerTable, Relayed, ToConn};
+use crate::peer::table::{PeerSlot, PeerTable, Relayed, ToConn, Undelivered};
 use crate::routing::{self, PeerId, RouteError, Router};
 use budget::RetryGate;
 use diameter::codec::Routing;
@@ -98,6 +101,14 @@ pub enum Error {
     /// 2^32 identifiers later the request was still pending: 3002.
     #[error("hop-by-hop identifier reused")]
     HopByHopReused,
+    /// The next hop's request queue is full (`node.upstream_queue`): the
+    /// agent is too busy for that peer, 3004 (RFC 6733 §7.1.3).
+    #[error("agent too busy: the peer's request queue is full")]
+    QueueFull,
+    /// The downstream connection has `node.max_pending_per_connection`
+    /// requests in flight already: 3004.
+    #[error("agent too busy: too many requests pending on this connection")]
+    TooManyPending,
 }
 
 impl Error {
@@ -108,7 +119,7 @@ impl Error {
             Error::NotProxiable | Error::ForTheAgent => APPLICATION_UNSUPPORTED,
             Error::Looped => LOOP_DETECTED,
             Error::MissingRealm => MISSING_AVP,
-            Error::AllBusy => TOO_BUSY,
+            Error::AllBusy | Error::QueueFull | Error::TooManyPending => TOO_BUSY,
             _ => UNABLE_TO_DELIVER,
         }
     }
@@ -189,6 +200,10 @@ pub(crate) struct Relay<'a> {
     pub(crate) table: &'a PeerTable,
     /// The retry budget.
     pub(crate) retry: &'a RetryGate,
+    /// Bytes of output an upstream connection holds, not yet taken by its
+    /// peer, past which a request for that peer is answered 3004 at once
+    /// instead of queued behind them (`node.upstream_backlog_bytes`).
+    pub(crate) upstream_backlog: usize,
     /// Overload control, when it is on.
     pub(crate) treat: Option<&'a dyn Treat>,
 }
@@ -295,7 +310,7 @@ impl<'a> Relay<'a> {
                 }
                 Decision::Answer { msg, code } => {
                     tracing::trace!(code, "doic throttled a rerouted request");
-                    let _ = r.reply.send(ToConn::Answer {
+                    r.reply.send(ToConn::Answer {
                         msg,
                         hbh: r.hbh,
                         code,
@@ -348,7 +363,7 @@ impl<'a> Relay<'a> {
                 return Err((r, RouteError::NoRoute));
             };
             r.pinned = choice.pinned;
-            match deliver(&slot, r) {
+            match self.deliver(&slot, r) {
                 Ok(()) => return Ok(()),
                 Err(back) => {
                     r = back;
@@ -381,7 +396,7 @@ impl<'a> Relay<'a> {
     ) -> Result<(), (Relayed, RouteError)> {
         if let Some(slot) = slot.or_else(|| self.table.get(peer)) {
             r.pinned = pinned;
-            match deliver(&slot, r) {
+            match self.deliver(&slot, r) {
                 Ok(()) => return Ok(()),
                 Err(back) => r = back,
             }
@@ -391,6 +406,35 @@ impl<'a> Relay<'a> {
         }
         r.tried.push(peer);
         self.dispatch(r, None, rotate)
+    }
+
+    /// Hands `r` to the open connection of `slot`, counted outstanding
+    /// there. When its queue is full, `r` is answered 3004 at once
+    /// ([`Error::QueueFull`]) and delivered all the same: it has its answer.
+    ///
+    /// # Errors
+    /// The request back when the peer has no open connection or it is gone.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the request comes back by value on the cold path; boxing would allocate on it"
+    )]
+    fn deliver(&self, slot: &PeerSlot, r: Relayed) -> Result<(), Relayed> {
+        match slot.send_request(r) {
+            Ok(()) => Ok(()),
+            Err((r, Undelivered::Full)) => {
+                self.queue_full(slot, r);
+                Ok(())
+            }
+            Err((r, Undelivered::Gone)) => Err(r),
+        }
+    }
+
+    /// [`Self::deliver`] found the queue of `slot`'s connection full.
+    #[cold]
+    #[inline(never)]
+    fn queue_full(&self, slot: &PeerSlot, r: Relayed) {
+        tracing::debug!(peer = %slot.host, cause = "request queue full", "request answered 3004");
+        self.answer_locally(r, Error::QueueFull);
     }
 
     /// Builds the agent's own answer to `msg` with `result_code`.
@@ -411,7 +455,7 @@ impl<'a> Relay<'a> {
     /// caller's.
     pub(crate) fn answer_locally_with(&self, r: Relayed, result_code: u32, why: &str) {
         let msg = self.local_answer(&r.msg, result_code, why);
-        let _ = r.reply.send(ToConn::Answer {
+        r.reply.send(ToConn::Answer {
             msg,
             hbh: r.hbh,
             code: result_code,
@@ -422,7 +466,10 @@ impl<'a> Relay<'a> {
     /// say whether it takes requests (`usable`: open, watchdog OKAY): written
     /// to `out` and recorded in `up` at `now` ([`Upstream::send`], with the
     /// agent's OC-Supported-Features `features` when given). Not usable, it
-    /// goes to another peer, or is answered 3002.
+    /// goes to another peer, or is answered 3002. When `out` already holds
+    /// [`Relay::upstream_backlog`] bytes the peer does not take in, `r` is answered
+    /// 3004 at once ([`Error::QueueFull`], counted as a full queue): the
+    /// agent is too busy for that peer.
     #[expect(
         clippy::too_many_arguments,
         reason = "the driver's state, passed by parts so that no lock or copy is added"
@@ -443,6 +490,11 @@ impl<'a> Relay<'a> {
         if !usable {
             *rotate = rotate.wrapping_add(1);
             return self.reroute(Some((id, slot)), r, *rotate, Error::PeerNotAvailable);
+        }
+        if out.len() >= self.upstream_backlog {
+            done(Some(slot));
+            slot.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+            return self.queue_full(slot, r);
         }
         slot.stats.requests_out.fetch_add(1, Ordering::Relaxed);
         let (_, old) = up.send(now, r, out, features);
@@ -579,28 +631,6 @@ impl<'a> Relay<'a> {
             }
         }
     }
-}
-
-/// Hands `r` to the open connection of `slot`, counted outstanding there.
-///
-/// # Errors
-/// The request back when the peer has no open connection or it is gone.
-#[expect(
-    clippy::result_large_err,
-    reason = "the request comes back by value on the cold path; boxing would allocate on it"
-)]
-fn deliver(slot: &PeerSlot, r: Relayed) -> Result<(), Relayed> {
-    let Some(tx) = slot.sender() else {
-        return Err(r);
-    };
-    slot.outstanding.fetch_add(1, Ordering::Relaxed);
-    tx.send(ToConn::Request(r)).map_err(|e| {
-        slot.outstanding.fetch_sub(1, Ordering::Relaxed);
-        let ToConn::Request(back) = e.0 else {
-            unreachable!("sent a request")
-        };
-        back
-    })
 }
 
 /// A request left the table of `slot`'s connection.

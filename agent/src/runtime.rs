@@ -7,9 +7,10 @@
 //! the same workers as groups of tasks on a runtime the caller passes in,
 //! with the control tick as a task ([`hosted`]).
 //!
-//! Threads talk through atomics and bounded crossbeam channels, never an
-//! unbounded queue: the feeds of the workers to the control thread are in
-//! [`control::Feeds`].
+//! Threads talk through atomics and bounded channels, never an unbounded
+//! queue: the feeds of the workers to the control thread are in
+//! [`control::Feeds`] (crossbeam), the connections' queues between workers
+//! in `net::link` (bounded tokio channels).
 
 use std::future::Future;
 use std::sync::Arc;

@@ -442,9 +442,16 @@ async fn untrusted_peers_reports_are_stripped_and_ignored() {
     stop(agent);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn rate_report_bounds_what_reaches_the_server_and_shows_in_metrics() {
-    let (s1, agent, mut c) = one_server(true, "").await;
+    // RFC 8582 §5.2: a 200 requests/s report bounds what reaches the server
+    // over any window. On the test's paused clock, with two workers: the
+    // offered load (1000/s, 10 requests every 10 ms) does not dip when the
+    // machine is busy, so what passes is what the bucket lets through, and
+    // a window in which no request was offered cannot lower it.
+    let s1 = Reporter::spawn(S1).await;
+    let agent = launch(Run::Here, agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
     let metrics = agent.metrics_addr().unwrap();
     let mut r = OcOlr::new(1, ReportType::Host);
     r.maximum_rate = Some(200);
@@ -452,32 +459,29 @@ async fn rate_report_bounds_what_reaches_the_server_and_shows_in_metrics() {
     report_once(&s1, OLR_RATE_ALGORITHM, vec![r]);
     exchange(&mut c, 1, 1, 1, None).await;
     let before = s1.requests();
-    let t0 = Instant::now();
+    let t0 = tokio::time::Instant::now();
     let mut hbh = 100;
-    while t0.elapsed() < Duration::from_secs(2) {
-        let a = exchange(&mut c, hbh, 500, 64, None).await;
-        assert_eq!(count(&a, 2001) + count(&a, 5012), 500);
-        hbh += 500;
+    for tick in 1..=200u32 {
+        let a = exchange(&mut c, hbh, 10, 10, None).await;
+        assert_eq!(count(&a, 2001) + count(&a, 5012), 10);
+        hbh += 10;
+        tokio::time::sleep_until(t0 + Duration::from_millis(10 * u64::from(tick))).await;
     }
-    let secs = t0.elapsed().as_secs_f64();
-    let rate = (s1.requests() - before) as f64 / secs;
-    let offered = f64::from(hbh - 100) / secs;
-    // At most the maximum rate (plus the bucket's burst tolerance, RFC 8582
-    // §8.3.2: 1 + TAU1/T requests); at least 90 % of what could pass (the
-    // machine is shared with the other tests: the offered load may dip).
-    // The 2 % bound at 10x load is the `bench-doic` stage's.
-    assert!(
-        rate <= 200.0 + 10.0 / secs,
-        "rate reaching the server {rate}/s"
-    );
-    assert!(
-        rate >= 0.9 * offered.min(200.0) - 10.0,
-        "rate reaching the server {rate}/s, offered {offered}/s"
-    );
+    let secs = (tokio::time::Instant::now() - t0).as_secs_f64();
+    assert!((2.0..2.1).contains(&secs), "{secs} s");
+    let passed = (s1.requests() - before) as f64;
+    eprintln!("{passed} passed in {secs} s");
+    // At most the maximum rate, plus the bucket's burst tolerance (RFC 8582
+    // §8.3.2: 1 + TAU1/T requests); at least all but that tolerance: with
+    // the load offered throughout, the bucket is never idle. The 2 % bound
+    // at 10x load is the `bench-doic` stage's.
+    assert!(passed <= 200.0 * secs + 10.0, "{passed} in {secs} s");
+    assert!(passed >= 200.0 * secs - 10.0, "{passed} in {secs} s");
     let active = "doic_ocs_active{type=\"host\",target=\"server1.example.net\"} 1";
     let body = body_with(metrics, "/metrics", active).await;
     assert!(body.contains("doic_requests_treated_total{treatment=\"throttled\"}"));
-    stop(agent);
+    agent.shutdown();
+    agent.wait().await;
 }
 
 #[test]
@@ -557,6 +561,54 @@ async fn a_report_ends_after_its_validity_then_probes_then_ramps_to_full_traffic
     idle_until(&mut c, t0, 9.5).await;
     let a = exchange(&mut c, 2000, 200, 50, None).await;
     assert_eq!(count(&a, 2001), 200, "all traffic after the ramp");
+    agent.shutdown();
+    agent.wait().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_probe_every_worker_ramps_together() {
+    // RFC 7683 §6.3 and docs/doic.md, "The ramp", with two workers: the
+    // clients' connections are on different workers (accepted in turn), so
+    // the probe's answer reaches one core while the other client's requests
+    // are treated on the other. The clean answer's ramp is replicated: both
+    // abate half way through it, and nothing after it.
+    let s1 = Reporter::spawn(S1).await;
+    let cfg = agent_config(&[(&s1, true)], Some("probe_interval = 1.0\nramp = 4.0"), 2);
+    let agent = launch(Run::Here, cfg, 1).await;
+    let addr = agent.local_addrs()[0];
+    let mut c1 = connect(addr).await;
+    let id = tools::loadgen::Identity::new("client2.example.org", "example.org");
+    let mut c2 = Client::connect(addr, id, vec![tools::loadgen::TEST_APP])
+        .await
+        .unwrap();
+    assert_eq!(c2.cea_result, 2001);
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(1, ReportType::Host, 100, Some(5))],
+    );
+    let t0 = tokio::time::Instant::now();
+    assert_eq!(code_of(&exchange(&mut c1, 1, 1, 1, None).await[0]), 2001);
+    for c in [&mut c1, &mut c2] {
+        let a = exchange(c, 100, 50, 50, None).await;
+        assert_eq!(count(&a, 2001), 0, "abated at once on both workers");
+    }
+    tokio::join!(idle_until(&mut c1, t0, 5.1), idle_until(&mut c2, t0, 5.1));
+    let a = exchange(&mut c1, 300, 50, 50, None).await;
+    assert_eq!(count(&a, 2001), 1, "one probe at 5.1 s");
+    // Half way through the ramp (7.1 s), about half passes on each worker.
+    tokio::join!(idle_until(&mut c1, t0, 7.1), idle_until(&mut c2, t0, 7.1));
+    for c in [&mut c1, &mut c2] {
+        let a = exchange(c, 1000, 200, 50, None).await;
+        let passed = count(&a, 2001);
+        assert!((50..=150).contains(&passed), "{passed} of 200 half way");
+    }
+    // After the ramp (9.1 s), everything, on both.
+    tokio::join!(idle_until(&mut c1, t0, 9.5), idle_until(&mut c2, t0, 9.5));
+    for c in [&mut c1, &mut c2] {
+        let a = exchange(c, 2000, 200, 50, None).await;
+        assert_eq!(count(&a, 2001), 200, "all traffic after the ramp");
+    }
     agent.shutdown();
     agent.wait().await;
 }

@@ -350,14 +350,21 @@ impl Doic {
     /// Applies what another worker's core handed out
     /// ([`crate::AnswerActions::replicate`], [`Doic::take_replicas`]): a report it
     /// accepted, so that every worker abates with the same states and, for
-    /// the rate algorithm, the same shared bucket; or a version of the
-    /// agent's own realm report, or a client it was sent to. The sequence
+    /// the rate algorithm, the same shared bucket; the start of a ramp its
+    /// probe's answer began (every worker ramps together); or a version of
+    /// the agent's own realm report, or a client it was sent to. The sequence
     /// rules make replicas idempotent and order-tolerant: an older replica
     /// is ignored.
     pub fn replicate(&mut self, r: &Replica) {
         let r = match r {
             Replica::Report(r) => r,
             Replica::Realm(r) => return self.realms.apply(r, &mut self.audit),
+            Replica::Ramp(r) => {
+                let key = (r.app_id, r.report_type, r.id.as_str());
+                return self
+                    .ocs
+                    .ramp_replicated(r.at, key, r.sequence, &mut self.audit);
+            }
         };
         let rt = r.report.report_type;
         let v = self.ocs.apply_shared(

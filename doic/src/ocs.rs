@@ -497,7 +497,9 @@ impl OcsTable {
     }
 
     /// An answer came from the target of (`app_id`, `rt`, `id`) without a new
-    /// report: a probing entry begins its ramp (the probe succeeded).
+    /// report: a probing entry begins its ramp (the probe succeeded). Returns
+    /// the sequence of the entry that began it, for the other workers
+    /// ([`OcsTable::ramp_replicated`]).
     pub fn note_answer(
         &mut self,
         now: Instant,
@@ -505,17 +507,42 @@ impl OcsTable {
         rt: ReportType,
         id: &str,
         audit: &mut Audit,
+    ) -> Option<u64> {
+        self.begin_ramp(now, (app_id, rt, id), None, audit)
+    }
+
+    /// Another worker's probe for the entry of `sequence` was answered clean
+    /// at `at` ([`OcsTable::note_answer`] there): this worker's entry, when it
+    /// holds the same version and is probing, ramps from `at` too, so that
+    /// every worker abates the same share (RFC 7683 §6.3, docs/doic.md "The
+    /// ramp").
+    pub fn ramp_replicated(
+        &mut self,
+        at: Instant,
+        (app_id, rt, id): (u32, ReportType, &str),
+        sequence: u64,
+        audit: &mut Audit,
     ) {
-        let Some(o) = self.lookup(now, app_id, rt, id, audit) else {
-            return;
-        };
-        if matches!(o.phase, Phase::Probing { .. }) {
-            o.phase = Phase::Ramping {
-                since: now,
-                from: 1.0,
-            };
-            audit.version(o.record(now, OcsEvent::Ramping, o.counts));
+        let _ = self.begin_ramp(at, (app_id, rt, id), Some(sequence), audit);
+    }
+
+    fn begin_ramp(
+        &mut self,
+        now: Instant,
+        (app_id, rt, id): (u32, ReportType, &str),
+        sequence: Option<u64>,
+        audit: &mut Audit,
+    ) -> Option<u64> {
+        let o = self.lookup(now, app_id, rt, id, audit)?;
+        if !matches!(o.phase, Phase::Probing { .. }) || sequence.is_some_and(|s| s != o.sequence) {
+            return None;
         }
+        o.phase = Phase::Ramping {
+            since: now,
+            from: 1.0,
+        };
+        audit.version(o.record(now, OcsEvent::Ramping, o.counts));
+        Some(o.sequence)
     }
 
     /// Removes entries whose ending is over; returns how many were removed.
@@ -716,8 +743,32 @@ mod tests {
             t.select(t1 + ENDING.probe_interval, key, p, &mut r, &mut a),
             Some(false)
         );
-        // The probe's answer comes back clean: ramp from 100 %.
-        t.note_answer(t2, 1, ReportType::Host, "s1", &mut a);
+        // The probe's answer comes back clean: ramp from 100 %, on this
+        // worker and, replicated, on another one that was probing too.
+        let (mut other, _, mut other_audit) = table();
+        other.apply(t0, 1, "s1", &report(1, 100, Some(2)), &mut other_audit);
+        let began = t
+            .note_answer(t2, 1, ReportType::Host, "s1", &mut a)
+            .unwrap();
+        assert_eq!(began, 1);
+        assert!(
+            t.note_answer(t2, 1, ReportType::Host, "s1", &mut a)
+                .is_none(),
+            "once"
+        );
+        other.ramp_replicated(t2, key, began + 1, &mut other_audit);
+        assert!(
+            matches!(
+                other.peek(1, ReportType::Host, "s1").unwrap().phase,
+                Phase::Probing { .. }
+            ),
+            "another version's ramp is not this one's"
+        );
+        other.ramp_replicated(t2, key, began, &mut other_audit);
+        assert!(matches!(
+            other.peek(1, ReportType::Host, "s1").unwrap().phase,
+            Phase::Ramping { since, .. } if since == t2
+        ));
         let half = t2 + Duration::from_secs(5);
         let passed = (0..10_000)
             .filter(|_| t.select(half, key, p, &mut r, &mut a) == Some(false))

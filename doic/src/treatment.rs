@@ -263,6 +263,25 @@ pub enum Replica {
     /// A version of the agent's own realm report, or a client it was sent
     /// to (seed 002; one sequence space for the agent, RFC 7683 §5.2.1.4).
     Realm(crate::realm::RealmReplica),
+    /// A probe of a version was answered clean: every worker ramps.
+    Ramp(RampReplica),
+}
+
+/// The clean answer to a probe of one version (RFC 7683 §6.3, docs/doic.md
+/// "The ramp"): the other workers' entries of that version, probing too,
+/// ramp from `at`, so that every worker abates the same share.
+#[derive(Clone, Debug)]
+pub struct RampReplica {
+    /// When the answer was handled: the ramp's start.
+    pub at: std::time::Instant,
+    /// Application-ID.
+    pub app_id: u32,
+    /// The OCS's report type.
+    pub report_type: crate::report::ReportType,
+    /// Host, realm or peer the OCS is for.
+    pub id: String,
+    /// The version whose probe was answered.
+    pub sequence: u64,
 }
 
 /// A report one worker accepted, for the other workers' cores: the same

@@ -177,6 +177,23 @@ pub(super) fn render(src: &Sources, o: &mut String) {
             v.load(Ordering::Relaxed)
         );
     }
+    let _ = writeln!(
+        o,
+        "# HELP doic_queue_full_total Messages that found a queue between workers full: requests for a peer's connection (queue=\"upstream\", answered 3004 at once) and answers for a connection (queue=\"answers\", sized so that it cannot fill; queued all the same).\n# TYPE doic_queue_full_total counter"
+    );
+    for (_, p) in &peers {
+        let _ = writeln!(
+            o,
+            "doic_queue_full_total{{queue=\"upstream\",peer=\"{}\"}} {}",
+            p.host,
+            p.stats.queue_full.load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "doic_queue_full_total{{queue=\"answers\"}} {}",
+        io.answer_queue_full.load(Ordering::Relaxed)
+    );
     render_admission(&src.admission, o);
     let _ = writeln!(
         o,

@@ -36,12 +36,12 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::net::ConnCtx;
-use crate::peer::table::{PeerSlot, PeerStats, ToConn, state};
+use crate::net::link::{ConnLink, Inbox, link};
+use crate::peer::table::{LinkRef, PeerSlot, PeerStats, Relayed, ToConn, state};
 use crate::relay::{self, pending::Upstream};
 use crate::routing::PeerId;
 use diameter::codec::Capabilities;
@@ -63,6 +63,9 @@ pub const PRE_OPEN_READ: usize = 4 * 1024;
 /// a few hundred bytes, rarely a few KiB. Longer is a framing error (5015),
 /// so a connection not yet open never holds more than this.
 pub const PRE_OPEN_MAX_MESSAGE: usize = 64 * 1024;
+/// Messages taken off a queue per wake-up, at most (the batch's buffer is
+/// kept per connection, so this also bounds what it holds after a burst).
+const BATCH: usize = 256;
 /// Output buffer of an open connection.
 const WRITE_CAPACITY: usize = 64 * 1024;
 /// Output buffer before the capabilities exchange (a CER or CEA).
@@ -99,8 +102,11 @@ struct Conn {
     fsm: Fsm,
     peer: Option<(PeerId, Arc<PeerSlot>)>,
     watchdog: Option<Watchdog>,
-    tx: UnboundedSender<ToConn>,
-    rx: UnboundedReceiver<ToConn>,
+    /// This connection's queues as others reach them (`net::link`).
+    tx: Arc<ConnLink>,
+    rx: Inbox,
+    /// What one wake-up takes off each queue (kept for its capacity).
+    batch: (Vec<Relayed>, Vec<ToConn>),
     inbuf: BytesMut,
     out: BytesMut,
     /// Requests relayed to this connection's peer, by Hop-by-Hop Identifier.
@@ -146,14 +152,18 @@ pub(crate) async fn run(
         ctx.kernel.note_open(remote);
     }
     let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
-    let (tx, rx) = unbounded_channel();
+    let (tx, rx) = link(
+        ctx.config.node.upstream_queue,
+        ctx.config.node.max_pending_per_connection,
+        ctx.io.clone(),
+    );
     let local = ctx.config.capabilities(local_ip);
     let timeout = ctx.config.cer_timeout();
     let fsm = Fsm::with_exchange_timeout(accepted.into_std(), role, local, timeout);
     let peer = expect.and_then(|p| ctx.relay.table.get(p).map(|s| (p, s)));
     if role == Role::Initiator
         && let Some((_, slot)) = &peer
-        && !slot.begin_connecting(id, tx.clone())
+        && !slot.begin_connecting(id, tx.clone() as LinkRef)
     {
         return;
     }
@@ -168,6 +178,7 @@ pub(crate) async fn run(
         watchdog: None,
         tx,
         rx,
+        batch: (Vec::new(), Vec::new()),
         inbuf: BytesMut::with_capacity(PRE_OPEN_READ),
         out: BytesMut::with_capacity(PRE_OPEN_WRITE),
         upstream: Upstream::new(
@@ -240,17 +251,13 @@ impl Conn {
                     }
                     Err(_) => self.close_by_peer(Cause::SocketError),
                 },
-                msg = self.rx.recv() => {
-                    if let Some(m) = msg {
-                        self.handle_to_conn(m);
-                        // Drain what else is queued: one write for all.
-                        for _ in 0..4096 {
-                            match self.rx.try_recv() {
-                                Ok(m) => self.handle_to_conn(m),
-                                Err(_) => break,
-                            }
-                        }
-                    }
+                // What is queued, in one go: one write for all.
+                // The Conn holds senders of both, so neither ends with 0.
+                _ = self.rx.msgs.recv_many(&mut self.batch.1, BATCH) => {
+                    self.take_batch(|c| &mut c.batch.1, Self::handle_to_conn);
+                }
+                _ = self.rx.requests.recv_many(&mut self.batch.0, BATCH) => {
+                    self.take_batch(|c| &mut c.batch.0, Self::send_upstream);
                 }
                 () = &mut sleep => {
                     self.handle_timers();
@@ -273,6 +280,16 @@ impl Conn {
             }
             self.pump_fsm();
         }
+    }
+
+    /// Hands each message of the batch `slot` (kept for its capacity) to
+    /// `handle`.
+    fn take_batch<T>(&mut self, slot: fn(&mut Self) -> &mut Vec<T>, handle: fn(&mut Self, T)) {
+        let mut batch = std::mem::take(slot(self));
+        for m in batch.drain(..) {
+            handle(self, m);
+        }
+        *slot(self) = batch;
     }
 
     fn next_deadline(&self) -> Instant {
@@ -641,7 +658,6 @@ impl Conn {
 
     fn handle_to_conn(&mut self, m: ToConn) {
         match m {
-            ToConn::Request(r) => self.send_upstream(r),
             ToConn::Answer { msg, hbh, code } => {
                 let start = self.out.len();
                 self.out.extend_from_slice(&msg);
@@ -692,21 +708,19 @@ impl Conn {
         } else {
             self.fail_over_all();
         }
-        // Queued requests for this connection go elsewhere too.
-        self.rx.close();
-        while let Ok(m) = self.rx.try_recv() {
-            match m {
-                ToConn::Request(r) => {
-                    let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
-                    self.ctx.relay.relay().reroute(
-                        from,
-                        r,
-                        self.rotate,
-                        relay::Error::ConnectionLost,
-                    );
-                }
-                other => self.handle_to_conn(other),
-            }
+        // Queued requests for this connection go elsewhere too (once the
+        // queue is closed, none can be queued), queued answers are written.
+        self.rx.requests.close();
+        while let Ok(r) = self.rx.requests.try_recv() {
+            let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
+            self.ctx
+                .relay
+                .relay()
+                .reroute(from, r, self.rotate, relay::Error::ConnectionLost);
+        }
+        self.rx.msgs.close();
+        while let Ok(m) = self.rx.msgs.try_recv() {
+            self.handle_to_conn(m);
         }
         self.linger().await;
     }

@@ -29,6 +29,10 @@ pub struct IoStats {
     pub writes: AtomicU64,
     /// Bytes those writes carried.
     pub bytes_written: AtomicU64,
+    /// Answers or notices that found a connection's answer queue full
+    /// (sized so that this cannot happen, `net::link`): queued all the
+    /// same by a task that waits for room.
+    pub answer_queue_full: AtomicU64,
 }
 
 /// What relaying uses across connections, one per agent: the agent's
@@ -49,6 +53,8 @@ pub struct RelayCtx {
     pub(crate) overload: Option<Arc<Overload>>,
     /// The retry budget of 3004 retries and failovers (`[retry]`).
     pub(crate) retry: Arc<RetryGate>,
+    /// `node.upstream_backlog_bytes` ([`Relay::upstream_backlog`]).
+    pub(crate) upstream_backlog: usize,
 }
 
 impl RelayCtx {
@@ -59,6 +65,7 @@ impl RelayCtx {
             router: &self.router,
             table: &self.table,
             retry: &self.retry,
+            upstream_backlog: self.upstream_backlog,
             treat: self.overload.is_some().then_some(self as &dyn Treat),
         }
     }

@@ -1,10 +1,10 @@
-//! The replica inboxes: reports one worker's core accepted
-//! ([`doic::AnswerActions::replicate`]), and versions of the agent's own
-//! realm reports and the clients they were sent to
+//! The replica inboxes: reports one worker's core accepted and the ramps
+//! its probes began ([`doic::AnswerActions::replicate`]), and versions of
+//! the agent's own realm reports and the clients they were sent to
 //! ([`doic::Doic::take_replicas`] too; seed 002, RFC 7683 §5.2.1.4), on
 //! their way to every other worker's core ([`doic::Doic::replicate`]), so
 //! that all workers abate with the same states and the same rate buckets
-//! (RFC 8582 §8.3) and send the same realm reports.
+//! (RFC 8582 §8.3), ramp together and send the same realm reports.
 //!
 //! Each worker has one bounded lock-free queue (a crossbeam array channel,
 //! [`CAPACITY`] replicas) and a flag: the request path reads the flag (one

@@ -3,3 +3,5 @@
 //! in [`diameter::peer`].
 
 pub mod table;
+#[cfg(test)]
+pub(crate) mod test_link;

@@ -21,6 +21,21 @@
 //! without waiting for its task): ended (peer closed or reset), or closing
 //! after DPR/DPA, it is retired ([`ToConn::Replaced`]) and the new connection
 //! opens; open and alive, the new one is refused 4003 as the RFC says.
+//!
+//! # Queues between connections
+//!
+//! A connection is reached through its [`Link`] (the tokio edge implements
+//! it): a bounded queue of requests for its peer, which refuses a request
+//! when full ([`Undelivered::Full`]: the relay answers it 3004 at once, RFC
+//! 6733 §7.1.3, counted in [`PeerStats::queue_full`]), and a queue of answers
+//! and notices for the connection itself, sized so that it cannot fill: at
+//! most as many answers are on their way to a connection as it has requests
+//! pending (`node.max_pending_per_connection`), plus one notice
+//! ([`ToConn::Close`] or [`ToConn::Replaced`], sent once, under the lock
+//! that then forgets the connection). A connection's task closes its
+//! request queue before it drains it for the last time: a request queued
+//! before is drained (rerouted), one offered after is refused
+//! ([`Undelivered::Gone`]) and goes elsewhere; none is left behind.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,18 +43,16 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::Config;
 use crate::routing::{PeerId, PeerView};
 use diameter::peer::capx::local_wins_election;
 use diameter::peer::watchdog::Watchdog;
 
-/// A message for a connection task.
+/// An answer or a notice for a connection task (requests go on their own
+/// queue, [`Link::request`]).
 #[derive(Debug)]
 pub enum ToConn {
-    /// Relay this request to the connection's peer.
-    Request(Relayed),
     /// Write this answer to the connection's peer with its original
     /// Hop-by-Hop Identifier.
     Answer {
@@ -80,6 +93,37 @@ pub trait Liveness: Send + Sync + std::fmt::Debug {
     fn ended(&self) -> bool;
 }
 
+/// Why a request could not be queued for a connection ([`Link::request`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Undelivered {
+    /// The connection's request queue is full (`node.upstream_queue`).
+    Full,
+    /// The connection has ended (or its peer has none open).
+    Gone,
+}
+
+/// A connection's queues as the relay and the table see them, from any
+/// worker (module docs). Neither call waits.
+pub trait Link: Send + Sync + std::fmt::Debug {
+    /// Queues a request for the connection's peer.
+    ///
+    /// # Errors
+    /// The request back and why, when the queue is full or the connection
+    /// gone.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the request comes back by value on the cold path; boxing would allocate on it"
+    )]
+    fn request(&self, r: Relayed) -> Result<(), (Relayed, Undelivered)>;
+
+    /// Queues an answer or a notice for the connection; when the connection
+    /// has ended it is dropped (there is no one left to write it to).
+    fn send(&self, m: ToConn);
+}
+
+/// A shared handle of a connection's queues.
+pub type LinkRef = Arc<dyn Link>;
+
 /// A request on its way upstream, with what is needed to answer it.
 #[derive(Debug)]
 pub struct Relayed {
@@ -88,8 +132,8 @@ pub struct Relayed {
     pub msg: Bytes,
     /// The downstream Hop-by-Hop Identifier, restored on the answer.
     pub hbh: u32,
-    /// Where the answer goes.
-    pub reply: UnboundedSender<ToConn>,
+    /// Where the answer goes: the downstream connection.
+    pub reply: LinkRef,
     /// Pinned to its peer by Destination-Host: never failed over.
     pub pinned: bool,
     /// Peers already tried (for failover and TOO_BUSY retries).
@@ -118,8 +162,8 @@ pub struct Relayed {
 #[derive(Debug, Clone)]
 enum ConnReg {
     Idle,
-    Connecting(u64, UnboundedSender<ToConn>),
-    Open(u64, UnboundedSender<ToConn>, Option<Arc<dyn Liveness>>),
+    Connecting(u64, LinkRef),
+    Open(u64, LinkRef, Option<Arc<dyn Liveness>>),
 }
 
 /// Router-visible state of a peer.
@@ -167,6 +211,9 @@ pub struct PeerStats {
     /// request's 3002 timeout, after a failover, or never asked for):
     /// dropped.
     pub answers_unmatched: AtomicU64,
+    /// Requests for this peer that found its connection's request queue
+    /// full: answered 3004 at once.
+    pub queue_full: AtomicU64,
 }
 
 /// One peer of the table.
@@ -224,17 +271,46 @@ impl PeerSlot {
         self.state.store(s, Ordering::Relaxed);
     }
 
-    /// The channel of the open connection, if any.
+    /// True while a connection is open.
     #[must_use]
-    pub fn sender(&self) -> Option<UnboundedSender<ToConn>> {
-        match &*self
+    pub fn is_open(&self) -> bool {
+        matches!(
+            *self
+                .reg
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ConnReg::Open(..)
+        )
+    }
+
+    /// Queues `r` for the open connection (outside the slot's lock: the
+    /// queue wakes the connection's worker), counted outstanding there; a
+    /// full queue is counted in [`PeerStats::queue_full`].
+    ///
+    /// # Errors
+    /// The request back and why, when there is no open connection or its
+    /// queue is full.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the request comes back by value on the cold path; boxing would allocate on it"
+    )]
+    pub fn send_request(&self, r: Relayed) -> Result<(), (Relayed, Undelivered)> {
+        let link = match &*self
             .reg
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
         {
-            ConnReg::Open(_, tx, _) => Some(tx.clone()),
-            _ => None,
-        }
+            ConnReg::Open(_, link, _) => link.clone(),
+            _ => return Err((r, Undelivered::Gone)),
+        };
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        link.request(r).map_err(|(r, why)| {
+            self.outstanding.fetch_sub(1, Ordering::Relaxed);
+            if why == Undelivered::Full {
+                self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+            }
+            (r, why)
+        })
     }
 
     /// True while a connection is registered (connecting or open).
@@ -251,7 +327,7 @@ impl PeerSlot {
 
     /// An initiator connection starts its capabilities exchange. Returns
     /// false when another connection is already registered (do not dial).
-    pub fn begin_connecting(&self, conn: u64, tx: UnboundedSender<ToConn>) -> bool {
+    pub fn begin_connecting(&self, conn: u64, tx: LinkRef) -> bool {
         let mut reg = self
             .reg
             .lock()
@@ -279,7 +355,7 @@ impl PeerSlot {
     pub fn try_open(
         &self,
         conn: u64,
-        tx: UnboundedSender<ToConn>,
+        tx: LinkRef,
         responder: bool,
         local_host: &str,
         live: Option<Arc<dyn Liveness>>,
@@ -296,14 +372,14 @@ impl PeerSlot {
                     return false;
                 }
                 tracing::info!(peer = %self.host, old = *id, new = conn, "peer reconnected: its ended connection is replaced");
-                let _ = other.send(ToConn::Replaced);
+                other.send(ToConn::Replaced);
             }
             // Wait-I-CEA  R-Conn-CER  Elect: Win-Election  I-Disc, R-Snd-CEA
             ConnReg::Connecting(id, other) if *id != conn && responder => {
                 if !local_wins_election(local_host, &self.host) {
                     return false;
                 }
-                let _ = other.send(ToConn::Close);
+                other.send(ToConn::Close);
             }
             _ => {}
         }
@@ -463,7 +539,7 @@ impl PeerView for PeerTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::sync::mpsc::unbounded_channel;
+    use crate::peer::test_link::Queue;
 
     /// A connection whose end the test decides.
     #[derive(Debug, Default)]
@@ -479,70 +555,71 @@ mod tests {
         // RFC 6733 §5.6.4: local "b..." succeeds remote "a...": the local
         // node wins, closes its initiator connection and keeps the responder.
         let slot = PeerSlot::new("a.example.net", "example.net", None);
-        let (tx1, mut rx1) = unbounded_channel();
+        let rx1 = Queue::new();
+        let tx1 = rx1.link();
         assert!(slot.begin_connecting(1, tx1.clone()));
-        let (tx2, _) = unbounded_channel();
+        let tx2 = Queue::new().link();
         assert!(slot.try_open(2, tx2, true, "b.example.com", None));
-        assert!(matches!(rx1.try_recv(), Ok(ToConn::Close)));
+        assert!(matches!(rx1.try_recv(), Some(ToConn::Close)));
         assert!(
             !slot.try_open(1, tx1, false, "b.example.com", None),
             "the initiator's late CEA does not open it"
         );
         slot.release(1);
-        assert!(
-            slot.sender().is_some(),
-            "releasing the loser keeps the winner"
-        );
+        assert!(slot.is_open(), "releasing the loser keeps the winner");
 
         // Local "a..." < remote "Z..." (case-insensitive): the peer wins; the
         // incoming connection is refused 4003 and the initiator opens.
         let slot = PeerSlot::new("Z.example.net", "example.net", None);
-        let (tx1, mut rx1) = unbounded_channel();
+        let rx1 = Queue::new();
+        let tx1 = rx1.link();
         assert!(slot.begin_connecting(1, tx1.clone()));
-        let (tx2, _) = unbounded_channel();
+        let tx2 = Queue::new().link();
         assert!(!slot.try_open(2, tx2, true, "a.example.com", None));
         assert!(slot.try_open(1, tx1, false, "a.example.com", None));
-        assert!(rx1.try_recv().is_err());
-        let (tx3, _) = unbounded_channel();
+        assert!(rx1.try_recv().is_none());
+        let tx3 = Queue::new().link();
         assert!(
             !slot.try_open(3, tx3, true, "a.example.com", None),
             "one open connection per peer"
         );
         slot.release(1);
-        assert!(slot.sender().is_none());
+        assert!(!slot.is_open());
     }
 
     #[test]
     fn a_reconnect_replaces_an_ended_connection_and_only_that() {
         let slot = PeerSlot::new("c.example.org", "example.org", None);
         let wire = Arc::new(Wire::default());
-        let (tx1, mut rx1) = unbounded_channel();
+        let rx1 = Queue::new();
+        let tx1 = rx1.link();
         let live: Arc<dyn Liveness> = wire.clone();
         assert!(slot.try_open(1, tx1, true, "agent.example.com", Some(live)));
         slot.set_state(state::OKAY);
         // open and alive: R-Conn-CER in R-Open is R-Reject
-        let (tx2, _) = unbounded_channel();
+        let tx2 = Queue::new().link();
         assert!(!slot.try_open(2, tx2, true, "agent.example.com", None));
-        assert!(rx1.try_recv().is_err(), "the live connection stays");
+        assert!(rx1.try_recv().is_none(), "the live connection stays");
         // the peer closed it; its task has not noticed yet
         wire.0.store(true, Ordering::Relaxed);
-        let (tx3, mut rx3) = unbounded_channel();
+        let rx3 = Queue::new();
+        let tx3 = rx3.link();
         assert!(slot.try_open(3, tx3, true, "agent.example.com", None));
-        assert!(matches!(rx1.try_recv(), Ok(ToConn::Replaced)));
+        assert!(matches!(rx1.try_recv(), Some(ToConn::Replaced)));
         slot.release(1);
-        assert!(slot.sender().is_some(), "the old one's end keeps the new");
+        assert!(slot.is_open(), "the old one's end keeps the new");
         // closing after DPR: replaced too
         slot.set_state(state::CLOSING);
-        let (tx4, _) = unbounded_channel();
+        let tx4 = Queue::new().link();
         assert!(slot.try_open(4, tx4, true, "agent.example.com", None));
-        assert!(matches!(rx3.try_recv(), Ok(ToConn::Replaced)));
+        assert!(matches!(rx3.try_recv(), Some(ToConn::Replaced)));
     }
 
     #[test]
     fn the_remote_address_is_the_open_connections() {
         let slot = PeerSlot::new("a.example.net", "example.net", None);
         let addr: SocketAddr = "127.0.0.2:40000".parse().unwrap();
-        let (tx, _) = unbounded_channel();
+        let tx = Queue::new().link();
         assert!(slot.try_open(1, tx, true, "b.example.com", None));
         slot.note_remote(1, Some(addr));
         assert_eq!(slot.remote(), Some(addr));

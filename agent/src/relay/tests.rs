@@ -1,17 +1,17 @@
 //! The relay without sockets: peers are slots of a real [`PeerTable`] whose
-//! connections are channels the tests read, time is an argument.
+//! connections are in-memory queues the tests read, time is an argument.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::budget::{RetryConfig, RetryGate};
 use super::pending::Upstream;
 use super::*;
 use crate::peer::table::state;
+use crate::peer::test_link::Queue;
 use crate::routing::Candidate;
 use diameter::codec::{Message, avp::Avp};
 use diameter::dictionary::code;
@@ -19,6 +19,7 @@ use diameter::dictionary::code;
 const AGENT: &str = "agent.example.com";
 const CLIENT: &str = "client.example.org";
 const TIMEOUT: Duration = Duration::from_secs(5);
+const BACKLOG: usize = 1 << 20;
 
 /// An agent with peers `s1`, `s2` (realm example.net, any application),
 /// `s3` (example.net, application 4 only), each with an open connection.
@@ -26,7 +27,7 @@ struct World {
     table: PeerTable,
     router: Router,
     retry: RetryGate,
-    conns: Vec<UnboundedReceiver<ToConn>>,
+    conns: Vec<Arc<Queue>>,
 }
 
 impl World {
@@ -39,9 +40,9 @@ impl World {
         {
             let id = table.lookup_or_add(host, Some("example.net")).unwrap();
             assert_eq!(id, i);
-            let (tx, rx) = unbounded_channel();
+            let rx = Queue::with_capacity(4);
             let slot = table.get(id).unwrap();
-            assert!(slot.try_open(i as u64, tx, true, AGENT, None));
+            assert!(slot.try_open(i as u64, rx.link(), true, AGENT, None));
             slot.set_state(state::OKAY);
             conns.push(rx);
         }
@@ -67,6 +68,7 @@ impl World {
             router: &self.router,
             table: &self.table,
             retry: &self.retry,
+            upstream_backlog: BACKLOG,
             treat: None,
         }
     }
@@ -77,11 +79,10 @@ impl World {
 
     /// The request queued for peer `id`'s connection, if any.
     fn delivered(&mut self, id: PeerId) -> Option<Relayed> {
-        match self.conns[id].try_recv() {
-            Ok(ToConn::Request(r)) => Some(r),
-            Ok(other) => panic!("{other:?} instead of a request"),
-            Err(_) => None,
+        if let Some(other) = self.conns[id].try_recv() {
+            panic!("{other:?} instead of a request");
         }
+        self.conns[id].request_taken()
     }
 
     /// The one peer a request was delivered to.
@@ -116,9 +117,10 @@ fn to_realm(app: u32, hbh: u32) -> Bytes {
 }
 
 /// The request as the client's connection hands it to the relay.
-fn relayed(msg: Bytes) -> (Relayed, UnboundedReceiver<ToConn>) {
+fn relayed(msg: Bytes) -> (Relayed, Arc<Queue>) {
     let head = Header::read(&msg);
-    let (reply, down) = unbounded_channel();
+    let down = Queue::new();
+    let reply = down.link();
     let r = Relayed {
         realm: Bytes::from_static(b"example.net"),
         msg,
@@ -137,8 +139,8 @@ fn relayed(msg: Bytes) -> (Relayed, UnboundedReceiver<ToConn>) {
 
 /// The answer written downstream: Hop-by-Hop Identifier, Result-Code,
 /// Error-Message.
-fn answer(down: &mut UnboundedReceiver<ToConn>) -> (u32, u32, String) {
-    let Ok(ToConn::Answer { msg, hbh, code: c }) = down.try_recv() else {
+fn answer(down: &Queue) -> (u32, u32, String) {
+    let Some(ToConn::Answer { msg, hbh, code: c }) = down.try_recv() else {
         panic!("no answer downstream")
     };
     let m = Message::decode(msg).unwrap();
@@ -326,7 +328,7 @@ fn upstream_requests_get_a_route_record_and_a_fresh_hop_by_hop_id() {
 fn a_peer_that_fails_hands_its_requests_to_an_alternate_with_the_t_flag() {
     let mut w = World::new(&RetryConfig::default());
     let t0 = Instant::now();
-    let (r, mut down) = relayed(to_realm(0, 7));
+    let (r, down) = relayed(to_realm(0, 7));
     w.relay().route(r, None, 0).unwrap();
     let (from, r) = w.delivered_anywhere();
     let other = 1 - from;
@@ -335,7 +337,7 @@ fn a_peer_that_fails_hands_its_requests_to_an_alternate_with_the_t_flag() {
     let sent = written(&out).header.hop_by_hop;
     // A pinned request pending at the same peer cannot move.
     let host = w.slot(from).host.clone();
-    let (r, mut pinned_down) = relayed(to_realm(0, 8));
+    let (r, pinned_down) = relayed(to_realm(0, 8));
     w.relay().route(r, Some(&host), 0).unwrap();
     let r = w.delivered(from).unwrap();
     assert!(r.pinned);
@@ -351,7 +353,7 @@ fn a_peer_that_fails_hands_its_requests_to_an_alternate_with_the_t_flag() {
     assert_eq!(slot.outstanding.load(Ordering::Relaxed), 0);
     assert_eq!(slot.stats.failovers.load(Ordering::Relaxed), 1);
     assert_eq!(w.retry.stats.failover.load(Ordering::Relaxed), 1);
-    let (hbh, code, why) = answer(&mut pinned_down);
+    let (hbh, code, why) = answer(&pinned_down);
     assert_eq!(
         (hbh, code, why.as_str()),
         (8, 3002, "destination host unavailable")
@@ -363,7 +365,7 @@ fn a_peer_that_fails_hands_its_requests_to_an_alternate_with_the_t_flag() {
     let m = written(&send_on(&w, &mut alt, other, r, t0));
     assert!(m.header.flags.is_retransmit(), "T flag (§5.5.4)");
     assert_eq!(route_records(&m), vec![CLIENT.to_owned()]);
-    assert!(down.try_recv().is_err(), "not answered by the agent");
+    assert!(down.try_recv().is_none(), "not answered by the agent");
 
     // The old peer's answer, after the failover, matches nothing.
     assert!(up.handle_answer(sent, &slot.stats).is_none());
@@ -374,7 +376,7 @@ fn a_peer_that_fails_hands_its_requests_to_an_alternate_with_the_t_flag() {
 fn failover_without_an_alternate_is_3002() {
     let mut w = World::new(&RetryConfig::default());
     let t0 = Instant::now();
-    let (r, mut down) = relayed(to_realm(4, 9));
+    let (r, down) = relayed(to_realm(4, 9));
     w.relay().route(r, None, 0).unwrap();
     let r = w.delivered(2).unwrap();
     let mut up = Upstream::new(0, TIMEOUT);
@@ -382,15 +384,82 @@ fn failover_without_an_alternate_is_3002() {
     let slot = w.slot(2);
     w.relay()
         .fail_over_all(&mut up, Some((2, &slot)), t0, &mut 0);
-    let (hbh, code, why) = answer(&mut down);
+    let (hbh, code, why) = answer(&down);
     assert_eq!((hbh, code, why.as_str()), (9, 3002, "no alternate peer"));
+}
+
+#[test]
+fn a_request_that_finds_its_next_hops_queue_full_is_answered_3004_at_once_and_counted() {
+    // Application 4 routes to s3 only, whose queue holds 4 requests.
+    let mut w = World::new(&RetryConfig::default());
+    let mut downs = Vec::new();
+    for hbh in 0..5 {
+        let (r, down) = relayed(to_realm(4, hbh));
+        w.relay().route(r, None, 0).unwrap();
+        downs.push(down);
+    }
+    for down in &downs[..4] {
+        assert!(down.try_recv().is_none(), "queued, not answered");
+    }
+    // RFC 6733 §7.1.3: the agent is too busy for that peer.
+    let (hbh, code, why) = answer(&downs[4]);
+    assert_eq!(
+        (hbh, code, why.as_str()),
+        (4, 3004, "agent too busy: the peer's request queue is full")
+    );
+    let slot = w.slot(2);
+    assert_eq!(slot.stats.queue_full.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        slot.outstanding.load(Ordering::Relaxed),
+        4,
+        "the refused one is not"
+    );
+    assert!(w.delivered(2).is_some(), "room for one again");
+    let (r, down) = relayed(to_realm(4, 5));
+    w.relay().route(r, None, 0).unwrap();
+    assert!(down.try_recv().is_none());
+    assert_eq!(slot.stats.queue_full.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_request_for_a_peer_that_does_not_take_in_its_backlog_is_answered_3004_at_once() {
+    let w = World::new(&RetryConfig::default());
+    let slot = w.slot(0);
+    let mut up = Upstream::new(0, TIMEOUT);
+    let mut out = BytesMut::from(&vec![0u8; BACKLOG - 1][..]);
+    for hbh in [1, 2] {
+        let (r, down) = relayed(to_realm(0, hbh));
+        slot.outstanding.fetch_add(1, Ordering::Relaxed);
+        w.relay().send_upstream(
+            &mut up,
+            Some((0, &slot)),
+            true,
+            (Instant::now(), &mut 0),
+            r,
+            &mut out,
+            None,
+        );
+        if hbh == 1 {
+            assert!(down.try_recv().is_none(), "below the backlog: written");
+        } else {
+            let (h, code, _) = answer(&down);
+            assert_eq!((h, code), (2, 3004), "RFC 6733 §7.1.3");
+        }
+    }
+    assert!(out.len() > BACKLOG);
+    assert_eq!(slot.stats.queue_full.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        slot.outstanding.load(Ordering::Relaxed),
+        1,
+        "only the written one"
+    );
 }
 
 #[test]
 fn no_answer_before_the_request_timeout_is_3002_and_the_late_answer_is_dropped() {
     let w = World::new(&RetryConfig::default());
     let t0 = Instant::now();
-    let (r, mut down) = relayed(to_realm(0, 7));
+    let (r, down) = relayed(to_realm(0, 7));
     let slot = w.slot(0);
     slot.outstanding.fetch_add(1, Ordering::Relaxed);
     let mut up = Upstream::new(0, TIMEOUT);
@@ -401,9 +470,9 @@ fn no_answer_before_the_request_timeout_is_3002_and_the_late_answer_is_dropped()
         Some(&slot),
         t0 + TIMEOUT - Duration::from_millis(1),
     );
-    assert!(down.try_recv().is_err(), "not yet");
+    assert!(down.try_recv().is_none(), "not yet");
     relay.handle_timeout(&mut up, Some(&slot), t0 + TIMEOUT);
-    let (hbh, code, why) = answer(&mut down);
+    let (hbh, code, why) = answer(&down);
     assert_eq!(
         (hbh, code, why.as_str()),
         (7, 3002, "upstream answer timed out")
@@ -413,7 +482,7 @@ fn no_answer_before_the_request_timeout_is_3002_and_the_late_answer_is_dropped()
     // Exactly one answer: the late one from upstream is dropped, counted.
     assert!(up.handle_answer(sent, &slot.stats).is_none());
     assert_eq!(slot.stats.answers_unmatched.load(Ordering::Relaxed), 1);
-    assert!(down.try_recv().is_err());
+    assert!(down.try_recv().is_none());
 }
 
 #[test]

@@ -12,7 +12,7 @@ use crate::features::{self, Algorithm, OcSupportedFeatures};
 use crate::report::{OcOlr, Report, ReportType};
 use crate::treatment::{
     AnswerActions, DIAMETER_OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY, DIAMETER_TOO_BUSY, PendingTx,
-    Replica, ReportReplica, RequestView, retry_allowed,
+    RampReplica, Replica, ReportReplica, RequestView, retry_allowed,
 };
 
 impl Doic {
@@ -149,9 +149,19 @@ impl Doic {
                 (ReportType::Peer, from_peer),
             ];
             for (rt, id) in targets {
-                if !fresh[crate::report::slot(rt)] {
-                    self.ocs
-                        .note_answer(now, ans.app_id, rt, id, &mut self.audit);
+                if !fresh[crate::report::slot(rt)]
+                    && let Some(sequence) =
+                        self.ocs
+                            .note_answer(now, ans.app_id, rt, id, &mut self.audit)
+                {
+                    // Every worker ramps together.
+                    out.replicate.push(Replica::Ramp(RampReplica {
+                        at: now,
+                        app_id: ans.app_id,
+                        report_type: rt,
+                        id: id.to_owned(),
+                        sequence,
+                    }));
                 }
             }
         }

@@ -141,6 +141,11 @@ impl Conn {
             // sends is not relayed (it would hold the DPA back), but answered.
             return self.refuse(&msg, relay::Error::ConnectionClosing);
         }
+        if self.inflight_down >= self.ctx.config.node.max_pending_per_connection {
+            // The bound that keeps the answer queue from filling
+            // (`net::link`): the agent is too busy for more from this peer.
+            return self.refuse(&msg, relay::Error::TooManyPending);
+        }
         let realm = msg.slice_ref(realm);
         let dest_host = routing
             .destination_host()
@@ -298,7 +303,7 @@ impl Conn {
                         {
                             msg = crate::overload::with_avp(&msg, ov.answer_features_avp(f));
                         }
-                        let _ = r.reply.send(ToConn::Answer {
+                        r.reply.send(ToConn::Answer {
                             msg,
                             hbh: r.hbh,
                             code,
@@ -308,7 +313,7 @@ impl Conn {
                 }
             }
         }
-        let _ = r.reply.send(match append {
+        r.reply.send(match append {
             Some(features) => ToConn::AnswerWith {
                 msg,
                 features,
