@@ -1,7 +1,10 @@
-//! `doic-agent demo`: the agent between built-in loopback peers, a load
-//! client (`client1.example.org`) and one server per `[[peer]]` with a
+//! `doic-agent demo --relay`: the agent between built-in loopback peers, a
+//! load client (`client1.example.org`) and one server per `[[peer]]` with a
 //! `connect` address, with a one-line summary every second. Servers whose
-//! configured port is 0 get an ephemeral port.
+//! configured port is 0 get an ephemeral port. `doic-agent demo` without
+//! it runs the overload episode ([`episode`]).
+
+pub mod episode;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
