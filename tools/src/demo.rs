@@ -35,6 +35,20 @@ pub enum DemoError {
     Config,
 }
 
+/// Waits for a demo client's task and gives its report.
+fn join_client(
+    rt: &tokio::runtime::Runtime,
+    client: tokio::task::JoinHandle<std::io::Result<Report>>,
+) -> Result<Report, DemoError> {
+    let start = |source| DemoError::Start {
+        what: "the demo client".into(),
+        source,
+    };
+    rt.block_on(client)
+        .map_err(|e| start(std::io::Error::other(e)))?
+        .map_err(start)
+}
+
 /// Runs the demo for `seconds` (or until `stop` is raised), printing a
 /// summary line every second and a final report. Returns the client's
 /// report.
@@ -169,16 +183,7 @@ pub fn run(
             util.join(" ")
         );
     }
-    let report = rt
-        .block_on(client)
-        .map_err(|e| DemoError::Start {
-            what: "the demo client".into(),
-            source: std::io::Error::other(e),
-        })?
-        .map_err(|source| DemoError::Start {
-            what: "the demo client".into(),
-            source,
-        })?;
+    let report = join_client(&rt, client)?;
     agent.shutdown();
     agent.join();
     for (_, s) in &servers {

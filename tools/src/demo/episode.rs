@@ -286,14 +286,7 @@ fn run_once(spec: &Spec, controlled: bool, stop: &Arc<AtomicBool>) -> Result<Out
     }
     let mut reports = Vec::new();
     for c in clients {
-        let r = rt
-            .block_on(c)
-            .map_err(|e| DemoError::Start {
-                what: "a demo client".into(),
-                source: std::io::Error::other(e),
-            })?
-            .map_err(start_err("a demo client"))?;
-        reports.push(r);
+        reports.push(super::join_client(&rt, c)?);
     }
     let (throttled, diverted, _) = agent_counts(&agent);
     agent.shutdown();
