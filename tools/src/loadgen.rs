@@ -536,3 +536,41 @@ impl Client {
 pub fn put_mandatory_avp(out: &mut BytesMut, code: u32, data: &[u8]) {
     put_avp(out, code, AvpFlags(AvpFlags::MANDATORY), None, data).expect("a short avp");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stepped_pace_offers_each_step_its_share_of_the_base_rate() {
+        static SHARES: [f64; 3] = [0.5, 2.0, 1.0];
+        let p = Pace::Steps {
+            base: 1000,
+            step: Duration::from_secs(1),
+            shares: &SHARES,
+        };
+        let s = Duration::from_secs_f64;
+        assert_eq!(p.due(s(0.5)), Some(250));
+        assert_eq!(p.due(s(1.0)), Some(500));
+        assert_eq!(p.due(s(1.5)), Some(1500));
+        assert_eq!(p.due(s(3.0)), Some(3500));
+        // Nothing after the last step.
+        assert_eq!(p.due(s(9.0)), Some(3500));
+        assert_eq!(p.rate_at(s(1.2)), 2000.0);
+        assert_eq!(p.rate_at(s(3.5)), 0.0);
+        assert_eq!(Pace::Closed(4).due(s(1.0)), None);
+        assert_eq!(Pace::Open(100).due(s(2.0)), Some(200));
+    }
+
+    #[test]
+    fn goodput_counts_2001_answers_within_the_timeout_per_second() {
+        let r = Report {
+            ok_latencies_us: vec![1_000, 1_999_999, 2_000_000, 2_000_001, 9_000_000],
+            elapsed: Duration::from_secs(2),
+            ..Report::default()
+        };
+        assert_eq!(r.goodput(Duration::from_secs(2)), 1.5);
+        assert_eq!(r.ok_percentile_us(0.0), 1_000);
+        assert_eq!(r.ok_percentile_us(100.0), 9_000_000);
+    }
+}
