@@ -351,23 +351,35 @@ const OVERLOAD_GATE_ENFORCED: bool = false;
 
 /// The reduced efficacy benchmark (bench/src/bin/bench-overload.rs): 5x
 /// the capacity, both built-in server kinds, direct (reported) and the
-/// agent with `[doic]` (gated), three rounds of 3 s after 2 s of warm-up.
+/// agent with `[doic]` (gated), three rounds of 3 s after 2 s of warm-up;
+/// about 100 s.
 fn bench_overload() -> anyhow::Result<()> {
     let bin = bench_bin("bench-overload")?;
     let require = OVERLOAD_GATE_GOODPUT.to_string();
-    let result = bench_attempts(|| {
+    let make = || {
         let mut cmd = std::process::Command::new(&bin);
-        cmd.args(["--loads", "5", "--seconds", "3", "--rounds", "3"]);
+        // A drain of 1 s: the gate counts goodput, not the stragglers.
+        cmd.args([
+            "--loads",
+            "5",
+            "--seconds",
+            "3",
+            "--rounds",
+            "3",
+            "--drain",
+            "1",
+        ]);
         cmd.args(["--paths", "direct,agent-doic", "--require", &require]);
         cmd
-    });
-    match result {
-        Err(e) if !OVERLOAD_GATE_ENFORCED => {
-            eprintln!("bench-overload: gate not enforced (OVERLOAD_GATE_ENFORCED): {e}");
-            Ok(())
-        }
-        r => r,
+    };
+    if OVERLOAD_GATE_ENFORCED {
+        return bench_attempts(make);
     }
+    // Not enforced: one run for the figures, its miss reported.
+    if let Err(e) = crate::util::run_cmd(&mut make()) {
+        eprintln!("bench-overload: gate not enforced (OVERLOAD_GATE_ENFORCED): {e}");
+    }
+    Ok(())
 }
 
 /// The full efficacy grid (`cargo xtask bench overload`): loads 1x to 10x,
