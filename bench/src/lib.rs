@@ -4,6 +4,7 @@
 
 pub mod bucket;
 pub mod codec;
+pub mod overload;
 pub mod relay;
 pub mod relay_ab;
 pub mod speed;

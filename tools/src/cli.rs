@@ -28,17 +28,38 @@ pub enum Command {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
-    /// Run the agent between built-in loopback peers (a load client and two
-    /// servers) and print a one-line summary every second.
+    /// Run an overload episode on loopback: servers without DOIC of a
+    /// stated capacity, offered half to three times it and back, with and
+    /// without `[doic]`; a line per second and a goodput comparison. With
+    /// `--relay`: the agent relaying between a load client and two servers.
     Demo {
-        /// Stop after this many seconds (default: until Ctrl-C).
-        #[arg(long, value_name = "N")]
+        /// The plain relay demo instead of the overload episode.
+        #[arg(long)]
+        relay: bool,
+        /// Each server's capacity in the episode, requests per second.
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 500,
+            conflicts_with = "relay"
+        )]
+        capacity: u32,
+        /// Seconds each step of the episode lasts.
+        #[arg(
+            long,
+            value_name = "S",
+            default_value_t = 3.0,
+            conflicts_with = "relay"
+        )]
+        step: f64,
+        /// Relay demo: stop after this many seconds (default: until Ctrl-C).
+        #[arg(long, value_name = "N", requires = "relay")]
         seconds: Option<u64>,
-        /// A configuration file instead of the embedded demo configuration.
-        #[arg(long, value_name = "FILE")]
+        /// Relay demo: a configuration file instead of the embedded one.
+        #[arg(long, value_name = "FILE", requires = "relay")]
         config: Option<PathBuf>,
-        /// Requests the demo client keeps outstanding.
-        #[arg(long, value_name = "N", default_value_t = 32)]
+        /// Relay demo: requests the client keeps outstanding.
+        #[arg(long, value_name = "N", default_value_t = 32, requires = "relay")]
         outstanding: usize,
     },
     /// Decode one Diameter message and print it as JSON.

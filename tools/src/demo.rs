@@ -1,7 +1,10 @@
-//! `doic-agent demo`: the agent between built-in loopback peers, a load
-//! client (`client1.example.org`) and one server per `[[peer]]` with a
+//! `doic-agent demo --relay`: the agent between built-in loopback peers, a
+//! load client (`client1.example.org`) and one server per `[[peer]]` with a
 //! `connect` address, with a one-line summary every second. Servers whose
-//! configured port is 0 get an ephemeral port.
+//! configured port is 0 get an ephemeral port. `doic-agent demo` without
+//! it runs the overload episode ([`episode`]).
+
+pub mod episode;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +33,20 @@ pub enum DemoError {
     /// The configuration has nothing to demonstrate.
     #[error("the demo needs a listen address and a [[route]] (check the configuration)")]
     Config,
+}
+
+/// Waits for a demo client's task and gives its report.
+fn join_client(
+    rt: &tokio::runtime::Runtime,
+    client: tokio::task::JoinHandle<std::io::Result<Report>>,
+) -> Result<Report, DemoError> {
+    let start = |source| DemoError::Start {
+        what: "the demo client".into(),
+        source,
+    };
+    rt.block_on(client)
+        .map_err(|e| start(std::io::Error::other(e)))?
+        .map_err(start)
 }
 
 /// Runs the demo for `seconds` (or until `stop` is raised), printing a
@@ -166,16 +183,7 @@ pub fn run(
             util.join(" ")
         );
     }
-    let report = rt
-        .block_on(client)
-        .map_err(|e| DemoError::Start {
-            what: "the demo client".into(),
-            source: std::io::Error::other(e),
-        })?
-        .map_err(|source| DemoError::Start {
-            what: "the demo client".into(),
-            source,
-        })?;
+    let report = join_client(&rt, client)?;
     agent.shutdown();
     agent.join();
     for (_, s) in &servers {

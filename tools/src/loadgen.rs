@@ -1,17 +1,22 @@
 //! Built-in loopback Diameter peers for the demo, the tests and the
-//! benchmark: a server that answers every request 2001 (RFC 6733 §6.2
-//! answer with Session-Id, Origin-Host/Realm, Result-Code, Proxy-Info), and
-//! a load client with closed-loop (N outstanding) and open-loop (target
-//! rate) modes. Both do the base protocol themselves: CER/CEA (§5.3),
-//! DWR/DWA (§5.5), DPR/DPA (§5.4). Traffic is freeDiameter test_app's:
-//! Test-Request, command 16777214, application 16777215. A server may be
-//! held to a capacity ([`busy`]: it queues or rejects above it).
+//! benchmarks: a server ([`server`]) that answers every request 2001
+//! (RFC 6733 §6.2 answer with Session-Id, Origin-Host/Realm, Result-Code,
+//! Proxy-Info), optionally held to a capacity ([`busy`]: it queues FIFO or
+//! rejects with 3004 above it), and a load client with closed-loop (N
+//! outstanding), open-loop (target rate) and stepped open-loop modes, whose
+//! counts can be watched live. Both do the base protocol themselves:
+//! CER/CEA (§5.3), DWR/DWA (§5.5), DPR/DPA (§5.4). Traffic is freeDiameter
+//! test_app's: Test-Request, command 16777214, application 16777215.
 
 mod busy;
+mod server;
 
 pub use busy::Busy;
+pub use server::{
+    Malformed, Server, ServerBehaviour, ServerStats, accept_until, read_unless_stopped,
+};
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,11 +24,11 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use diameter::codec::answer::{put_base, put_capabilities, put_error_answer};
 use diameter::codec::header::{begin, finish};
-use diameter::codec::{AvpFlags, Capabilities, CommandFlags, Header, Routing, frame_len, put_avp};
+use diameter::codec::{AvpFlags, Capabilities, CommandFlags, Header, frame_len, put_avp};
 use diameter::dictionary::{app, cmd, code};
 
 /// test_app's application id (vendor-specific 16777215).
@@ -64,365 +69,6 @@ impl Identity {
     }
 }
 
-/// Counters of a [`Server`].
-#[derive(Debug, Default)]
-pub struct ServerStats {
-    /// Requests (other than base protocol) received.
-    pub requests: AtomicU64,
-    /// Of which carried the T flag.
-    pub retransmitted: AtomicU64,
-    /// Of which were answered 3004 for want of capacity ([`Busy::Reject`]).
-    pub rejected: AtomicU64,
-    /// The wait in the queue, in microseconds, of the last request that
-    /// arrived ([`Busy::Queue`]).
-    pub queue_wait_us: AtomicU64,
-    /// DWRs received.
-    pub dwr: AtomicU64,
-    /// DPRs received.
-    pub dpr: AtomicU64,
-    /// CERs received.
-    pub cer: AtomicU64,
-    /// The last application request received and the answer sent to it
-    /// (for byte-level checks).
-    pub last: std::sync::Mutex<Option<(Bytes, Bytes)>>,
-    /// The capabilities of the last CER received.
-    pub peer_capabilities: std::sync::Mutex<Option<Capabilities>>,
-}
-
-/// How a [`Server`] behaves.
-#[derive(Debug, Clone)]
-pub struct ServerBehaviour {
-    /// Answer application requests (false: swallow them).
-    pub answer_requests: bool,
-    /// Answer DWRs (false: a peer that stops answering the watchdog).
-    pub answer_dwr: bool,
-    /// Result-Code of the answers.
-    pub result_code: u32,
-    /// Applications advertised in the CEA.
-    pub applications: Vec<u32>,
-    /// Answer with Experimental-Result (Vendor-Id, Experimental-Result-Code)
-    /// instead of Result-Code.
-    pub experimental_result: Option<(u32, u32)>,
-    /// Requests per second the server serves, over all its connections;
-    /// what it does past it is `busy`. `None`: no limit.
-    pub capacity: Option<u32>,
-    /// What the server does above `capacity`.
-    pub busy: Busy,
-    /// Answer with this defect (a broken peer).
-    pub malformed: Option<Malformed>,
-}
-
-/// A defect a [`Server`] puts in its answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Malformed {
-    /// A Result-Code AVP with 2 bytes of data (Unsigned32 needs 4).
-    ResultCodeLength,
-    /// The last AVP's length runs past the end of the message.
-    TruncatedAvp,
-    /// Neither Result-Code nor Experimental-Result.
-    NoResultCode,
-    /// Two Origin-Host AVPs.
-    TwoOriginHosts,
-}
-
-impl Default for ServerBehaviour {
-    fn default() -> Self {
-        Self {
-            answer_requests: true,
-            answer_dwr: true,
-            result_code: 2001,
-            applications: vec![TEST_APP],
-            experimental_result: None,
-            capacity: None,
-            busy: Busy::default(),
-            malformed: None,
-        }
-    }
-}
-
-/// A Diameter server on loopback; dropping the stop flag's owner does not
-/// stop it: call [`Server::stop`].
-#[derive(Debug)]
-pub struct Server {
-    /// Where it listens.
-    pub addr: SocketAddr,
-    /// Its counters.
-    pub stats: Arc<ServerStats>,
-    stop: Arc<AtomicBool>,
-    behaviour: Arc<std::sync::RwLock<ServerBehaviour>>,
-    work: Arc<busy::Work>,
-}
-
-/// Accepts connections on `listener` until `stop` is set (checked every
-/// 50 ms), serving each with its own task.
-pub fn accept_until<F, Fut>(listener: TcpListener, stop: Arc<AtomicBool>, serve: F)
-where
-    F: Fn(TcpStream) -> Fut + Send + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                a = listener.accept() => a,
-                () = tokio::time::sleep(Duration::from_millis(50)) => {
-                    if stop.load(Ordering::Relaxed) { break }
-                    continue;
-                }
-            };
-            let Ok((stream, _)) = accepted else { continue };
-            tokio::spawn(serve(stream));
-        }
-    });
-}
-
-impl Server {
-    /// Binds `addr` and serves every connection on the current runtime.
-    ///
-    /// # Errors
-    /// When `addr` cannot be bound.
-    pub async fn spawn(
-        addr: SocketAddr,
-        id: Identity,
-        behaviour: ServerBehaviour,
-    ) -> std::io::Result<Server> {
-        Server::serve(TcpListener::bind(addr).await?, id, behaviour)
-    }
-
-    /// Serves every connection of `listener` on the current runtime (a
-    /// test that reserved the address beforehand, say).
-    ///
-    /// # Errors
-    /// When the listener's address cannot be read.
-    pub fn serve(
-        listener: TcpListener,
-        id: Identity,
-        behaviour: ServerBehaviour,
-    ) -> std::io::Result<Server> {
-        let addr = listener.local_addr()?;
-        let stats = Arc::new(ServerStats::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let behaviour = Arc::new(std::sync::RwLock::new(behaviour));
-        let work = Arc::new(busy::Work::default());
-        let shared = Shared {
-            id,
-            stats: stats.clone(),
-            stop: stop.clone(),
-            behaviour: behaviour.clone(),
-            work: work.clone(),
-        };
-        accept_until(listener, stop.clone(), move |stream| {
-            let shared = shared.clone();
-            async move {
-                let _ = serve_conn(stream, shared).await;
-            }
-        });
-        Ok(Server {
-            addr,
-            stats,
-            stop,
-            behaviour,
-            work,
-        })
-    }
-
-    /// Stops accepting and closes every connection (abruptly, like a
-    /// killed process: no DPR).
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-
-    /// How long a request arriving now would wait in the server's queue
-    /// before its service begins ([`Busy::Queue`]).
-    #[must_use]
-    pub fn backlog(&self) -> Duration {
-        self.work.backlog(tokio::time::Instant::now())
-    }
-
-    /// Changes the behaviour of the server's connections.
-    pub fn set_behaviour(&self, b: ServerBehaviour) {
-        *self
-            .behaviour
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = b;
-    }
-}
-
-/// Reads into `buf` until bytes arrive (true), or the peer closes or `stop`
-/// is set (false; `stop` is looked at every 50 ms while nothing arrives).
-///
-/// # Errors
-/// Read errors.
-pub async fn read_unless_stopped(
-    stream: &mut TcpStream,
-    buf: &mut BytesMut,
-    stop: &AtomicBool,
-) -> std::io::Result<bool> {
-    loop {
-        let n = tokio::select! {
-            r = stream.read_buf(buf) => r?,
-            () = tokio::time::sleep(Duration::from_millis(50)) => {
-                if stop.load(Ordering::Relaxed) { return Ok(false) }
-                continue;
-            }
-        };
-        return Ok(n != 0 && !stop.load(Ordering::Relaxed));
-    }
-}
-
-/// What every connection of a [`Server`] shares.
-#[derive(Clone)]
-struct Shared {
-    id: Identity,
-    stats: Arc<ServerStats>,
-    stop: Arc<AtomicBool>,
-    behaviour: Arc<std::sync::RwLock<ServerBehaviour>>,
-    work: Arc<busy::Work>,
-}
-
-/// How long a connection sleeps, with nothing due, before it looks at the
-/// stop flag again.
-const STOP_POLL: Duration = Duration::from_millis(50);
-
-async fn serve_conn(mut stream: TcpStream, sh: Shared) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
-    let ip = stream.local_addr()?.ip();
-    let mut inbuf = BytesMut::with_capacity(256 * 1024);
-    let mut out = BytesMut::with_capacity(64 * 1024);
-    // Requests in the server's queue, in order: (answer due, request).
-    let mut queued: VecDeque<(tokio::time::Instant, Bytes)> = VecDeque::new();
-    let (id, stats) = (&sh.id, &sh.stats);
-    loop {
-        let wake = queued
-            .front()
-            .map_or_else(|| tokio::time::Instant::now() + STOP_POLL, |(due, _)| *due);
-        tokio::select! {
-            r = stream.read_buf(&mut inbuf) => {
-                if r? == 0 || sh.stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-            }
-            () = tokio::time::sleep_until(wake) => {
-                if sh.stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-            }
-        }
-        let b = sh
-            .behaviour
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let o = (id.host.as_str(), id.realm.as_str());
-        let mut close = false;
-        while let Ok(Some(len)) = frame_len(&inbuf) {
-            let m = inbuf.split_to(len).freeze();
-            let h = Header::read(&m);
-            if !h.is_request() {
-                continue;
-            }
-            match h.command_code {
-                cmd::CAPABILITIES_EXCHANGE => {
-                    stats.cer.fetch_add(1, Ordering::Relaxed);
-                    if let Ok((caps, _)) = Capabilities::read(&m) {
-                        *stats
-                            .peer_capabilities
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(caps);
-                    }
-                    put_capabilities(
-                        &mut out,
-                        &id.caps(ip, b.applications.clone()),
-                        Some((h, 2001)),
-                        0,
-                    );
-                }
-                cmd::DEVICE_WATCHDOG => {
-                    stats.dwr.fetch_add(1, Ordering::Relaxed);
-                    if b.answer_dwr {
-                        put_base(&mut out, cmd::DEVICE_WATCHDOG, o, Some(h), 0, None);
-                    }
-                }
-                cmd::DISCONNECT_PEER => {
-                    stats.dpr.fetch_add(1, Ordering::Relaxed);
-                    put_base(&mut out, cmd::DISCONNECT_PEER, o, Some(h), 0, None);
-                    close = true;
-                }
-                _ => {
-                    stats.requests.fetch_add(1, Ordering::Relaxed);
-                    if h.flags.is_retransmit() {
-                        stats.retransmitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if !b.answer_requests {
-                        continue;
-                    }
-                    let now = tokio::time::Instant::now();
-                    let verdict = b
-                        .capacity
-                        .map_or(busy::Verdict::Serve, |c| sh.work.admit(now, c, b.busy));
-                    match verdict {
-                        busy::Verdict::Serve => put_answer(&mut out, &m, o, &b, stats, false),
-                        busy::Verdict::Reject => {
-                            stats.rejected.fetch_add(1, Ordering::Relaxed);
-                            put_answer(&mut out, &m, o, &b, stats, true);
-                        }
-                        busy::Verdict::At(due) => {
-                            let wait = due.saturating_duration_since(now);
-                            let wait_us = wait.as_micros().min(u128::from(u64::MAX)) as u64;
-                            stats.queue_wait_us.store(wait_us, Ordering::Relaxed);
-                            queued.push_back((due, m));
-                        }
-                    }
-                }
-            }
-        }
-        // Answers whose turn is done leave in the queue's order.
-        let now = tokio::time::Instant::now();
-        while queued.front().is_some_and(|(due, _)| *due <= now) {
-            if let Some((_, m)) = queued.pop_front() {
-                put_answer(&mut out, &m, o, &b, stats, false);
-            }
-        }
-        if !out.is_empty() {
-            stream.write_all(&out).await?;
-            out.clear();
-        }
-        if close {
-            // The DPR sender closes (RFC 6733 §5.4); wait for it.
-            let mut sink = [0u8; 512];
-            while stream.read(&mut sink).await? > 0 {}
-            return Ok(());
-        }
-    }
-}
-
-/// Appends the answer `b` gives to the application request `m` (3004 when
-/// `too_busy`) and keeps both as the server's last exchange.
-fn put_answer(
-    out: &mut BytesMut,
-    m: &Bytes,
-    o: (&str, &str),
-    b: &ServerBehaviour,
-    stats: &ServerStats,
-    too_busy: bool,
-) {
-    let at = out.len();
-    let (rc, experimental) = if too_busy {
-        (3004, None)
-    } else {
-        (b.result_code, b.experimental_result)
-    };
-    match (b.malformed, experimental) {
-        (Some(d), _) => put_malformed_answer(out, m, o, d),
-        (None, None) => put_error_answer(out, m, o, rc, None, ""),
-        (None, Some((vendor, code))) => put_experimental_answer(out, m, o, vendor, code),
-    }
-    let answer = Bytes::copy_from_slice(&out[at..]);
-    *stats
-        .last
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((m.clone(), answer));
-}
-
 /// What a client sends.
 #[derive(Debug, Clone)]
 pub struct Traffic {
@@ -445,6 +91,9 @@ pub struct Report {
     pub unmatched: u64,
     /// Latencies in microseconds, sorted.
     pub latencies_us: Vec<u32>,
+    /// Latencies of the 2001 answers alone, in microseconds, sorted (what
+    /// goodput counts: [`Report::goodput`]).
+    pub ok_latencies_us: Vec<u32>,
     /// Wall time of the run.
     pub elapsed: Duration,
     /// True when the agent sent DPR.
@@ -464,12 +113,34 @@ impl Report {
     /// A latency percentile (0..=100) in microseconds.
     #[must_use]
     pub fn percentile_us(&self, p: f64) -> u32 {
-        if self.latencies_us.is_empty() {
-            return 0;
-        }
-        let i = ((p / 100.0) * (self.latencies_us.len() - 1) as f64).round() as usize;
-        self.latencies_us[i.min(self.latencies_us.len() - 1)]
+        percentile(&self.latencies_us, p)
     }
+
+    /// A percentile (0..=100) of the 2001 answers' latencies in
+    /// microseconds.
+    #[must_use]
+    pub fn ok_percentile_us(&self, p: f64) -> u32 {
+        percentile(&self.ok_latencies_us, p)
+    }
+
+    /// Goodput: 2001 answers received within `timeout` of their request,
+    /// per second of sending (RFC 7068 §3: useful throughput). Answers
+    /// later than a client would wait count for nothing.
+    #[must_use]
+    pub fn goodput(&self, timeout: Duration) -> f64 {
+        let t = timeout.as_micros().min(u128::from(u32::MAX)) as u32;
+        let within = self.ok_latencies_us.partition_point(|&us| us <= t);
+        within as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The `p` percentile (0..=100) of sorted `v` (0 when empty).
+fn percentile(v: &[u32], p: f64) -> u32 {
+    if v.is_empty() {
+        return 0;
+    }
+    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[i.min(v.len() - 1)]
 }
 
 /// How a client paces its requests.
@@ -479,6 +150,64 @@ pub enum Pace {
     Closed(usize),
     /// Send at this many requests per second, whatever comes back.
     Open(u64),
+    /// Open loop in steps: `step` at `shares[0] x base` requests per
+    /// second, then `step` at `shares[1] x base`, and so on; nothing after
+    /// the last.
+    Steps {
+        /// Requests per second of share 1.
+        base: u64,
+        /// How long each step lasts.
+        step: Duration,
+        /// Each step's multiple of `base`.
+        shares: &'static [f64],
+    },
+}
+
+impl Pace {
+    /// Requests an open-loop pace has sent by `elapsed` (`None`: closed
+    /// loop).
+    fn due(&self, elapsed: Duration) -> Option<u64> {
+        match *self {
+            Pace::Closed(_) => None,
+            Pace::Open(rate) => Some((elapsed.as_secs_f64() * rate as f64) as u64),
+            Pace::Steps { base, step, shares } => {
+                let (t, s) = (elapsed.as_secs_f64(), step.as_secs_f64().max(1e-3));
+                let mut due = 0.0;
+                for (i, share) in shares.iter().enumerate() {
+                    let within = (t - i as f64 * s).clamp(0.0, s);
+                    due += within * share * base as f64;
+                }
+                Some(due as u64)
+            }
+        }
+    }
+
+    /// The offered rate `elapsed` into the run (requests per second; 0 for
+    /// a closed loop).
+    #[must_use]
+    pub fn rate_at(&self, elapsed: Duration) -> f64 {
+        match *self {
+            Pace::Closed(_) => 0.0,
+            Pace::Open(rate) => rate as f64,
+            Pace::Steps { base, step, shares } => {
+                let i = (elapsed.as_secs_f64() / step.as_secs_f64().max(1e-3)) as usize;
+                shares.get(i).map_or(0.0, |s| s * base as f64)
+            }
+        }
+    }
+}
+
+/// A client's running counts, for a live display while [`Client::run`]
+/// goes on ([`Client::watch`]).
+#[derive(Debug, Default)]
+pub struct Live {
+    /// Requests sent.
+    pub sent: AtomicU64,
+    /// Answers received.
+    pub answered: AtomicU64,
+    /// 2001 answers received within the timeout given to [`Client::watch`].
+    pub ok_in_time: AtomicU64,
+    timeout_us: u32,
 }
 
 /// A load client connected to one peer (the agent, or a server directly).
@@ -490,6 +219,8 @@ pub struct Client {
     next: u32,
     /// OC-Supported-Features put in every request, encoded ([`Client::announce_doic`]).
     features: Option<Bytes>,
+    /// Running counts ([`Client::watch`]).
+    live: Option<Arc<Live>>,
     /// Result-Code of the CEA.
     pub cea_result: u32,
     /// The CEA as received.
@@ -535,6 +266,7 @@ impl Client {
             inbuf: BytesMut::with_capacity(256 * 1024),
             next: 1,
             features: None,
+            live: None,
             cea_result: 0,
             cea: Bytes::new(),
         };
@@ -599,6 +331,17 @@ impl Client {
         }
     }
 
+    /// Keeps running counts from now on, 2001 answers counted as in time
+    /// when they come within `timeout` of their request.
+    pub fn watch(&mut self, timeout: Duration) -> Arc<Live> {
+        let live = Arc::new(Live {
+            timeout_us: timeout.as_micros().min(u128::from(u32::MAX)) as u32,
+            ..Live::default()
+        });
+        self.live = Some(live.clone());
+        live
+    }
+
     /// Appends one test request with Hop-by-Hop `hbh` to `out`.
     pub fn put_request(&self, out: &mut BytesMut, t: &Traffic, hbh: u32) {
         let s = begin(
@@ -648,6 +391,7 @@ impl Client {
         let start = Instant::now();
         let end = start + duration;
         let mut latencies = Vec::new();
+        let mut ok_latencies = Vec::new();
         let mut open_sent: u64 = 0;
         let mut sending = true;
         loop {
@@ -659,14 +403,15 @@ impl Client {
                 break;
             }
             if sending {
-                let want = match pace {
-                    Pace::Closed(n) => n.saturating_sub(sent_at.len()),
-                    Pace::Open(rate) => {
-                        let due = (now - start).as_secs_f64() * rate as f64;
-                        (due as u64).saturating_sub(open_sent) as usize
-                    }
+                let want = match (pace, pace.due(now - start)) {
+                    (Pace::Closed(n), _) => n.saturating_sub(sent_at.len()),
+                    (_, due) => due.unwrap_or(0).saturating_sub(open_sent) as usize,
                 };
-                for _ in 0..want.min(4096) {
+                let want = want.min(4096);
+                if let Some(l) = &self.live {
+                    l.sent.fetch_add(want as u64, Ordering::Relaxed);
+                }
+                for _ in 0..want {
                     self.next = self.next.wrapping_add(1);
                     let hbh = self.next;
                     self.put_request(&mut out, t, hbh);
@@ -680,7 +425,7 @@ impl Client {
                 out.clear();
             }
             let wait = match pace {
-                Pace::Open(_) if sending => Duration::from_millis(1),
+                Pace::Open(_) | Pace::Steps { .. } if sending => Duration::from_millis(1),
                 _ => Duration::from_millis(20),
             };
             let read = tokio::time::timeout(wait, self.stream.read_buf(&mut self.inbuf)).await;
@@ -727,6 +472,15 @@ impl Client {
                             }
                         };
                         *report.by_code.entry(code).or_default() += 1;
+                        if code == 2001 {
+                            ok_latencies.push(us);
+                        }
+                        if let Some(l) = &self.live {
+                            l.answered.fetch_add(1, Ordering::Relaxed);
+                            if code == 2001 && us <= l.timeout_us {
+                                l.ok_in_time.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
                     }
                     None => report.unmatched += 1,
                 }
@@ -739,6 +493,8 @@ impl Client {
         report.elapsed = start.elapsed().min(duration).max(Duration::from_millis(1));
         latencies.sort_unstable();
         report.latencies_us = latencies;
+        ok_latencies.sort_unstable();
+        report.ok_latencies_us = ok_latencies;
         Ok(report)
     }
 
@@ -781,62 +537,40 @@ pub fn put_mandatory_avp(out: &mut BytesMut, code: u32, data: &[u8]) {
     put_avp(out, code, AvpFlags(AvpFlags::MANDATORY), None, data).expect("a short avp");
 }
 
-/// Begins an answer to `req`: header, Session-Id when the request has one,
-/// Origin-Host and Origin-Realm. Returns the start for [`finish`].
-fn begin_answer(out: &mut BytesMut, req: &[u8], origin: (&str, &str)) -> usize {
-    let h = Header::read(req);
-    let flags = h.flags.0 & CommandFlags::PROXIABLE;
-    let (cmd, app) = (h.command_code, h.application_id);
-    let start = begin(out, flags, cmd, app, h.hop_by_hop, h.end_to_end);
-    if let Ok(r) = Routing::scan(req)
-        && let Some(sid) = r.session_id()
-    {
-        put_mandatory_avp(out, code::SESSION_ID, sid);
-    }
-    put_mandatory_avp(out, code::ORIGIN_HOST, origin.0.as_bytes());
-    put_mandatory_avp(out, code::ORIGIN_REALM, origin.1.as_bytes());
-    start
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// An answer to `req` with the defect `d` (and otherwise 2001).
-fn put_malformed_answer(out: &mut BytesMut, req: &[u8], origin: (&str, &str), d: Malformed) {
-    let start = begin_answer(out, req, origin);
-    let ok = 2001u32.to_be_bytes();
-    match d {
-        Malformed::ResultCodeLength => put_mandatory_avp(out, code::RESULT_CODE, &ok[2..]),
-        Malformed::NoResultCode => {}
-        Malformed::TwoOriginHosts => {
-            put_mandatory_avp(out, code::ORIGIN_HOST, b"evil.example.net");
-            put_mandatory_avp(out, code::RESULT_CODE, &ok);
-        }
-        Malformed::TruncatedAvp => {
-            put_mandatory_avp(out, code::RESULT_CODE, &ok);
-            let at = out.len();
-            put_mandatory_avp(out, code::PRODUCT_NAME, b"abcd");
-            // AVP Length 12 + 16: past the end of the message
-            out[at + 7] += 16;
-        }
+    #[test]
+    fn a_stepped_pace_offers_each_step_its_share_of_the_base_rate() {
+        static SHARES: [f64; 3] = [0.5, 2.0, 1.0];
+        let p = Pace::Steps {
+            base: 1000,
+            step: Duration::from_secs(1),
+            shares: &SHARES,
+        };
+        let s = Duration::from_secs_f64;
+        assert_eq!(p.due(s(0.5)), Some(250));
+        assert_eq!(p.due(s(1.0)), Some(500));
+        assert_eq!(p.due(s(1.5)), Some(1500));
+        assert_eq!(p.due(s(3.0)), Some(3500));
+        // Nothing after the last step.
+        assert_eq!(p.due(s(9.0)), Some(3500));
+        assert_eq!(p.rate_at(s(1.2)), 2000.0);
+        assert_eq!(p.rate_at(s(3.5)), 0.0);
+        assert_eq!(Pace::Closed(4).due(s(1.0)), None);
+        assert_eq!(Pace::Open(100).due(s(2.0)), Some(200));
     }
-    finish(out, start);
-}
 
-/// An answer to `req` with Experimental-Result { Vendor-Id, Experimental-Result-Code }
-/// (RFC 6733 §7.6) instead of Result-Code.
-fn put_experimental_answer(
-    out: &mut BytesMut,
-    req: &[u8],
-    origin: (&str, &str),
-    vendor: u32,
-    code: u32,
-) {
-    let start = begin_answer(out, req, origin);
-    let mut inner = BytesMut::new();
-    put_mandatory_avp(&mut inner, code::VENDOR_ID, &vendor.to_be_bytes());
-    put_mandatory_avp(
-        &mut inner,
-        code::EXPERIMENTAL_RESULT_CODE,
-        &code.to_be_bytes(),
-    );
-    put_mandatory_avp(out, code::EXPERIMENTAL_RESULT, &inner);
-    finish(out, start);
+    #[test]
+    fn goodput_counts_2001_answers_within_the_timeout_per_second() {
+        let r = Report {
+            ok_latencies_us: vec![1_000, 1_999_999, 2_000_000, 2_000_001, 9_000_000],
+            elapsed: Duration::from_secs(2),
+            ..Report::default()
+        };
+        assert_eq!(r.goodput(Duration::from_secs(2)), 1.5);
+        assert_eq!(r.ok_percentile_us(0.0), 1_000);
+        assert_eq!(r.ok_percentile_us(100.0), 9_000_000);
+    }
 }

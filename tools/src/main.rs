@@ -103,9 +103,28 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo {
+            relay: false,
+            capacity,
+            step,
+            ..
+        } => {
+            anyhow::ensure!(
+                step > 0.0 && step.is_finite() && capacity > 0,
+                "demo: --step and --capacity must be positive"
+            );
+            let spec = tools::demo::episode::Spec {
+                capacity,
+                step: std::time::Duration::from_secs_f64(step),
+                ..Default::default()
+            };
+            tools::demo::episode::run(spec, &stop_signal())?;
+            Ok(())
+        }
+        Command::Demo {
             seconds,
             config,
             outstanding,
+            ..
         } => {
             let config = match config {
                 Some(path) => Config::from_file(&path)?,

@@ -79,7 +79,7 @@ fn demo_relays_traffic_and_prints_a_line_per_second() {
     let cfg = write("demo.toml", DEMO);
     let t0 = Instant::now();
     let out = bin()
-        .args(["demo", "--seconds", "3", "--config"])
+        .args(["demo", "--relay", "--seconds", "3", "--config"])
         .arg(&cfg)
         .output()
         .unwrap();

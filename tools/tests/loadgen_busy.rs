@@ -60,6 +60,15 @@ async fn answer(c: &mut Client) -> (u32, u32, Instant) {
     (Header::read(&m).hop_by_hop, rc, at)
 }
 
+/// The Result-Codes of the next `n` answers.
+async fn codes(c: &mut Client, n: usize) -> Vec<u32> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(answer(c).await.1);
+    }
+    v
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_fifo_server_answers_each_request_when_its_turn_at_c_per_second_is_done() {
     // 100/s: 10 ms of service each, one queue for both connections.
@@ -113,26 +122,16 @@ async fn the_rejecting_server_answers_3004_above_c_over_all_its_connections() {
     send(&mut a, &(1..=6).collect::<Vec<_>>()).await;
     tokio::time::sleep(MS).await;
     send(&mut b, &(11..=16).collect::<Vec<_>>()).await;
-    let mut codes = Vec::new();
-    for _ in 0..6 {
-        codes.push(answer(&mut a).await.1);
-    }
-    assert_eq!(codes, [2001; 6], "a came first");
-    codes.clear();
-    for _ in 0..6 {
-        codes.push(answer(&mut b).await.1);
-    }
-    assert_eq!(codes, [2001, 2001, 2001, 2001, 3004, 3004], "server-wide");
+    assert_eq!(codes(&mut a, 6).await, [2001; 6], "a came first");
+    assert_eq!(
+        codes(&mut b, 6).await,
+        [2001, 2001, 2001, 2001, 3004, 3004],
+        "server-wide"
+    );
     // Answered at once: capacity comes back at 100/s.
     tokio::time::sleep(20 * MS).await;
     send(&mut b, &[20, 21, 22]).await;
-    let got: Vec<u32> = [
-        answer(&mut b).await.1,
-        answer(&mut b).await.1,
-        answer(&mut b).await.1,
-    ]
-    .into();
-    assert_eq!(got, [2001, 2001, 3004]);
+    assert_eq!(codes(&mut b, 3).await, [2001, 2001, 3004]);
     assert_eq!(
         s.stats.rejected.load(std::sync::atomic::Ordering::Relaxed),
         3
@@ -147,14 +146,11 @@ async fn each_rejection_takes_its_cost_from_the_capacity() {
     let s = server(Busy::Reject { cost: 0.5 }, 100).await;
     let mut a = client(&s, "a.example.org").await;
     send(&mut a, &(1..=14).collect::<Vec<_>>()).await;
-    for _ in 0..14 {
-        answer(&mut a).await;
-    }
+    codes(&mut a, 14).await;
     // 100 ms of work queued, plus 20 ms of rejections: 32 ms later one
     // request's time is free again, not three.
     tokio::time::sleep(32 * MS).await;
     send(&mut a, &[20, 21]).await;
-    let got = [answer(&mut a).await.1, answer(&mut a).await.1];
-    assert_eq!(got, [2001, 3004]);
+    assert_eq!(codes(&mut a, 2).await, [2001, 3004]);
     s.stop();
 }

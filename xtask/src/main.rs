@@ -34,6 +34,12 @@ enum Command {
     },
     /// Install the tools and packages the tests need, and nothing else.
     Setup,
+    /// Run a long benchmark on demand.
+    Bench {
+        /// `overload`: the full efficacy grid; writes docs/overload.md's
+        /// table and plots.
+        name: String,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -41,5 +47,9 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Test { only, skip, list } => stages::run_all(&only, &skip, list),
         Command::Setup => setup::all(),
+        Command::Bench { name } => match name.as_str() {
+            "overload" => stages::bench_overload_full(),
+            _ => anyhow::bail!("unknown benchmark {name:?}: overload"),
+        },
     }
 }

@@ -1,0 +1,468 @@
+//! The efficacy benchmark (`bench-overload`): useful throughput under
+//! overload, "the ultimate measure" of RFC 7068 §3. An open-loop client
+//! offers a multiple of a server's capacity C; goodput is the 2001 answers
+//! received within the client's timeout T, per second. Each cell of the
+//! grid (server kind x path x offered load) is measured on fresh servers
+//! and fresh relays, so no queue is left over from the cell before.
+//!
+//! Servers ([`ServerKind`]): the built-in server queueing FIFO at C/s, or
+//! rejecting with 3004 above C (`tools::loadgen::Busy`). Paths
+//! ([`PathKind`]): direct, a freeDiameter relay, the agent without
+//! `[doic]`, the agent with `[doic]` (non-DOIC client), and a DOIC
+//! reacting client in front: a second agent as the client's edge
+//! (RFC 8581 agent chain) offering the rate (RFC 8582) or only the loss
+//! algorithm (RFC 7683 §6).
+
+pub mod svg;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use agent::agent::Agent;
+use anyhow::Context;
+use interop::fd::{FdNode, FdRelay, PeerTarget};
+use tools::loadgen::{
+    Busy, Client, Identity, Pace, Report, Server, ServerBehaviour, TEST_APP, Traffic,
+};
+
+use crate::relay::{CLIENT_HOST, median, start_agent};
+
+/// The servers' DiameterIdentity and realm.
+const SERVER: (&str, &str) = ("server1.example.net", "example.net");
+
+/// How often the sampler reads the server's counters (the standard
+/// deviation of arrivals is per this interval).
+pub const SAMPLE: Duration = Duration::from_millis(100);
+
+/// What the server does above its capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ServerKind {
+    /// (a) one FIFO queue served at C/s: latency grows without bound.
+    Fifo,
+    /// (b) 3004 above C, each rejection costing this share of a request.
+    Reject(f64),
+}
+
+impl ServerKind {
+    /// A short name for tables.
+    #[must_use]
+    pub fn name(self) -> String {
+        match self {
+            ServerKind::Fifo => "FIFO at C/s".into(),
+            ServerKind::Reject(c) => format!("3004 above C (cost {c})"),
+        }
+    }
+
+    fn busy(self) -> Busy {
+        match self {
+            ServerKind::Fifo => Busy::Queue,
+            ServerKind::Reject(cost) => Busy::Reject { cost },
+        }
+    }
+}
+
+/// How the client reaches the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathKind {
+    /// Client to server.
+    Direct,
+    /// Through a freeDiameter relay (`rt_default`).
+    FdRelay,
+    /// Through the agent without `[doic]`.
+    Agent,
+    /// Through the agent with `[doic]`, the client without DOIC.
+    AgentDoic,
+    /// Client, edge agent (reacting node offering rate), agent, server.
+    ChainRate,
+    /// The same, the edge offering only loss.
+    ChainLoss,
+}
+
+impl PathKind {
+    /// Every path, in the table's order.
+    pub const ALL: [PathKind; 6] = [
+        PathKind::Direct,
+        PathKind::FdRelay,
+        PathKind::Agent,
+        PathKind::AgentDoic,
+        PathKind::ChainRate,
+        PathKind::ChainLoss,
+    ];
+
+    /// The name used in tables, plots and `--paths`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            PathKind::Direct => "direct",
+            PathKind::FdRelay => "fd-relay",
+            PathKind::Agent => "agent",
+            PathKind::AgentDoic => "agent-doic",
+            PathKind::ChainRate => "chain-rate",
+            PathKind::ChainLoss => "chain-loss",
+        }
+    }
+
+    /// The path named `s`.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<PathKind> {
+        PathKind::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
+/// One sample of an episode, every [`SAMPLE`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    /// Seconds since the load began.
+    pub at: f64,
+    /// Requests that reached the server in the interval, per second.
+    pub admitted: f64,
+    /// The wait in the server's queue at the end of the interval, ms.
+    pub server_wait_ms: f64,
+}
+
+/// One measurement of a cell.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The client's report.
+    pub report: Report,
+    /// Requests the client sent per second (to check that the client kept
+    /// up with the offered load).
+    pub sent_rate: f64,
+    /// The server's arrivals and queue wait over time, from the start of
+    /// the warm-up.
+    pub samples: Vec<Sample>,
+    /// When the measurement began, seconds into the samples.
+    pub measured_from: f64,
+}
+
+impl Run {
+    /// Requests never answered by the end of the drain.
+    #[must_use]
+    pub fn unanswered(&self) -> u64 {
+        self.report.sent.saturating_sub(self.report.answered)
+    }
+
+    /// The standard deviation of arrivals at the server per [`SAMPLE`]
+    /// during the measurement (after the warm-up: the reaction to the onset
+    /// is not the steady state).
+    #[must_use]
+    pub fn arrivals_sd(&self) -> f64 {
+        let per: Vec<f64> = self
+            .samples
+            .iter()
+            .filter(|s| s.at > self.measured_from + SAMPLE.as_secs_f64())
+            .map(|s| s.admitted * SAMPLE.as_secs_f64())
+            .collect();
+        if per.len() < 2 {
+            return 0.0;
+        }
+        let mean = per.iter().sum::<f64>() / per.len() as f64;
+        (per.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (per.len() - 1) as f64).sqrt()
+    }
+}
+
+/// What one cell of the grid measures.
+#[derive(Debug, Clone, Copy)]
+pub struct CellSpec {
+    /// The server.
+    pub server: ServerKind,
+    /// The path.
+    pub path: PathKind,
+    /// Offered load as a multiple of the capacity.
+    pub load: f64,
+}
+
+/// What every cell shares.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    /// The server's capacity C, requests per second.
+    pub capacity: u32,
+    /// Seconds of offered load per measurement.
+    pub seconds: f64,
+    /// The client's timeout T.
+    pub timeout: Duration,
+    /// Seconds of the same load before the measurement (so that it
+    /// measures the overload's steady state, not its onset).
+    pub warmup: f64,
+    /// How long after the load the client waits for the last answers.
+    pub drain: Duration,
+}
+
+/// Relays and servers of one cell, stopped on drop.
+struct Rig {
+    server: Server,
+    agents: Vec<Agent>,
+    relay: Option<FdNode>,
+    entry: SocketAddr,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        for a in self.agents.drain(..) {
+            a.shutdown();
+            a.join();
+        }
+        self.relay.take();
+        self.server.stop();
+    }
+}
+
+/// An agent configuration toward `upstream` (host, address), accepting the
+/// load client and the edge agents; `doic` is its `[doic]` section, if any.
+fn agent_toml(host: &str, upstream: (&str, SocketAddr), doic: Option<&str>) -> String {
+    let mut t = format!(
+        "[node]\norigin_host = \"{host}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\ntc_seconds = 1\n\
+         [ebpf]\nmode = \"off\"\n\
+         [[peer]]\nhost = \"{}\"\nrealm = \"example.net\"\nconnect = \"{}\"\n\
+         [[route]]\nrealm = \"example.net\"\npeers = [\"{}\"]\n[accept]\nhosts = [\"*.example.org\", \"*.example.com\"]\n",
+        upstream.0, upstream.1, upstream.0
+    );
+    if let Some(d) = doic {
+        t.push_str("[doic]\n");
+        t.push_str(d);
+    }
+    t
+}
+
+/// The agent next to the server, as DOIC reporting node for the edge.
+const CORE: &str = "core.example.com";
+/// The client's edge agent (reacting node).
+const EDGE: &str = "edge.example.com";
+
+fn rig(peers: &tokio::runtime::Runtime, setup: &Setup, cell: CellSpec) -> anyhow::Result<Rig> {
+    let behaviour = ServerBehaviour {
+        capacity: Some(setup.capacity),
+        busy: cell.server.busy(),
+        ..Default::default()
+    };
+    let server = peers.block_on(Server::spawn(
+        "127.0.0.1:0".parse()?,
+        Identity::new(SERVER.0, SERVER.1),
+        behaviour,
+    ))?;
+    let upstream = (SERVER.0, server.addr);
+    let mut rig = Rig {
+        entry: server.addr,
+        server,
+        agents: vec![],
+        relay: None,
+    };
+    let trust_edge = format!("[doic.peers.\"{EDGE}\"]\ntrusted = true\nreceive_reports = true\n");
+    match cell.path {
+        PathKind::Direct => {}
+        PathKind::FdRelay => {
+            let relay = FdRelay::builder(PeerTarget::new(SERVER.0, rig.server.addr)?, SERVER.1)
+                .start()
+                .context("freeDiameter relay")?;
+            rig.entry = relay.target().addr;
+            rig.relay = Some(relay);
+        }
+        PathKind::Agent => rig
+            .agents
+            .push(start_agent(&agent_toml(CORE, upstream, None))?),
+        PathKind::AgentDoic => {
+            rig.agents
+                .push(start_agent(&agent_toml(CORE, upstream, Some(&trust_edge)))?);
+        }
+        PathKind::ChainRate | PathKind::ChainLoss => {
+            let core = start_agent(&agent_toml(CORE, upstream, Some(&trust_edge)))?;
+            let algorithms = if cell.path == PathKind::ChainRate {
+                "[\"loss\", \"rate\"]"
+            } else {
+                "[\"loss\"]"
+            };
+            let edge_doic = format!(
+                "algorithms = {algorithms}\n[doic.peers.\"{CORE}\"]\ntrusted = true\nreceive_reports = true\n"
+            );
+            let edge = start_agent(&agent_toml(
+                EDGE,
+                ("core.example.com", core.local_addrs()[0]),
+                Some(&edge_doic),
+            ))?;
+            rig.entry = edge.local_addrs()[0];
+            rig.agents.push(core);
+            rig.agents.push(edge);
+        }
+    }
+    Ok(rig)
+}
+
+/// Measures one cell once: fresh server and relays, the open-loop client on
+/// its own thread, the server sampled every [`SAMPLE`].
+///
+/// # Errors
+/// When a relay does not start or the client cannot connect.
+pub fn measure(
+    peers: &tokio::runtime::Runtime,
+    setup: &Setup,
+    cell: CellSpec,
+) -> anyhow::Result<Run> {
+    let rig = rig(peers, setup, cell)?;
+    let rate = (f64::from(setup.capacity) * cell.load).round() as u64;
+    let done = Arc::new(AtomicBool::new(false));
+    let (entry, seconds, drain, warmup) = (rig.entry, setup.seconds, setup.drain, setup.warmup);
+    let client_done = done.clone();
+    let client = std::thread::spawn(move || -> anyhow::Result<Report> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let r = rt.block_on(async {
+            let mut c = Client::connect(
+                entry,
+                Identity::new(CLIENT_HOST, "example.org"),
+                vec![TEST_APP],
+            )
+            .await?;
+            anyhow::ensure!(c.cea_result == 2001, "CEA {} from {entry}", c.cea_result);
+            let t = Traffic {
+                destination_realm: SERVER.1.into(),
+                destination_host: None,
+            };
+            let never = AtomicBool::new(false);
+            // The warm-up's late answers arrive during the measurement and
+            // count as unmatched, never as goodput.
+            if warmup > 0.0 {
+                c.run(
+                    &t,
+                    Pace::Open(rate),
+                    Duration::from_secs_f64(warmup),
+                    Duration::ZERO,
+                    &never,
+                )
+                .await?;
+            }
+            let r = c
+                .run(
+                    &t,
+                    Pace::Open(rate),
+                    Duration::from_secs_f64(seconds),
+                    drain,
+                    &never,
+                )
+                .await?;
+            Ok(r)
+        });
+        client_done.store(true, Ordering::Relaxed);
+        r
+    });
+    let samples = sample(
+        &rig.server,
+        &done,
+        Duration::from_secs_f64(warmup + seconds),
+    );
+    let report = client
+        .join()
+        .map_err(|_| anyhow::anyhow!("the load client panicked"))??;
+    let sent_rate = report.sent as f64 / seconds;
+    drop(rig);
+    Ok(Run {
+        report,
+        sent_rate,
+        samples,
+        measured_from: warmup,
+    })
+}
+
+/// Samples the server's arrivals and queue wait every [`SAMPLE`] until
+/// `done` or `seconds` have passed.
+fn sample(server: &Server, done: &AtomicBool, seconds: Duration) -> Vec<Sample> {
+    let t0 = Instant::now();
+    let mut last = server.stats.requests.load(Ordering::Relaxed);
+    let mut out = Vec::new();
+    let mut next = t0 + SAMPLE;
+    while !done.load(Ordering::Relaxed) && t0.elapsed() < seconds {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        let now = server.stats.requests.load(Ordering::Relaxed);
+        out.push(Sample {
+            at: t0.elapsed().as_secs_f64(),
+            admitted: (now - last) as f64 / SAMPLE.as_secs_f64(),
+            server_wait_ms: server.backlog().as_secs_f64() * 1000.0,
+        });
+        last = now;
+        next += SAMPLE;
+    }
+    out
+}
+
+/// The medians of one cell over its rounds.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    /// What was measured.
+    pub spec: CellSpec,
+    /// Each round.
+    pub runs: Vec<Run>,
+}
+
+impl Cell {
+    fn med(&self, f: impl Fn(&Run) -> f64) -> f64 {
+        median(self.runs.iter().map(f).collect())
+    }
+
+    /// Median goodput, 2001 answers within T per second.
+    #[must_use]
+    pub fn goodput(&self, timeout: Duration) -> f64 {
+        self.med(|r| r.report.goodput(timeout))
+    }
+
+    /// Median p50 and p99 of the 2001 answers' latency, ms.
+    #[must_use]
+    pub fn ok_latency_ms(&self) -> (f64, f64) {
+        (
+            self.med(|r| f64::from(r.report.ok_percentile_us(50.0)) / 1000.0),
+            self.med(|r| f64::from(r.report.ok_percentile_us(99.0)) / 1000.0),
+        )
+    }
+
+    /// The most requests left unanswered in any round.
+    #[must_use]
+    pub fn unanswered(&self) -> u64 {
+        self.runs.iter().map(Run::unanswered).max().unwrap_or(0)
+    }
+
+    /// Median share of the offered load the client actually sent.
+    #[must_use]
+    pub fn sent_share(&self, capacity: u32) -> f64 {
+        self.med(|r| r.sent_rate / (f64::from(capacity) * self.spec.load))
+    }
+
+    /// Median standard deviation of per-[`SAMPLE`] arrivals at the server.
+    #[must_use]
+    pub fn arrivals_sd(&self) -> f64 {
+        self.med(Run::arrivals_sd)
+    }
+}
+
+/// The Markdown table of `cells`: goodput/C per path and load, latency,
+/// unanswered, and the load generator's own share of the offered load.
+#[must_use]
+pub fn table(setup: &Setup, cells: &[Cell]) -> String {
+    let c = f64::from(setup.capacity);
+    let mut t = format!(
+        "C = {} requests/s, T = {} s, {} s of offered load per run after {} s of warm-up at the same load, medians of {} rounds.\n\n\
+         | server | path | offered | goodput/C | 2001 p50 ms | 2001 p99 ms | unanswered | arrivals sd /100 ms | sent/offered |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        setup.capacity,
+        setup.timeout.as_secs_f64(),
+        setup.seconds,
+        setup.warmup,
+        cells.first().map_or(0, |x| x.runs.len())
+    );
+    for cell in cells {
+        let (p50, p99) = cell.ok_latency_ms();
+        t.push_str(&format!(
+            "| {} | {} | {}x | {:.2} | {:.1} | {:.1} | {} | {:.1} | {:.2} |\n",
+            cell.spec.server.name(),
+            cell.spec.path.name(),
+            cell.spec.load,
+            cell.goodput(setup.timeout) / c,
+            p50,
+            p99,
+            cell.unanswered(),
+            cell.arrivals_sd(),
+            cell.sent_share(setup.capacity),
+        ));
+    }
+    t
+}
