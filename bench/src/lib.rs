@@ -5,6 +5,7 @@
 pub mod bucket;
 pub mod codec;
 pub mod overload;
+pub mod pipe;
 pub mod relay;
 pub mod relay_ab;
 pub mod speed;

@@ -4,6 +4,8 @@
 //! test_app requests to a freeDiameter test_app server:
 //!
 //! - direct (the anchor),
+//! - through a plain byte pipe ([`bench::pipe::BytePipe`]: socat, or the
+//!   same copy loop in this process), the cost of one more TCP hop,
 //! - through a freeDiameter relay (`rt_default`),
 //! - through the agent with 1 worker and with 2 workers.
 //!
@@ -12,8 +14,14 @@
 //!   kernel program): two builds of the agent side by side in one run, e.g.
 //!   before and after a change.
 //!
-//! Targets are measured in interleaved rounds; the table gives medians and
-//! the ratio of each to direct.
+//! Targets are measured in interleaved rounds; the table gives medians, the
+//! ratio of each to direct and to the pipe, and the p50 latency each adds
+//! per request over direct and over the pipe at the open loop's equal load.
+//!
+//! With `--fd-client-rounds N` (and freeDiameter's server), freeDiameter's
+//! own `test_app` benchmark client is run over the same paths too (a
+//! separate process per run, `--outstanding` in flight), in N interleaved
+//! rounds: answers/s and its average latency, reported, not gated.
 
 use std::net::SocketAddr;
 
@@ -55,6 +63,10 @@ struct Args {
     /// `NAME=PATH` (repeatable): run with 1 worker and `[ebpf] mode = "off"`.
     #[arg(long = "agent-bin", value_name = "NAME=PATH")]
     agent_bins: Vec<String>,
+    /// Rounds of freeDiameter's `test_app` client over every path (0: none;
+    /// needs the freeDiameter server, so not with `--builtin`).
+    #[arg(long, default_value_t = 0)]
+    fd_client_rounds: usize,
 }
 
 struct Target {
@@ -202,7 +214,12 @@ fn main() -> anyhow::Result<()> {
         closed: vec![],
         open: vec![],
     };
-    let mut targets = vec![target("direct", server_target.addr)];
+    let pipe = bench::pipe::BytePipe::start(server_target.addr).context("byte pipe")?;
+    let pipe_name = format!("byte pipe ({})", pipe.name());
+    let mut targets = vec![
+        target("direct", server_target.addr),
+        target(&pipe_name, pipe.addr()),
+    ];
     if let Some(r) = &relay {
         targets.push(target("freeDiameter relay", r.target().addr));
     }
@@ -253,43 +270,166 @@ fn main() -> anyhow::Result<()> {
             t.open.push(r);
         }
     }
-    println!();
-    println!(
-        "| path | closed-loop answers/s | ratio to direct | p50 us | p99 us | open loop {open_rate}/s: p50 us | p99 us |"
-    );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
-    let mut best_agent: f64 = 0.0;
-    for t in &targets {
-        let rate = bench::relay::median(t.closed.iter().map(Report::rate).collect());
-        let p = |v: &[Report], q: f64| {
-            bench::relay::median(v.iter().map(|r| f64::from(r.percentile_us(q))).collect())
+    let best_agent = print_table(&targets, open_rate);
+    if args.fd_client_rounds > 0 {
+        let Some(server) = &server else {
+            anyhow::bail!("--fd-client-rounds needs the freeDiameter server (not --builtin)");
         };
-        let ratio = rate / direct_rate;
-        if t.name.starts_with("agent") {
-            best_agent = best_agent.max(ratio);
-        }
-        println!(
-            "| {} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} |",
-            t.name,
-            rate,
-            ratio,
-            p(&t.closed, 50.0),
-            p(&t.closed, 99.0),
-            p(&t.open, 50.0),
-            p(&t.open, 99.0)
-        );
+        let paths = fd_client_paths(&targets, &server_target, &pipe_name);
+        fd_client(server, &paths, &args)?;
     }
     drop(processes);
     a1.shutdown();
     a2.shutdown();
     a1.join();
     a2.join();
+    drop(pipe);
     drop(relay);
     drop(server);
     if let Some(req) = args.require {
         anyhow::ensure!(
             best_agent >= req,
             "the agent reached {best_agent:.2} of direct, below the required {req:.2}"
+        );
+    }
+    Ok(())
+}
+
+/// Medians of a target's runs: closed-loop rate and p50/p99, open-loop
+/// p50/p99.
+struct Medians {
+    rate: f64,
+    closed: (f64, f64),
+    open: (f64, f64),
+}
+
+impl Medians {
+    fn of(t: &Target) -> Medians {
+        let p = |v: &[Report], q: f64| {
+            bench::relay::median(v.iter().map(|r| f64::from(r.percentile_us(q))).collect())
+        };
+        Medians {
+            rate: bench::relay::median(t.closed.iter().map(Report::rate).collect()),
+            closed: (p(&t.closed, 50.0), p(&t.closed, 99.0)),
+            open: (p(&t.open, 50.0), p(&t.open, 99.0)),
+        }
+    }
+}
+
+/// Prints the table of the load client's runs (`targets[0]` is direct,
+/// `targets[1]` the byte pipe); returns the best agent's ratio to direct.
+fn print_table(targets: &[Target], open_rate: u64) -> f64 {
+    let all: Vec<Medians> = targets.iter().map(Medians::of).collect();
+    let (direct, pipe) = (&all[0], &all[1]);
+    println!();
+    println!(
+        "| path | closed-loop answers/s | ratio to direct | ratio to pipe | p50 us | p99 us | open loop {open_rate}/s: p50 us | p99 us | p50 added over direct us | over pipe us |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let mut best_agent: f64 = 0.0;
+    for (t, m) in targets.iter().zip(&all) {
+        let ratio = m.rate / direct.rate;
+        if t.name.starts_with("agent") {
+            best_agent = best_agent.max(ratio);
+        }
+        println!(
+            "| {} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} | {:+.0} | {:+.0} |",
+            t.name,
+            m.rate,
+            ratio,
+            m.rate / pipe.rate,
+            m.closed.0,
+            m.closed.1,
+            m.open.0,
+            m.open.1,
+            m.open.0 - direct.open.0,
+            m.open.0 - pipe.open.0,
+        );
+    }
+    best_agent
+}
+
+/// The paths for freeDiameter's client: each target under the identity
+/// the client must see there (the server's through the pipe, the relay's
+/// or the agent's own otherwise).
+fn fd_client_paths(
+    targets: &[Target],
+    server: &PeerTarget,
+    pipe_name: &str,
+) -> Vec<(String, PeerTarget)> {
+    targets
+        .iter()
+        .filter_map(|t| {
+            let identity = match t.name.as_str() {
+                "direct" => server.identity.clone(),
+                n if n == pipe_name => server.identity.clone(),
+                "freeDiameter relay" => return None,
+                "agent, 1 worker" => "agent1.example.com".to_owned(),
+                "agent, 2 workers" => "agent2.example.com".to_owned(),
+                // Binaries under test are left to the load client.
+                _ => return None,
+            };
+            Some((t.name.clone(), PeerTarget::new(&identity, t.addr).ok()?))
+        })
+        .collect()
+}
+
+/// freeDiameter's `test_app` client over `paths` (direct first, the pipe
+/// second), in interleaved rounds: answers/s, ratios, average latency and
+/// what each path adds to it over direct and over the pipe.
+fn fd_client(
+    server: &interop::fd::FdNode,
+    paths: &[(String, PeerTarget)],
+    args: &Args,
+) -> anyhow::Result<()> {
+    let seconds = u32::try_from(args.seconds).unwrap_or(u32::MAX);
+    let concurrency = u32::try_from(args.outstanding).unwrap_or(u32::MAX);
+    eprintln!(
+        "bench-relay: freeDiameter test_app client, {} rounds x {seconds} s, {concurrency} outstanding",
+        args.fd_client_rounds
+    );
+    let mut runs: Vec<Vec<interop::fd::BenchResult>> = vec![Vec::new(); paths.len()];
+    for round in 0..args.fd_client_rounds {
+        for ((name, target), runs) in paths.iter().zip(&mut runs) {
+            let r = interop::fd::BenchSpec::new(target.clone())
+                .dest_realm(server.realm())
+                .seconds(seconds)
+                .concurrency(concurrency)
+                .run()
+                .with_context(|| format!("test_app client via {name}"))?;
+            eprintln!(
+                "round {round} test_app {name:<20} {:>9.0}/s avg {:>8.1} us",
+                r.answers_per_s(),
+                r.average.as_secs_f64() * 1e6
+            );
+            anyhow::ensure!(r.all_answered_ok(), "test_app client via {name}: {r}");
+            runs.push(r);
+        }
+    }
+    let med = |v: &[interop::fd::BenchResult]| {
+        (
+            bench::relay::median(
+                v.iter()
+                    .map(interop::fd::BenchResult::answers_per_s)
+                    .collect(),
+            ),
+            bench::relay::median(v.iter().map(|r| r.average.as_secs_f64() * 1e6).collect()),
+        )
+    };
+    let all: Vec<(f64, f64)> = runs.iter().map(|v| med(v)).collect();
+    let (direct, pipe) = (all[0], all[1]);
+    println!();
+    println!(
+        "| path (freeDiameter test_app client, {concurrency} outstanding) | answers/s | ratio to direct | ratio to pipe | average latency us | added over direct us | over pipe us |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for ((name, _), (rate, lat)) in paths.iter().zip(&all) {
+        println!(
+            "| {name} | {rate:.0} | {:.2} | {:.2} | {lat:.1} | {:+.1} | {:+.1} |",
+            rate / direct.0,
+            rate / pipe.0,
+            lat - direct.1,
+            lat - pipe.1
         );
     }
     Ok(())
