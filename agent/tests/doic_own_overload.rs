@@ -231,7 +231,7 @@ async fn own_overload_rate_report_is_honoured_then_ended() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_own_capacity_the_agent_never_reports_itself() {
+async fn without_own_capacity_a_light_load_is_not_reported() {
     let s1 = Reporter::spawn(S1).await;
     let doic = format!("[doic.peers.\"{CLIENT}\"]\ntrusted = true\n");
     let agent = start_agent(agent_config(&[(&s1, true)], Some(&doic), 2), 1).await;
@@ -249,8 +249,15 @@ async fn without_own_capacity_the_agent_never_reports_itself() {
     .await;
     assert!(a.len() > 1000);
     assert!(a.iter().all(|m| own_reports(m).is_empty()));
+    // Measured, not configured: 500/s is far from overloading the agent.
     let body = http_get(agent.metrics_addr().unwrap(), "/metrics").await;
-    assert!(!body.contains("doic_own_"), "{body}");
+    assert_eq!(gauge(&body, "doic_own_overload"), Some(0.0), "{body}");
+    assert_eq!(
+        gauge(&body, "doic_own_measured_overload"),
+        Some(0.0),
+        "{body}"
+    );
+    assert!(!body.contains("doic_own_client_allocated_rps{"), "{body}");
     stop(agent);
 }
 

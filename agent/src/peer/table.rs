@@ -236,6 +236,9 @@ pub struct PeerSlot {
     /// The open connection's id and remote transport address (for the
     /// kernel's per-address arrival rates).
     remote: Mutex<Option<(u64, SocketAddr)>>,
+    /// The rate the agent holds it to while overloaded
+    /// ([`crate::overload::own::ClientLimit`]).
+    pub own_limit: crate::overload::own::ClientLimit,
 }
 
 impl PeerSlot {
@@ -251,7 +254,15 @@ impl PeerSlot {
             watchdog: Mutex::new(None),
             stats: PeerStats::default(),
             remote: Mutex::new(None),
+            own_limit: crate::overload::own::ClientLimit::default(),
         }
+    }
+
+    /// Whether it is connected and its watchdog OKAY (a closed, closing or
+    /// suspect peer has left or failed, RFC 8582 §8.2 note).
+    #[must_use]
+    pub fn is_open(&self) -> bool {
+        self.state() == state::OKAY
     }
 
     /// The DiameterIdentity, shared (for Route-Record).
