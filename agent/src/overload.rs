@@ -39,7 +39,7 @@
 //! | [`request`] | the request glue: idle fast path, full treatment, retreatment, throttle answers |
 //! | [`answer`] | the answer glue: idle fast path, full handling |
 //! | [`snapshot`] | what each worker sends the control thread at each tick |
-//! | [`own`] | the agent's own overload |
+//! | [`own`] | the agent's own overload: measurement, reports, each client held to its allocation (`own/enforce.rs`) |
 
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};

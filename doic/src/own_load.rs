@@ -9,9 +9,20 @@
 //! validity 0 at the end, kept long enough) and §5.2.3 (controlled ending).
 //!
 //! [`OwnLoad`] is sans-io: the control thread measures the request arrival
-//! rate of each downstream peer, calls [`OwnLoad::handle_load`] once per
-//! measurement with `now`, and hands the reports [`OwnLoad::reports`] lists
+//! rate of each downstream peer and the workers' utilisation, queue delay
+//! and pending transactions ([`Inputs`]), calls [`OwnLoad::handle_load`]
+//! once per measurement with `now`, and hands the reports [`OwnLoad::reports`] lists
 //! to every worker's core ([`super::Doic::put_own_peer_report`]).
+//!
+//! # Capacity
+//!
+//! The capacity is `[doic] own_capacity`, or the one found by measurement
+//! while the agent is overloaded by measurement ([`Estimator`], module
+//! `measure`), bounded by `own_capacity` when both are there. Without
+//! either the agent does not report. A peer that left or failed since the
+//! last measurement ([`Inputs::left`]) gives its share back at once (RFC
+//! 8582 §8.2 note: the reporting node recomputes its allocation when
+//! reacting nodes come and go).
 //!
 //! # Allocation rule
 //!
@@ -43,7 +54,8 @@
 //! fraction of its demand, so a loss peer abates exactly as much as a rate
 //! peer. Peers that do not support peer reports at all get no report
 //! (RFC 7683 §5.2.3: no report of a type the peer did not announce); their
-//! load counts in the total, and the agent does not throttle them itself.
+//! load counts in the total, and the agent holds them to their allocation
+//! itself (`agent::overload::own`).
 //!
 //! # When reports change
 //!

@@ -44,7 +44,7 @@ use doic::own_load::{Inputs, OwnLoad, OwnLoadParams, OwnReport};
 use doic::report::Abatement;
 
 mod enforce;
-pub use enforce::{ClientLimit, GRACE};
+pub use enforce::{ClientLimit, GRACE, TOLERANCE_FACTOR};
 pub(crate) use enforce::{ClientLimits, enforce};
 
 thread_local! {

@@ -11,7 +11,8 @@
 //! Each client's limit is a rate-algorithm bucket ([`RateControl`], RFC
 //! 8582 §8.3) at its allocation, two priorities (§8.3.2: DRMP, RFC 7944,
 //! and `[doic] priority` rules): higher-priority requests are throttled
-//! last. The limit lives in the client's peer slot; its connection is
+//! last. Its tolerances are [`TOLERANCE_FACTOR`] times the reacting
+//! node's. The limit lives in the client's peer slot; its connection is
 //! handled on one worker, so its bucket is not shared.
 //!
 //! The request path reads one relaxed flag ([`ClientLimits::enforcing`])
@@ -39,6 +40,13 @@ use doic::treatment::{Cause, ThrottleAnswer};
 /// set, before its excess is answered: the report reaches it in the next
 /// answer, and a reacting node abates from then (RFC 8582 §8.3.1).
 pub const GRACE: Duration = Duration::from_secs(1);
+
+/// The client's bucket tolerates this many times the reacting node's
+/// tolerances (`[doic.rate]`, RFC 8582 §8.3.2: TAU1 = 5 T, TAU2 = 10 T by
+/// default): a DOIC client that abates with its own bucket, randomised
+/// (§8.3.3), at exactly its allocation is never answered for its jitter, and
+/// a client that writes many requests at once keeps its allocation.
+pub const TOLERANCE_FACTOR: f64 = 5.0;
 
 /// Whether any client is held to its allocation: the request path's one
 /// relaxed load, on a line of its own.
@@ -183,8 +191,17 @@ pub(super) fn update<'a>(
             }
             continue;
         }
-        let Ok(config) = ov.cfg.rate.bucket_config() else {
-            return;
+        let params = doic::rate::RateParams {
+            tau1: ov.cfg.rate.tau1 * TOLERANCE_FACTOR,
+            tau2: ov.cfg.rate.tau2 * TOLERANCE_FACTOR,
+            ..ov.cfg.rate
+        };
+        let config = match params.bucket_config() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(peer = %slot.host, cause = %e, "own overload: client limit not set");
+                continue;
+            }
         };
         let r = limit
             .rate
