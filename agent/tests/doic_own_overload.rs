@@ -9,21 +9,13 @@ mod support;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
+use diameter::codec::doic::OcSupportedFeatures;
 use diameter::dictionary::doic::{OC_PEER_REPORT, OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 use support::*;
 use tools::loadgen::{Client, Identity, TEST_APP};
 
 const S1: &str = "server1.example.net";
 const CAPACITY: u32 = 100;
-
-/// The agent's own peer reports in an answer.
-fn own_reports(m: &[u8]) -> Vec<OcOlr> {
-    olrs_of(m)
-        .into_iter()
-        .filter(|o| o.report_type == ReportType::Peer)
-        .collect()
-}
 
 /// Sends `features`-carrying requests at `rate` per second for at most
 /// `max`, stopping early after the first answer for which `stop` holds.
@@ -57,12 +49,6 @@ async fn paced(
         }
     }
     (all, false)
-}
-
-/// A gauge of the metrics page.
-fn gauge(body: &str, name: &str) -> Option<f64> {
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

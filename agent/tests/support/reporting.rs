@@ -241,6 +241,14 @@ pub fn features_of(m: &[u8]) -> Vec<OcSupportedFeatures> {
         .collect()
 }
 
+/// The peer reports (the agent's own, RFC 8581) of a message.
+pub fn own_reports(m: &[u8]) -> Vec<OcOlr> {
+    olrs_of(m)
+        .into_iter()
+        .filter(|o| o.report_type == ReportType::Peer)
+        .collect()
+}
+
 /// The OC-OLRs of a message.
 pub fn olrs_of(m: &[u8]) -> Vec<OcOlr> {
     DoicAvps::read(&Routing::scan(m).unwrap()).unwrap().olrs
