@@ -12,7 +12,10 @@
 //!
 //! - **Overloaded** after `enter_after` consecutive measurements with the
 //!   busiest worker's utilisation at `high_utilisation` or more, or the
-//!   queue delay at `high_delay` or more, or pending at `high_pending` or
+//!   queue delay at `high_delay` or more with that worker at
+//!   `low_utilisation` or more (with idle workers a delay is the host's
+//!   scheduling, not the agent's load; with busy ones the worker counts as
+//!   at `high_utilisation` at least), or pending at `high_pending` or
 //!   more; **no longer** after `leave_after` consecutive measurements with
 //!   utilisation below `low_utilisation`, delay below `low_delay` and
 //!   pending below half of `high_pending`, and the offered load within the
@@ -160,18 +163,26 @@ impl Estimator {
             .clamp(0.0, 1.0);
         let total: f64 = inputs.rates.iter().map(|(_, r)| r.max(0.0)).sum();
         let relayed = inputs.relayed.unwrap_or(total);
+        // Queue delay counts with busy workers: with idle ones it is the
+        // host's scheduling, which holding clients back would not change.
+        // With busy ones the worker is as loaded as the high threshold says,
+        // whatever its busy share.
+        let delayed = inputs.queue_delay >= p.high_delay && u >= p.low_utilisation;
+        let u_cost = if delayed {
+            u.max(p.high_utilisation)
+        } else {
+            u
+        };
         // While overloaded every measurement counts: a machine held well
         // below its target must see its capacity grow back.
         if (u >= p.min_utilisation || (self.overloaded && u > 0.0)) && relayed > 0.0 {
-            let sample = relayed * p.target_utilisation / u;
+            let sample = relayed * p.target_utilisation / u_cost;
             let e = self
                 .estimate
                 .map_or(sample, |e| e + p.smoothing * (sample - e));
             self.estimate = Some(e);
         }
-        let high = u >= p.high_utilisation
-            || inputs.queue_delay >= p.high_delay
-            || inputs.pending >= p.high_pending;
+        let high = u >= p.high_utilisation || delayed || inputs.pending >= p.high_pending;
         // Over only when the load offered would fit: a machine that is idle
         // because the agent holds its clients back is not out of overload.
         let low = u < p.low_utilisation

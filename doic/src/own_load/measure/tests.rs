@@ -28,6 +28,8 @@ struct Sim {
     relayed: f64,
     /// How many times the reporting state changed.
     toggles: u32,
+    /// A queue delay the host adds whatever the load (other tenants).
+    host_delay: Duration,
 }
 
 impl Sim {
@@ -43,6 +45,7 @@ impl Sim {
             delay: Duration::ZERO,
             relayed: 0.0,
             toggles: 0,
+            host_delay: Duration::ZERO,
         }
     }
 
@@ -79,7 +82,8 @@ impl Sim {
             Duration::from_millis(200)
         } else {
             Duration::from_micros(200)
-        };
+        }
+        .max(self.host_delay);
         let rates: Vec<(String, f64)> =
             offered.iter().map(|(p, r)| ((*p).to_owned(), *r)).collect();
         let utilisation = [self.utilisation; WORKERS];
@@ -253,4 +257,25 @@ fn a_short_spike_is_not_overload() {
     sim.run(1, &both(3000.0));
     sim.run(10, &both(500.0));
     assert_eq!(sim.toggles, 0);
+}
+
+#[test]
+fn queue_delay_counts_only_with_busy_workers() {
+    // A host that delays every worker by 50 ms while they are 10 % busy:
+    // the agent's load is not the cause; nothing to report.
+    let mut sim = Sim::new(OwnLoadParams::measured(), COST);
+    sim.host_delay = Duration::from_millis(50);
+    sim.run(30, &both(100.0));
+    assert!(!sim.ctl.estimator().is_overloaded());
+    // The same delay with workers 80 % busy (below the 90 % utilisation
+    // threshold): overloaded by its queue delay, and the agent holds its
+    // clients until its workers are no busier than the low threshold.
+    sim.run(2, &both(800.0));
+    assert!(sim.ctl.estimator().is_overloaded());
+    sim.run(1, &both(800.0));
+    assert!(sim.ctl.is_reporting());
+    sim.run(30, &both(800.0));
+    assert!(sim.ctl.is_reporting());
+    assert!(sim.utilisation <= 0.75, "{}", sim.utilisation);
+    assert_eq!(sim.toggles, 1);
 }
