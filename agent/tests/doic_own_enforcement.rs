@@ -20,35 +20,6 @@ use tools::loadgen::{Client, Identity, TEST_APP};
 const S1: &str = "server1.example.net";
 const CLIENT2: &str = "client2.example.org";
 const CAPACITY: u32 = 100;
-/// How often each client writes a burst.
-const BURST_EVERY: Duration = Duration::from_millis(50);
-
-/// Sends at `rate` per second for `run`, one burst of every request due in
-/// one write each `BURST_EVERY`, regardless of what the answers say;
-/// returns every answer (one per request: [`exchange`] checks it).
-async fn ignore_and_send(
-    mut c: Client,
-    rate: f64,
-    run: Duration,
-    features: Option<OcSupportedFeatures>,
-) -> Vec<Bytes> {
-    let t0 = Instant::now();
-    let (mut sent, mut hbh) = (0u32, 1u32);
-    let mut all = Vec::new();
-    while t0.elapsed() < run {
-        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let due = (t0.elapsed().as_secs_f64() * rate) as u32;
-        if due > sent {
-            let k = due - sent;
-            all.extend(exchange(&mut c, hbh, k, k, features.as_ref()).await);
-            hbh += k;
-            sent = due;
-        }
-        tokio::time::sleep(BURST_EVERY).await;
-    }
-    all
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_above_the_configured_capacity_are_held_to_it() {
     let s1 = Reporter::spawn(S1).await;
@@ -70,8 +41,8 @@ async fn clients_above_the_configured_capacity_are_held_to_it() {
     let rate = 3.0 * f64::from(CAPACITY);
     let run = Duration::from_secs(12);
     let t0 = Instant::now();
-    let a = tokio::spawn(ignore_and_send(doic, rate, run, Some(cf)));
-    let b = tokio::spawn(ignore_and_send(plain, rate, run, None));
+    let a = tokio::spawn(send_regardless(doic, rate, run, Some(cf)));
+    let b = tokio::spawn(send_regardless(plain, rate, run, None));
     // Reports start at the first measurement above capacity (about 2 s),
     // the DOIC client is held 1 s after: from 5 s on, steady state.
     tokio::time::sleep(Duration::from_secs(5)).await;

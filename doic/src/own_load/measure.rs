@@ -173,10 +173,12 @@ impl Estimator {
         } else {
             u
         };
-        // While overloaded every measurement counts: a machine held well
-        // below its target must see its capacity grow back.
-        if (u >= p.min_utilisation || (self.overloaded && u > 0.0)) && relayed > 0.0 {
-            let sample = relayed * p.target_utilisation / u_cost;
+        // While overloaded every measurement counts, one below
+        // `min_utilisation` as if at it: a machine held well below its
+        // target sees its capacity grow back, by at most that factor per
+        // measurement, never by a near-zero busy share.
+        if (u >= p.min_utilisation || self.overloaded) && relayed > 0.0 {
+            let sample = relayed * p.target_utilisation / u_cost.max(p.min_utilisation);
             let e = self
                 .estimate
                 .map_or(sample, |e| e + p.smoothing * (sample - e));

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use super::super::{OwnLoad, OwnLoadParams};
-use super::Inputs;
+use super::{Estimator, EstimatorParams, Inputs};
 
 const ME: &str = "agent.example.com";
 const WORKERS: usize = 2;
@@ -278,4 +278,27 @@ fn queue_delay_counts_only_with_busy_workers() {
     assert!(sim.ctl.is_reporting());
     assert!(sim.utilisation <= 0.75, "{}", sim.utilisation);
     assert_eq!(sim.toggles, 1);
+}
+
+#[test]
+fn a_near_idle_reading_while_overloaded_grows_the_capacity_boundedly() {
+    let mut e = Estimator::new(EstimatorParams::default());
+    let rates = vec![("c1".to_owned(), 3000.0)];
+    let reading = |utilisation: &'static [f64]| Inputs {
+        rates: &rates,
+        utilisation,
+        relayed: Some(1000.0),
+        ..Inputs::default()
+    };
+    for _ in 0..3 {
+        e.handle_load(&reading(&[1.0]));
+    }
+    assert!(e.is_overloaded());
+    // A worker held off the CPU (a cgroup quota) reads as almost idle: it
+    // counts as at `min_utilisation` (30 %), not as a thousand times the
+    // capacity.
+    e.handle_load(&reading(&[0.001]));
+    let grown = e.estimate().expect("measured");
+    assert!(grown <= 1000.0 * 0.8 / 0.3, "{grown}");
+    assert!(grown > 800.0, "it grows back: {grown}");
 }
