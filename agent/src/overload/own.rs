@@ -248,7 +248,9 @@ pub(crate) fn control_tick(
         .sum();
     let open: BTreeSet<String> = all
         .iter()
-        .filter(|(_, s)| s.is_open())
+        // Connected and its watchdog OKAY: a closed, closing or suspect
+        // peer has left or failed (RFC 8582 §8.2 note).
+        .filter(|(_, s)| s.state() == crate::peer::table::state::OKAY)
         .map(|(_, s)| s.host.clone())
         .collect();
     let left: Vec<String> = ctl.open.difference(&open).cloned().collect();

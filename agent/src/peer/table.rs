@@ -258,13 +258,6 @@ impl PeerSlot {
         }
     }
 
-    /// Whether it is connected and its watchdog OKAY (a closed, closing or
-    /// suspect peer has left or failed, RFC 8582 §8.2 note).
-    #[must_use]
-    pub fn is_open(&self) -> bool {
-        self.state() == state::OKAY
-    }
-
     /// The DiameterIdentity, shared (for Route-Record).
     #[must_use]
     pub fn host_arc(&self) -> Arc<str> {
