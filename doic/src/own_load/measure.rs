@@ -11,7 +11,10 @@
 //! overloaded and estimates its capacity in requests per second:
 //!
 //! - **Overloaded** after `enter_after` consecutive measurements with the
-//!   busiest worker's utilisation at `high_utilisation` or more, or the
+//!   busiest worker's utilisation at `high_utilisation` or more while it
+//!   falls behind (requests arrive more than 5 % faster than they are
+//!   relayed, or work waits on it: a saturated worker with nothing waiting,
+//!   as under a closed-loop client, is well used, not overloaded), or the
 //!   queue delay at `high_delay` or more with that worker at
 //!   `low_utilisation` or more (with idle workers a delay is the host's
 //!   scheduling, not the agent's load; with busy ones the worker counts as
@@ -130,6 +133,10 @@ impl Default for EstimatorParams {
     }
 }
 
+/// Arrivals above the relayed rate by this share mean the busiest worker
+/// falls behind (the rest is measurement noise between two counters).
+const ARRIVAL_EXCESS: f64 = 0.05;
+
 /// The own-overload decision and capacity estimate.
 #[derive(Clone, Debug)]
 pub struct Estimator {
@@ -184,7 +191,14 @@ impl Estimator {
                 .map_or(sample, |e| e + p.smoothing * (sample - e));
             self.estimate = Some(e);
         }
-        let high = u >= p.high_utilisation || delayed || inputs.pending >= p.high_pending;
+        // A busy worker alone is a well-used agent, not an overloaded one (a
+        // closed-loop client saturates it with nothing waiting): overload is
+        // a busy worker that falls behind, work waiting on it (queue delay)
+        // or requests arriving faster than it relays them (the kernel's
+        // per-peer counts see arrivals before userspace reads them).
+        let behind = total > relayed * (1.0 + ARRIVAL_EXCESS);
+        let high =
+            (u >= p.high_utilisation && behind) || delayed || inputs.pending >= p.high_pending;
         // Over only when the load offered would fit: a machine that is idle
         // because the agent holds its clients back is not out of overload.
         let low = u < p.low_utilisation

@@ -302,3 +302,32 @@ fn a_near_idle_reading_while_overloaded_grows_the_capacity_boundedly() {
     assert!(grown <= 1000.0 * 0.8 / 0.3, "{grown}");
     assert!(grown > 800.0, "it grows back: {grown}");
 }
+
+#[test]
+fn a_saturated_worker_that_keeps_up_is_not_overloaded() {
+    // A closed-loop client keeps every worker busy: 100 % utilisation,
+    // nothing waiting, every arrival relayed. Well used, not overloaded.
+    let mut e = Estimator::new(EstimatorParams::default());
+    let rates = vec![("c1".to_owned(), 1000.0)];
+    for _ in 0..10 {
+        e.handle_load(&saturated(&rates, 1000.0));
+    }
+    assert!(!e.is_overloaded());
+    // The same workers with requests arriving 20 % faster than they are
+    // relayed: they fall behind, which is overload.
+    let faster = vec![("c1".to_owned(), 1200.0)];
+    for _ in 0..2 {
+        e.handle_load(&saturated(&faster, 1000.0));
+    }
+    assert!(e.is_overloaded());
+}
+
+/// Both workers fully busy, nothing waiting, `relayed` per second relayed.
+fn saturated(rates: &[(String, f64)], relayed: f64) -> Inputs<'_> {
+    Inputs {
+        rates,
+        utilisation: &[1.0, 1.0],
+        relayed: Some(relayed),
+        ..Inputs::default()
+    }
+}
