@@ -17,8 +17,11 @@
 //! bounded feed ([`crate::feed`]), and the control thread keeps the last one
 //! of each for `/metrics` and `GET /audit`.
 //!
-//! With `own_capacity`, the control thread also measures the agent's own
-//! load and every worker sends the same own peer reports ([`own`]).
+//! The control thread also measures the agent's own load (utilisation,
+//! queue delay, pending, arrival rates; `own_capacity` an upper bound),
+//! every worker sends the same own peer reports, and while the agent is
+//! overloaded every client is held to its allocation before routing
+//! ([`own`]).
 //!
 //! The agent's own realm reports (seed 002; RFC 7683 §5.1.3, §5.2.1.4) are
 //! one per realm for the whole agent: every core takes its versions from
@@ -36,7 +39,7 @@
 //! | [`request`] | the request glue: idle fast path, full treatment, retreatment, throttle answers |
 //! | [`answer`] | the answer glue: idle fast path, full handling |
 //! | [`snapshot`] | what each worker sends the control thread at each tick |
-//! | [`own`] | the agent's own overload |
+//! | [`own`] | the agent's own overload: measurement, reports, each client held to its allocation (`own/enforce.rs`) |
 
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -163,6 +166,14 @@ impl Overload {
     #[must_use]
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// Whether any client is held to its allocation ([`own::enforce`]): one
+    /// relaxed load.
+    #[inline]
+    #[must_use]
+    pub fn own_enforcing(&self) -> bool {
+        self.own.limits.enforcing()
     }
 
     /// Replicas dropped because a worker's inbox was full ([`inbox`]).

@@ -9,9 +9,20 @@
 //! validity 0 at the end, kept long enough) and §5.2.3 (controlled ending).
 //!
 //! [`OwnLoad`] is sans-io: the control thread measures the request arrival
-//! rate of each downstream peer, calls [`OwnLoad::handle_load`] once per
-//! measurement with `now`, and hands the reports [`OwnLoad::reports`] lists
+//! rate of each downstream peer and the workers' utilisation, queue delay
+//! and pending transactions ([`Inputs`]), calls [`OwnLoad::handle_load`]
+//! once per measurement with `now`, and hands the reports [`OwnLoad::reports`] lists
 //! to every worker's core ([`super::Doic::put_own_peer_report`]).
+//!
+//! # Capacity
+//!
+//! The capacity is `[doic] own_capacity`, or the one found by measurement
+//! while the agent is overloaded by measurement ([`Estimator`], module
+//! `measure`), bounded by `own_capacity` when both are there. Without
+//! either the agent does not report. A peer that left or failed since the
+//! last measurement ([`Inputs::left`]) gives its share back at once (RFC
+//! 8582 §8.2 note: the reporting node recomputes its allocation when
+//! reacting nodes come and go).
 //!
 //! # Allocation rule
 //!
@@ -43,7 +54,8 @@
 //! fraction of its demand, so a loss peer abates exactly as much as a rate
 //! peer. Peers that do not support peer reports at all get no report
 //! (RFC 7683 §5.2.3: no report of a type the peer did not announce); their
-//! load counts in the total, and the agent does not throttle them itself.
+//! load counts in the total, and the agent holds them to their allocation
+//! itself (`agent::overload::own`).
 //!
 //! # When reports change
 //!
@@ -66,11 +78,16 @@ use std::time::{Duration, Instant};
 
 use super::report::{Abatement, Report, ReportType};
 
+mod measure;
+pub use measure::{Estimator, EstimatorParams, Inputs};
+
 /// How the controller decides; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OwnLoadParams {
-    /// The agent's capacity in requests per second (`[doic] own_capacity`).
-    pub capacity: u32,
+    /// The agent's configured capacity in requests per second (`[doic]
+    /// own_capacity`): the capacity while not overloaded by measurement, an
+    /// upper bound on the measured one; `None`: measurement only.
+    pub capacity: Option<u32>,
     /// Reporting starts when the total arrival rate exceeds
     /// `capacity * start_above`.
     pub start_above: f64,
@@ -83,6 +100,8 @@ pub struct OwnLoadParams {
     pub validity: Duration,
     /// Relative change of a peer's allocation that makes a new version.
     pub material: f64,
+    /// How the capacity is found by measurement ([`Estimator`]).
+    pub estimator: EstimatorParams,
 }
 
 impl OwnLoadParams {
@@ -92,12 +111,23 @@ impl OwnLoadParams {
     #[must_use]
     pub fn new(capacity: u32) -> Self {
         Self {
-            capacity,
+            capacity: Some(capacity),
+            ..Self::measured()
+        }
+    }
+
+    /// The defaults without a configured capacity: the agent reports its
+    /// own overload only when it finds it by measurement.
+    #[must_use]
+    pub fn measured() -> Self {
+        Self {
+            capacity: None,
             start_above: 1.0,
             end_below: 0.8,
             end_after: Duration::from_secs(2),
             validity: Duration::from_secs(10),
             material: 0.1,
+            estimator: EstimatorParams::default(),
         }
     }
 }
@@ -141,6 +171,9 @@ struct PeerState {
 #[derive(Debug)]
 pub struct OwnLoad {
     params: OwnLoadParams,
+    estimator: Estimator,
+    /// The capacity of the last measurement (configured or measured).
+    capacity: Option<u32>,
     identity: String,
     origin: Instant,
     sequence_base_ms: u64,
@@ -168,6 +201,8 @@ impl OwnLoad {
     ) -> Self {
         Self {
             params,
+            estimator: Estimator::new(params.estimator),
+            capacity: params.capacity,
             identity: identity.to_owned(),
             origin,
             sequence_base_ms,
@@ -186,6 +221,20 @@ impl OwnLoad {
     #[must_use]
     pub fn params(&self) -> &OwnLoadParams {
         &self.params
+    }
+
+    /// The capacity of the last measurement: the measured one (bounded by
+    /// the configured one) while overloaded by measurement, else the
+    /// configured one.
+    #[must_use]
+    pub fn capacity(&self) -> Option<u32> {
+        self.capacity
+    }
+
+    /// The estimator (whether overloaded by measurement, its estimate).
+    #[must_use]
+    pub fn estimator(&self) -> &Estimator {
+        &self.estimator
     }
 
     /// Whether the agent is reporting its own overload.
@@ -218,24 +267,43 @@ impl OwnLoad {
     }
 
     /// Takes a measurement made at `now`: the request arrival rate of each
-    /// downstream peer (requests per second, by DiameterIdentity).
-    pub fn handle_load(&mut self, now: Instant, rates: &[(String, f64)]) {
+    /// downstream peer (requests per second, by DiameterIdentity) and, when
+    /// measured, the workers' utilisation, queue delay and pending
+    /// transactions ([`Inputs`], [`Estimator`]).
+    pub fn handle_load<'i>(&mut self, now: Instant, inputs: impl Into<Inputs<'i>>) {
+        let inputs = inputs.into();
+        let rates = inputs.rates;
         let before = self.generation;
         // Ending reports kept long enough are dropped.
         self.reports.retain(|_, r| !(r.is_end() && now >= r.until));
+        self.estimator.handle_load(&inputs);
+        self.capacity = match (self.params.capacity, self.estimator.capacity()) {
+            (Some(c), Some(e)) => Some(c.min(e)),
+            (c, e) => c.or(e),
+        };
         let total: f64 = rates.iter().map(|(_, r)| r.max(0.0)).sum();
         self.total = total;
-        let cap = f64::from(self.params.capacity);
+        // RFC 8582 §8.2 note: a peer that left or failed no longer takes a
+        // share; its report ends and the others' are recomputed now.
+        for p in inputs.left {
+            if self.peers.remove(p).is_some() {
+                self.end(now, Some(p.clone()));
+            }
+        }
+        let Some(capacity) = self.capacity else {
+            if self.reporting {
+                tracing::info!(rate = total, "own overload: reporting ends (no capacity)");
+                self.end_all(now);
+            }
+            return;
+        };
+        let cap = f64::from(capacity);
         if !self.reporting {
             if total > cap * self.params.start_above {
-                tracing::info!(
-                    rate = total,
-                    capacity = self.params.capacity,
-                    "own overload: reporting starts"
-                );
+                tracing::info!(rate = total, capacity, "own overload: reporting starts");
                 self.reporting = true;
                 self.below_since = None;
-                self.allocate(now, rates);
+                self.allocate(now, capacity, rates);
             }
         } else if total < cap * self.params.end_below {
             let since = *self.below_since.get_or_insert(now);
@@ -243,11 +311,11 @@ impl OwnLoad {
                 tracing::info!(rate = total, "own overload: reporting ends");
                 self.end_all(now);
             } else {
-                self.allocate(now, rates);
+                self.allocate(now, capacity, rates);
             }
         } else {
             self.below_since = None;
-            self.allocate(now, rates);
+            self.allocate(now, capacity, rates);
         }
         if self.generation != before {
             tracing::debug!(generation = self.generation, "own peer reports changed");
@@ -255,7 +323,7 @@ impl OwnLoad {
     }
 
     /// Recomputes the allocations and publishes the versions that changed.
-    fn allocate(&mut self, now: Instant, rates: &[(String, f64)]) {
+    fn allocate(&mut self, now: Instant, capacity: u32, rates: &[(String, f64)]) {
         // Demand per sending peer (see the module documentation), with when
         // it fell silent for a peer keeping its share.
         let mut demands: Vec<(String, f64, Option<Instant>)> = Vec::new();
@@ -289,10 +357,7 @@ impl OwnLoad {
             self.end(now, Some(p));
         }
         let view: Vec<(&str, f64)> = demands.iter().map(|(p, d, _)| (p.as_str(), *d)).collect();
-        let allocations: Vec<u32> = split(self.params.capacity, &view)
-            .into_iter()
-            .map(|(_, a)| a)
-            .collect();
+        let allocations: Vec<u32> = split(capacity, &view).into_iter().map(|(_, a)| a).collect();
         let total_demand: f64 = demands.iter().map(|(_, d, _)| d).sum();
         let half = self.params.validity / 2;
         for ((peer, demand, idle_since), allocation) in demands.into_iter().zip(allocations) {
@@ -328,7 +393,7 @@ impl OwnLoad {
         }
         // The loss report for peers without the rate algorithm.
         let percent = if total_demand > 0.0 {
-            let keep = (f64::from(self.params.capacity) / total_demand).min(1.0);
+            let keep = (f64::from(capacity) / total_demand).min(1.0);
             #[expect(
                 clippy::cast_possible_truncation,
                 clippy::cast_sign_loss,

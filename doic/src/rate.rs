@@ -125,6 +125,15 @@ impl RateControl {
         self.bucket.set_rate(nanos(self.epoch, now), per_second);
     }
 
+    /// Activates control again at `now` (RFC 8582 §8.3.1: LCT set to the
+    /// time of activation, the counter to TAU0), at OC-Maximum-Rate
+    /// `per_second`.
+    pub fn activate(&self, now: Instant, per_second: u32) {
+        let ns = nanos(self.epoch, now);
+        self.bucket.set_rate(ns, per_second);
+        self.bucket.activate(ns);
+    }
+
     /// Whether a request of `priority` at `now` may be sent (RFC 8582 §8.3.2).
     #[must_use]
     pub fn admit(&self, now: Instant, priority: Priority) -> bool {

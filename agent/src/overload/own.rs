@@ -6,6 +6,21 @@
 //! sends the same versions (sequence numbers are made once, by the
 //! controller).
 //!
+//! The controller runs whether or not `own_capacity` is set: it also finds
+//! the agent's overload by measurement ([`doic::own_load::Estimator`]):
+//! each worker's utilisation (busy share of its loop, measured by the
+//! control thread), the queue delay (how long the control thread's tick
+//! waited on each worker's run queue before it ran, behind the requests
+//! queued there: one sample per worker every 100 ms, no per-request cost),
+//! the relayed requests waiting for an answer (`outstanding` of every peer)
+//! and the requests relayed per second (received less those the agent
+//! answered for exceeding an allocation). A peer whose connection closed
+//! since the last measurement gives its share back at once (RFC 8582 §8.2
+//! note).
+//!
+//! While the agent reports, every client is held to its allocation
+//! ([`enforce`]).
+//!
 //! The arrival rate of a peer comes from the kernel program when it is
 //! attached and saw the peer's connection in the last window (it counts
 //! requests as they arrive, before userspace queues fill: RFC 7068 §3.1),
@@ -14,7 +29,7 @@
 //! counter of requests received (`requests_in`) over the same interval.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,8 +40,12 @@ use super::Overload;
 use crate::peer::table::PeerTable;
 use crate::telemetry::{Kernel, KernelLoad};
 use doic::Doic;
-use doic::own_load::{OwnLoad, OwnLoadParams, OwnReport};
+use doic::own_load::{Inputs, OwnLoad, OwnLoadParams, OwnReport};
 use doic::report::Abatement;
+
+mod enforce;
+pub use enforce::{ClientLimit, GRACE, TOLERANCE_FACTOR};
+pub(crate) use enforce::{ClientLimits, enforce};
 
 thread_local! {
     /// The generation of own reports this worker's core holds.
@@ -69,11 +88,38 @@ pub struct PeerLoad {
     pub source: Source,
 }
 
+/// One client as `/metrics` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientView {
+    /// The rate it is held to, while it is.
+    pub allocated: Option<u32>,
+    /// Its requests answered for exceeding it.
+    pub throttled: u64,
+    /// Whether it receives the agent's own peer report (its requests
+    /// announce peer-report support).
+    pub receives: bool,
+}
+
 /// What `/metrics` shows of the agent's own overload.
 #[derive(Clone, Debug, Default)]
 pub struct OwnView {
-    /// The capacity (`own_capacity`).
+    /// The capacity of the last measurement (configured, or measured while
+    /// overloaded by measurement); 0: none.
     pub capacity: u32,
+    /// `own_capacity`, if set.
+    pub configured: Option<u32>,
+    /// Whether the agent is overloaded by measurement.
+    pub measured: bool,
+    /// The capacity estimate (requests per second), once measured.
+    pub estimate: Option<f64>,
+    /// The busiest worker's utilisation (0 to 1).
+    pub utilisation: f64,
+    /// The longest queue delay of the last second.
+    pub queue_delay: Duration,
+    /// Relayed requests waiting for their answer.
+    pub pending: u64,
+    /// Per client: its limit.
+    pub clients: BTreeMap<String, ClientView>,
     /// Total request arrival rate of the last measurement.
     pub total: f64,
     /// Whether the agent reports its own overload.
@@ -88,6 +134,11 @@ pub struct OwnView {
 /// measurement, and what the workers apply.
 #[derive(Debug)]
 pub struct OwnState {
+    /// Whether any client is held to its allocation.
+    pub(crate) limits: ClientLimits,
+    /// The longest wait of a tick on a worker since the last measurement,
+    /// nanoseconds.
+    queue_delay_ns: AtomicU64,
     controller: Mutex<Option<Control>>,
     published: Mutex<Arc<[OwnReport]>>,
     generation: AtomicU64,
@@ -98,24 +149,39 @@ pub struct OwnState {
 struct Control {
     load: OwnLoad,
     last: Option<(Instant, BTreeMap<String, u64>)>,
+    /// Requests received and answered for exceeding an allocation, summed
+    /// over the peers, at the last measurement.
+    handled: (u64, u64),
+    /// The peers connected at the last measurement.
+    open: BTreeSet<String>,
 }
 
 impl OwnState {
-    /// The state for an agent with `capacity` (`None`: the agent never
-    /// reports its own overload). `base_ms` is the Unix time in
-    /// milliseconds at `origin` (sequence numbers, RFC 7683 §5.2.1.4).
+    /// The state for an agent with `capacity` (`None`: the agent reports
+    /// its own overload only when it finds it by measurement). `base_ms` is
+    /// the Unix time in milliseconds at `origin` (sequence numbers, RFC
+    /// 7683 §5.2.1.4).
     #[must_use]
     pub fn new(identity: &str, capacity: Option<u32>, origin: Instant, base_ms: u64) -> Self {
-        let controller = capacity.map(|c| Control {
-            load: OwnLoad::new(identity, OwnLoadParams::new(c), origin, base_ms),
+        let params = OwnLoadParams {
+            capacity,
+            ..OwnLoadParams::measured()
+        };
+        let controller = Control {
+            load: OwnLoad::new(identity, params, origin, base_ms),
             last: None,
-        });
+            handled: (0, 0),
+            open: BTreeSet::new(),
+        };
         Self {
-            controller: Mutex::new(controller),
+            limits: ClientLimits::default(),
+            queue_delay_ns: AtomicU64::new(0),
+            controller: Mutex::new(Some(controller)),
             published: Mutex::new(Arc::from(Vec::new())),
             generation: AtomicU64::new(0),
             view: Mutex::new(OwnView {
                 capacity: capacity.unwrap_or(0),
+                configured: capacity,
                 ..OwnView::default()
             }),
         }
@@ -131,9 +197,23 @@ impl OwnState {
     }
 }
 
-/// Measures every peer's arrival rate at `now` and runs the controller
-/// (control thread, once per second, after the kernel tick).
-pub(crate) fn control_tick(table: &PeerTable, kernel: &Kernel, ov: &Overload, now: Instant) {
+/// A tick waited `delay` on a worker's run queue before it ran (worker,
+/// every 100 ms): the queue delay of that worker's requests.
+pub(crate) fn note_queue_delay(ov: &Overload, delay: Duration) {
+    let ns = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+    ov.own.queue_delay_ns.fetch_max(ns, Ordering::Relaxed);
+}
+
+/// Measures every peer's arrival rate at `now` with the workers'
+/// `utilisation` (0 to 1) and runs the controller, then sets the clients'
+/// limits (control thread, once per second, after the kernel tick).
+pub(crate) fn control_tick(
+    table: &PeerTable,
+    kernel: &Kernel,
+    ov: &Overload,
+    now: Instant,
+    utilisation: &[f64],
+) {
     let own = &ov.own;
     let mut guard = own
         .controller
@@ -146,9 +226,9 @@ pub(crate) fn control_tick(table: &PeerTable, kernel: &Kernel, ov: &Overload, no
     let kernel = kernel.filter(|k| {
         k.at.is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(3))
     });
-    let slots: Vec<SlotCount> = table
-        .all()
-        .into_iter()
+    let all = table.all();
+    let slots: Vec<SlotCount> = all
+        .iter()
         .map(|(_, slot)| SlotCount {
             host: slot.host.clone(),
             remote: slot.remote(),
@@ -156,23 +236,78 @@ pub(crate) fn control_tick(table: &PeerTable, kernel: &Kernel, ov: &Overload, no
         })
         .collect();
     let peers = measure(&slots, kernel.as_deref(), ctl.last.as_ref(), now);
+    let handled = (
+        slots.iter().map(|s| s.requests_in).sum::<u64>(),
+        all.iter()
+            .map(|(_, s)| s.own_limit.throttled())
+            .sum::<u64>(),
+    );
+    let pending: u64 = all
+        .iter()
+        .map(|(_, s)| u64::from(s.outstanding.load(Ordering::Relaxed)))
+        .sum();
+    let open: BTreeSet<String> = all
+        .iter()
+        // Connected and its watchdog OKAY: a closed, closing or suspect
+        // peer has left or failed (RFC 8582 §8.2 note).
+        .filter(|(_, s)| s.state() == crate::peer::table::state::OKAY)
+        .map(|(_, s)| s.host.clone())
+        .collect();
+    let left: Vec<String> = ctl.open.difference(&open).cloned().collect();
     let counts = slots.into_iter().map(|s| (s.host, s.requests_in)).collect();
-    let first = ctl.last.is_none();
-    ctl.last = Some((now, counts));
-    if first {
+    let previous = ctl.last.replace((now, counts));
+    let (before_in, before_throttled) = std::mem::replace(&mut ctl.handled, handled);
+    ctl.open = open;
+    let queue_delay = Duration::from_nanos(own.queue_delay_ns.swap(0, Ordering::Relaxed));
+    let Some((at, _)) = previous else {
         return;
-    }
+    };
+    let dt = now.saturating_duration_since(at).as_secs_f64().max(1e-3);
+    #[expect(clippy::cast_precision_loss, reason = "a rate")]
+    let relayed = (handled.0.saturating_sub(before_in))
+        .saturating_sub(handled.1.saturating_sub(before_throttled)) as f64
+        / dt;
     let rates: Vec<(String, f64)> = peers.iter().map(|(p, l)| (p.clone(), l.rate)).collect();
     let before = ctl.load.generation();
-    ctl.load.handle_load(now, &rates);
+    ctl.load.handle_load(
+        now,
+        Inputs {
+            rates: &rates,
+            utilisation,
+            queue_delay,
+            pending,
+            relayed: Some(relayed),
+            left: &left,
+        },
+    );
     if ctl.load.generation() != before {
         let reports: Arc<[OwnReport]> = ctl.load.reports().cloned().collect();
         *own.published.lock().unwrap_or_else(PoisonError::into_inner) = reports;
         own.generation
             .store(ctl.load.generation(), Ordering::Release);
     }
+    enforce::update(ov, &ctl.load, all.iter().map(|(_, s)| &**s), now);
+    let clients = all
+        .iter()
+        .map(|(_, s)| {
+            let l = &s.own_limit;
+            let v = ClientView {
+                allocated: l.allocated(),
+                throttled: l.throttled(),
+                receives: l.receives(),
+            };
+            (s.host.clone(), v)
+        })
+        .collect();
     let view = OwnView {
-        capacity: ctl.load.params().capacity,
+        capacity: ctl.load.capacity().unwrap_or(0),
+        configured: ctl.load.params().capacity,
+        measured: ctl.load.estimator().is_overloaded(),
+        estimate: ctl.load.estimator().estimate(),
+        utilisation: utilisation.iter().copied().fold(0.0, f64::max),
+        queue_delay,
+        pending,
+        clients,
         total: ctl.load.total_rate(),
         reporting: ctl.load.is_reporting(),
         peers,
@@ -249,14 +384,17 @@ pub(crate) fn apply(ov: &Overload, core: &mut Doic, now: Instant) {
 /// The own-overload metrics, Prometheus text format.
 pub(crate) fn render(ov: &Overload, o: &mut String) {
     let v = ov.own.view();
-    if v.capacity == 0 {
-        return;
-    }
     let _ = writeln!(
         o,
-        "# HELP doic_own_capacity_rps The agent's own capacity (requests per second).\n# TYPE doic_own_capacity_rps gauge\ndoic_own_capacity_rps {}",
+        "# HELP doic_own_capacity_rps The agent's own capacity (requests per second): the measured one while overloaded by measurement (at most own_capacity), else own_capacity; 0: none.\n# TYPE doic_own_capacity_rps gauge\ndoic_own_capacity_rps {}",
         v.capacity
     );
+    if let Some(e) = v.estimate {
+        let _ = writeln!(
+            o,
+            "# HELP doic_own_estimated_capacity_rps The capacity the agent measures for itself at its target utilisation.\n# TYPE doic_own_estimated_capacity_rps gauge\ndoic_own_estimated_capacity_rps {e:.1}"
+        );
+    }
     let _ = writeln!(
         o,
         "# HELP doic_own_load_rps Requests per second received from all peers (last measurement).\n# TYPE doic_own_load_rps gauge\ndoic_own_load_rps {:.1}",
@@ -269,7 +407,22 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
     );
     let _ = writeln!(
         o,
-        "# HELP doic_own_peer_load_rps Requests per second received from each peer, and where the rate was measured.\n# TYPE doic_own_peer_load_rps gauge"
+        "# HELP doic_own_measured_overload Whether the agent finds itself overloaded by measurement (utilisation, queue delay, pending).\n# TYPE doic_own_measured_overload gauge\ndoic_own_measured_overload {}",
+        u8::from(v.measured)
+    );
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_queue_delay_seconds The longest wait of work on a worker's queue in the last second.\n# TYPE doic_own_queue_delay_seconds gauge\ndoic_own_queue_delay_seconds {:.6}",
+        v.queue_delay.as_secs_f64()
+    );
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_pending Relayed requests waiting for their answer.\n# TYPE doic_own_pending gauge\ndoic_own_pending {}",
+        v.pending
+    );
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_peer_load_rps Requests per second offered by each peer, and where the rate was measured.\n# TYPE doic_own_peer_load_rps gauge"
     );
     for (p, l) in &v.peers {
         let _ = writeln!(
@@ -282,9 +435,43 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
     }
     let _ = writeln!(
         o,
-        "# HELP doic_own_reports_active The agent's own peer reports in force (1), or ending with validity 0 (0); peer \"*\" is the loss report for peers without rate.\n# TYPE doic_own_reports_active gauge"
+        "# HELP doic_own_client_allocated_rps The rate each client is held to while the agent is overloaded.\n# TYPE doic_own_client_allocated_rps gauge"
     );
-    for r in &v.reports {
+    for (p, c) in &v.clients {
+        if let Some(a) = c.allocated {
+            let _ = writeln!(
+                o,
+                "doic_own_client_allocated_rps{{peer=\"{}\"}} {a}",
+                label(p)
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_client_throttled_total Requests of each client answered at once for exceeding its allocation.\n# TYPE doic_own_client_throttled_total counter"
+    );
+    for (p, c) in &v.clients {
+        if c.throttled > 0 {
+            let _ = writeln!(
+                o,
+                "doic_own_client_throttled_total{{peer=\"{}\"}} {}",
+                label(p),
+                c.throttled
+            );
+        }
+    }
+    // A report is in force only toward a client that receives it: one
+    // whose requests announce peer-report support (RFC 7683 §5.2.3).
+    let receives = |r: &OwnReport| {
+        r.peer
+            .as_ref()
+            .is_none_or(|p| v.clients.get(p).is_some_and(|c| c.receives))
+    };
+    let _ = writeln!(
+        o,
+        "# HELP doic_own_reports_active The agent's own peer reports in force toward clients that receive them (1), or ending with validity 0 (0); peer \"*\" is the loss report for peers without rate.\n# TYPE doic_own_reports_active gauge"
+    );
+    for r in v.reports.iter().filter(|r| receives(r)) {
         let _ = writeln!(
             o,
             "doic_own_reports_active{{peer=\"{}\"}} {}",
@@ -294,9 +481,9 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
     }
     let _ = writeln!(
         o,
-        "# HELP doic_own_rate_allocated_rps OC-Maximum-Rate of the agent's own peer report to each peer.\n# TYPE doic_own_rate_allocated_rps gauge"
+        "# HELP doic_own_rate_allocated_rps OC-Maximum-Rate of the agent's own peer report to each client that receives it.\n# TYPE doic_own_rate_allocated_rps gauge"
     );
-    for r in &v.reports {
+    for r in v.reports.iter().filter(|r| receives(r)) {
         if let (Some(p), Abatement::Rate { per_second }, false) =
             (&r.peer, r.report.abatement, r.is_end())
         {

@@ -333,7 +333,7 @@ fn is_features(a: &diameter::codec::avp::RawAvp<'_>) -> bool {
 /// The agent's answer to a throttled request: Result-Code 3004 or 5012, or
 /// Experimental-Result 5198 without Result-Code (RFC 6733 §7.6), with the
 /// DOIC AVPs `act` gives (RFC 7683 §5.1.2: none to a non-DOIC client).
-fn throttle_answer(
+pub(super) fn throttle_answer(
     route: &Route<'_>,
     req: &[u8],
     result: ThrottleAnswer,

@@ -236,6 +236,9 @@ pub struct PeerSlot {
     /// The open connection's id and remote transport address (for the
     /// kernel's per-address arrival rates).
     remote: Mutex<Option<(u64, SocketAddr)>>,
+    /// The rate the agent holds it to while overloaded
+    /// ([`crate::overload::own::ClientLimit`]).
+    pub own_limit: crate::overload::own::ClientLimit,
 }
 
 impl PeerSlot {
@@ -251,6 +254,7 @@ impl PeerSlot {
             watchdog: Mutex::new(None),
             stats: PeerStats::default(),
             remote: Mutex::new(None),
+            own_limit: crate::overload::own::ClientLimit::default(),
         }
     }
 

@@ -84,9 +84,15 @@ impl Ticking {
                 // core lives there); the audit trail is rendered once a
                 // second.
                 let full = self.ticks.is_multiple_of(TICKS_PER_SECOND);
+                let at = Instant::now();
                 workers.spawn_each(|_| {
                     let ov = ov.clone();
-                    async move { crate::overload::tick(&ov, full) }
+                    async move {
+                        // How long the tick waited behind the worker's
+                        // requests: its queue delay.
+                        crate::overload::own::note_queue_delay(&ov, at.elapsed());
+                        crate::overload::tick(&ov, full);
+                    }
                 });
             }
         }
@@ -95,17 +101,19 @@ impl Ticking {
             return;
         }
         self.at = now;
+        let mut utilisation = Vec::with_capacity(self.last.len());
         for (i, busy) in workers.busy().enumerate() {
             let delta = busy.saturating_sub(self.last[i]);
             self.last[i] = busy;
             let permille = (delta.as_secs_f64() / elapsed.as_secs_f64() * 1000.0).min(1000.0);
             workers.set_utilisation(i, permille as u32);
+            utilisation.push(permille / 1000.0);
         }
         if let Some(reading) = c.ebpf.handle_tick(now, c.kernel.take_events()) {
             c.kernel.publish(now, reading);
         }
         if let Some(ov) = &c.overload {
-            crate::overload::own::control_tick(&c.table, &c.kernel, ov, now);
+            crate::overload::own::control_tick(&c.table, &c.kernel, ov, now, &utilisation);
         }
     }
 }

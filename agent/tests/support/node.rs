@@ -233,9 +233,19 @@ impl Drop for Setup {
 /// The value of one sample of the agent's `/metrics` text, given as
 /// `name{labels}` exactly as rendered; `None` when it is not there.
 pub fn metric(agent: &Agent, sample: &str) -> Option<f64> {
-    agent::metrics::render(agent.metrics())
-        .lines()
-        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+    gauge(&agent::metrics::render(agent.metrics()), sample)
+}
+
+/// The value of one sample, `name{labels}` exactly as rendered, in a
+/// metrics text (`/metrics` over HTTP).
+pub fn gauge(body: &str, sample: &str) -> Option<f64> {
+    body.lines().find_map(|l| {
+        l.strip_prefix(sample)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 /// `GET path` on the metrics listener.

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agent::config::Config;
 use bytes::{Bytes, BytesMut};
@@ -241,6 +241,14 @@ pub fn features_of(m: &[u8]) -> Vec<OcSupportedFeatures> {
         .collect()
 }
 
+/// The peer reports (the agent's own, RFC 8581) of a message.
+pub fn own_reports(m: &[u8]) -> Vec<OcOlr> {
+    olrs_of(m)
+        .into_iter()
+        .filter(|o| o.report_type == ReportType::Peer)
+        .collect()
+}
+
 /// The OC-OLRs of a message.
 pub fn olrs_of(m: &[u8]) -> Vec<OcOlr> {
     DoicAvps::read(&Routing::scan(m).unwrap()).unwrap().olrs
@@ -365,6 +373,35 @@ pub async fn exchange_to(
         got += 1;
     }
     answers.into_iter().map(Option::unwrap).collect()
+}
+
+/// How often [`send_regardless`] writes a burst.
+pub const BURST_EVERY: Duration = Duration::from_millis(50);
+
+/// Sends at `rate` per second for `run`, one burst of every request due in
+/// one write each `BURST_EVERY`, regardless of what the answers say;
+/// returns every answer (one per request: [`exchange`] checks it).
+pub async fn send_regardless(
+    mut c: Client,
+    rate: f64,
+    run: Duration,
+    features: Option<OcSupportedFeatures>,
+) -> Vec<Bytes> {
+    let t0 = Instant::now();
+    let (mut sent, mut hbh) = (0u32, 1u32);
+    let mut all = Vec::new();
+    while t0.elapsed() < run {
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let due = (t0.elapsed().as_secs_f64() * rate) as u32;
+        if due > sent {
+            let k = due - sent;
+            all.extend(exchange(&mut c, hbh, k, k, features.as_ref()).await);
+            hbh += k;
+            sent = due;
+        }
+        tokio::time::sleep(BURST_EVERY).await;
+    }
+    all
 }
 
 /// Result-Code, or Experimental-Result-Code, of an answer.

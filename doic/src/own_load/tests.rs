@@ -256,6 +256,39 @@ fn a_new_peer_gets_a_share_and_a_peer_that_stops_has_its_report_ended() {
 }
 
 #[test]
+fn a_peer_that_leaves_or_fails_gives_its_share_back_at_once() {
+    let (mut c, t0) = ctl(900);
+    let s = Duration::from_secs(1);
+    let load = rates(&[("c1", 1000.0), ("c2", 1000.0), ("c3", 1000.0)]);
+    c.handle_load(t0, &load);
+    assert_eq!(rate_of(&c, "c1"), 300);
+    let (s1, s2) = (seq(&c, Some("c1")), seq(&c, Some("c2")));
+    // c3's connection fails (RFC 8582 §8.2 note: the reporting node
+    // recomputes the allocation when a reacting node goes away): its
+    // report ends now, not after `end_after`, and c1 and c2, still
+    // sending 1000/s, share the whole capacity in new versions.
+    let left = ["c3".to_owned()];
+    let load = rates(&[("c1", 300.0), ("c2", 300.0)]);
+    c.handle_load(
+        t0 + s,
+        Inputs {
+            left: &left,
+            ..Inputs::rates(&load)
+        },
+    );
+    assert!(report(&c, Some("c3")).is_end());
+    assert_eq!(c.allocation("c3"), None);
+    assert_eq!((rate_of(&c, "c1"), rate_of(&c, "c2")), (450, 450));
+    assert!(seq(&c, Some("c1")) > s1 && seq(&c, Some("c2")) > s2);
+    // Reconnected, it is a new reacting node and gets a share again.
+    let load = rates(&[("c1", 450.0), ("c2", 450.0), ("c3", 1000.0)]);
+    c.handle_load(t0 + 2 * s, &load);
+    assert!(!report(&c, Some("c3")).is_end());
+    let total: u32 = ["c1", "c2", "c3"].iter().map(|p| rate_of(&c, p)).sum();
+    assert_eq!(total, 900);
+}
+
+#[test]
 fn sequence_numbers_grow_and_survive_a_restart() {
     let (mut c, t0) = ctl(100);
     let mut last = 0;

@@ -146,6 +146,25 @@ impl Conn {
             // (`net::link`): the agent is too busy for more from this peer.
             return self.refuse(&msg, relay::Error::TooManyPending);
         }
+        // The agent's own overload: a client above its allocation has the
+        // excess answered here, before routing and DOIC treatment (one
+        // relaxed load while no client is held to one).
+        if let Some(ov) = &self.ctx.relay.overload
+            && ov.own_enforcing()
+            && let Some((_, slot)) = &self.peer
+            && let Some((answer, code)) = crate::overload::own::enforce(
+                ov,
+                &self.ctx.relay.doic_route(),
+                slot,
+                &msg,
+                head,
+                &routing,
+            )
+        {
+            self.out.extend_from_slice(&answer);
+            PeerSlot::count(&slot.stats.answers_out, code);
+            return;
+        }
         let realm = msg.slice_ref(realm);
         let dest_host = routing
             .destination_host()

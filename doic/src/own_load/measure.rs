@@ -1,0 +1,256 @@
+//! The agent's own overload found by measurement (RFC 8581 §6.2.4: the
+//! agent reports its own overload as a reporting node; RFC 7683 §5.2.1 and
+//! RFC 8582 §6.1 leave to the reporting node how it knows it is overloaded
+//! and how much it can take).
+//!
+//! [`Estimator`] is sans-io: each measurement ([`Inputs`], once a second)
+//! says how busy each worker's loop was, how long work waited on the
+//! busiest worker before it ran (queue delay), how many relayed requests
+//! wait for their answer (pending) and how many requests per second each
+//! peer sent. From them it decides, with hysteresis, whether the agent is
+//! overloaded and estimates its capacity in requests per second:
+//!
+//! - **Overloaded** after `enter_after` consecutive measurements with the
+//!   busiest worker's utilisation at `high_utilisation` or more while it
+//!   falls behind (requests arrive more than 5 % faster than they are
+//!   relayed, or work waits on it: a saturated worker with nothing waiting,
+//!   as under a closed-loop client, is well used, not overloaded), or the
+//!   queue delay at `high_delay` or more with that worker at
+//!   `low_utilisation` or more (with idle workers a delay is the host's
+//!   scheduling, not the agent's load; with busy ones the worker counts as
+//!   at `high_utilisation` at least), or pending at `high_pending` or
+//!   more; **no longer** after `leave_after` consecutive measurements with
+//!   utilisation below `low_utilisation`, delay below `low_delay` and
+//!   pending below half of `high_pending`, and the offered load within the
+//!   capacity estimate (a machine idle because the agent holds its clients
+//!   back is not out of overload). Between the two thresholds the
+//!   decision stays as it was: noise around one threshold does not flap.
+//! - **Capacity**: with the busiest worker's utilisation `u` and `r`
+//!   requests per second relayed, each relayed request costs `u / r` of
+//!   that worker (what the agent's own throttle answers cost included), so
+//!   it can relay `r * target / u` at the target utilisation. The rate is
+//!   the relayed one, not the offered one: a saturated worker relays what
+//!   it can, whatever arrives, so `r * target / u` stays the capacity when
+//!   `u` is at 1 and the offered load is ten times that. Measurements with
+//!   `u` below `min_utilisation` say too little and are not used (except
+//!   while overloaded, so that a capacity that grew back is found); the
+//!   others are smoothed (exponential, weight `smoothing`). The busiest
+//!   worker decides: a connection is handled on one worker, and that worker
+//!   is the one that falls behind.
+//!
+//! The capacity [`Estimator::capacity`] gives applies only while the
+//! agent is overloaded by measurement; `[doic] own_capacity`, when set, is
+//! an upper bound on it ([`super::OwnLoad`]).
+
+use std::time::Duration;
+
+/// One measurement of the agent's own load.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Inputs<'a> {
+    /// Requests per second received from each downstream peer, by
+    /// DiameterIdentity.
+    pub rates: &'a [(String, f64)],
+    /// Busy share (0 to 1) of each worker's loop over the interval; empty
+    /// when not measured.
+    pub utilisation: &'a [f64],
+    /// The longest wait of work queued on a worker before it ran, over the
+    /// interval.
+    pub queue_delay: Duration,
+    /// Relayed requests waiting for their answer.
+    pub pending: u64,
+    /// Requests per second the workers handled and relayed (not answered
+    /// by the agent itself); `None`: the sum of `rates`.
+    pub relayed: Option<f64>,
+    /// Peers whose connection closed or failed since the last measurement
+    /// (RFC 8582 §8.2 note: the allocation is recomputed at once).
+    pub left: &'a [String],
+}
+
+impl<'a> Inputs<'a> {
+    /// A measurement of the arrival rates only.
+    #[must_use]
+    pub fn rates(rates: &'a [(String, f64)]) -> Self {
+        Self {
+            rates,
+            ..Self::default()
+        }
+    }
+}
+
+impl<'a> From<&'a [(String, f64)]> for Inputs<'a> {
+    fn from(rates: &'a [(String, f64)]) -> Self {
+        Self::rates(rates)
+    }
+}
+
+impl<'a> From<&'a Vec<(String, f64)>> for Inputs<'a> {
+    fn from(rates: &'a Vec<(String, f64)>) -> Self {
+        Self::rates(rates)
+    }
+}
+
+/// How the [`Estimator`] decides; see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EstimatorParams {
+    /// Utilisation of the busiest worker that signals overload.
+    pub high_utilisation: f64,
+    /// Utilisation below which it is over.
+    pub low_utilisation: f64,
+    /// Utilisation the capacity estimate aims at.
+    pub target_utilisation: f64,
+    /// Utilisation below which a measurement says nothing of the capacity.
+    pub min_utilisation: f64,
+    /// Queue delay that signals overload.
+    pub high_delay: Duration,
+    /// Queue delay below which it is over.
+    pub low_delay: Duration,
+    /// Pending transactions that signal overload.
+    pub high_pending: u64,
+    /// Consecutive measurements over a high threshold to become overloaded.
+    pub enter_after: u32,
+    /// Consecutive measurements under every low threshold to stop.
+    pub leave_after: u32,
+    /// Weight of a new capacity sample (0 to 1).
+    pub smoothing: f64,
+}
+
+impl Default for EstimatorParams {
+    /// Overloaded at 90 % utilisation or 20 ms queue delay twice in a row,
+    /// over below 70 % and 5 ms for 3 s, capacity for 80 % utilisation.
+    fn default() -> Self {
+        Self {
+            high_utilisation: 0.9,
+            low_utilisation: 0.7,
+            target_utilisation: 0.8,
+            min_utilisation: 0.3,
+            high_delay: Duration::from_millis(20),
+            low_delay: Duration::from_millis(5),
+            high_pending: 100_000,
+            enter_after: 2,
+            leave_after: 3,
+            smoothing: 0.5,
+        }
+    }
+}
+
+/// Arrivals above the relayed rate by this share mean the busiest worker
+/// falls behind (the rest is measurement noise between two counters).
+const ARRIVAL_EXCESS: f64 = 0.05;
+
+/// The own-overload decision and capacity estimate.
+#[derive(Clone, Debug)]
+pub struct Estimator {
+    params: EstimatorParams,
+    overloaded: bool,
+    /// Consecutive measurements on the other side of the decision.
+    streak: u32,
+    estimate: Option<f64>,
+}
+
+impl Estimator {
+    /// An estimator that has measured nothing yet.
+    #[must_use]
+    pub fn new(params: EstimatorParams) -> Self {
+        Self {
+            params,
+            overloaded: false,
+            streak: 0,
+            estimate: None,
+        }
+    }
+
+    /// Takes one measurement.
+    pub fn handle_load(&mut self, inputs: &Inputs<'_>) {
+        let p = &self.params;
+        let u = inputs
+            .utilisation
+            .iter()
+            .copied()
+            .fold(0.0_f64, f64::max)
+            .clamp(0.0, 1.0);
+        let total: f64 = inputs.rates.iter().map(|(_, r)| r.max(0.0)).sum();
+        let relayed = inputs.relayed.unwrap_or(total);
+        // Queue delay counts with busy workers: with idle ones it is the
+        // host's scheduling, which holding clients back would not change.
+        // With busy ones the worker is as loaded as the high threshold says,
+        // whatever its busy share.
+        let delayed = inputs.queue_delay >= p.high_delay && u >= p.low_utilisation;
+        let u_cost = if delayed {
+            u.max(p.high_utilisation)
+        } else {
+            u
+        };
+        // While overloaded every measurement counts, one below
+        // `min_utilisation` as if at it: a machine held well below its
+        // target sees its capacity grow back, by at most that factor per
+        // measurement, never by a near-zero busy share.
+        if (u >= p.min_utilisation || self.overloaded) && relayed > 0.0 {
+            let sample = relayed * p.target_utilisation / u_cost.max(p.min_utilisation);
+            let e = self
+                .estimate
+                .map_or(sample, |e| e + p.smoothing * (sample - e));
+            self.estimate = Some(e);
+        }
+        // A busy worker alone is a well-used agent, not an overloaded one (a
+        // closed-loop client saturates it with nothing waiting): overload is
+        // a busy worker that falls behind, work waiting on it (queue delay)
+        // or requests arriving faster than it relays them (the kernel's
+        // per-peer counts see arrivals before userspace reads them).
+        let behind = total > relayed * (1.0 + ARRIVAL_EXCESS);
+        let high =
+            (u >= p.high_utilisation && behind) || delayed || inputs.pending >= p.high_pending;
+        // Over only when the load offered would fit: a machine that is idle
+        // because the agent holds its clients back is not out of overload.
+        let low = u < p.low_utilisation
+            && inputs.queue_delay < p.low_delay
+            && inputs.pending < p.high_pending / 2
+            && self.estimate.is_none_or(|e| total <= e);
+        let crossing = if self.overloaded { low } else { high };
+        self.streak = if crossing { self.streak + 1 } else { 0 };
+        let needed = if self.overloaded {
+            p.leave_after
+        } else {
+            p.enter_after
+        };
+        if self.streak >= needed {
+            self.overloaded = !self.overloaded;
+            self.streak = 0;
+            tracing::info!(
+                overloaded = self.overloaded,
+                utilisation = u,
+                queue_delay_ms = inputs.queue_delay.as_secs_f64() * 1000.0,
+                pending = inputs.pending,
+                estimate = self.estimate.unwrap_or(0.0),
+                "own overload by measurement"
+            );
+        }
+    }
+
+    /// Whether the agent is overloaded by measurement.
+    #[must_use]
+    pub fn is_overloaded(&self) -> bool {
+        self.overloaded
+    }
+
+    /// The capacity estimate in requests per second, while overloaded by
+    /// measurement (at least 1).
+    #[must_use]
+    pub fn capacity(&self) -> Option<u32> {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "clamped to 1..=u32::MAX"
+        )]
+        let c = |e: f64| e.round().clamp(1.0, f64::from(u32::MAX)) as u32;
+        self.estimate.filter(|_| self.overloaded).map(c)
+    }
+
+    /// The capacity estimate, whether or not the agent is overloaded.
+    #[must_use]
+    pub fn estimate(&self) -> Option<f64> {
+        self.estimate
+    }
+}
+
+#[cfg(test)]
+mod tests;
