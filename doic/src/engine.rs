@@ -65,7 +65,7 @@ pub struct AnswerView<'a> {
 /// };
 ///
 /// let mut cfg = DoicConfig::default();
-/// cfg.peers.insert("s1.example".into(), PeerPolicy { trusted: true, receive_reports: true });
+/// cfg.peers.insert("s1.example".into(), PeerPolicy { trusted: true, receive_reports: true, ..PeerPolicy::default() });
 /// let mut core = Doic::new("agent.example", cfg, 42, 1_700_000_000).unwrap();
 /// let t0 = Instant::now();
 /// let req = RequestView {

@@ -64,7 +64,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::report::{Abatement, Report, ReportType};
+use super::report::{Abatement, Report, ReportType, Sequencer};
 
 /// How the controller decides; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -142,9 +142,7 @@ struct PeerState {
 pub struct OwnLoad {
     params: OwnLoadParams,
     identity: String,
-    origin: Instant,
-    sequence_base_ms: u64,
-    last_sequence: u64,
+    sequence: Sequencer,
     reporting: bool,
     below_since: Option<Instant>,
     peers: BTreeMap<String, PeerState>,
@@ -169,9 +167,7 @@ impl OwnLoad {
         Self {
             params,
             identity: identity.to_owned(),
-            origin,
-            sequence_base_ms,
-            last_sequence: 0,
+            sequence: Sequencer::new(origin, sequence_base_ms),
             reporting: false,
             below_since: None,
             peers: BTreeMap::new(),
@@ -390,7 +386,7 @@ impl OwnLoad {
         validity: Duration,
         abatement: Abatement,
     ) {
-        let sequence = self.next_sequence(now);
+        let sequence = self.sequence.next(now);
         let report = self.report(sequence, validity, abatement);
         tracing::debug!(peer = ?peer, ?abatement, sequence, ?validity, "own peer report");
         self.reports.insert(
@@ -412,18 +408,6 @@ impl OwnLoad {
             abatement,
             source_id: Some(self.identity.clone()),
         }
-    }
-
-    /// A timestamp in milliseconds, strictly greater than the last one.
-    fn next_sequence(&mut self, now: Instant) -> u64 {
-        let elapsed = u64::try_from(now.saturating_duration_since(self.origin).as_millis())
-            .unwrap_or(u64::MAX / 2);
-        let s = self
-            .sequence_base_ms
-            .saturating_add(elapsed)
-            .max(self.last_sequence + 1);
-        self.last_sequence = s;
-        s
     }
 }
 

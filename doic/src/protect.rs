@@ -41,6 +41,18 @@
 //!   that does DOIC itself ([`Mode::Auto`]); it is then never limited here
 //!   (its own reports govern, RFC 7683 §5.1.3 only covers non-supporting
 //!   servers).
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | this one | [`Estimator`]: the limit of one server |
+//! | [`behalf`] | [`OnBehalf`]: the HOST report made on the server's behalf, RFC 7683 §5.1.3, §5.2.1.4, §5.2.3 |
+//! | [`config`] | [`ProtectConfig`]: the `[doic.protect]` section |
+
+pub mod behalf;
+pub mod config;
+
+pub use behalf::{BehalfReport, OnBehalf};
+pub use config::{ProtectConfig, ProtectConfigError};
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -241,6 +241,7 @@ mod tests {
             PeerPolicy {
                 trusted,
                 receive_reports: true,
+                ..PeerPolicy::default()
             },
         );
         cfg.peers.insert(
@@ -248,6 +249,7 @@ mod tests {
             PeerPolicy {
                 trusted: true,
                 receive_reports: true,
+                ..PeerPolicy::default()
             },
         );
         cfg

@@ -59,6 +59,8 @@ struct Sim {
 
 impl Sim {
     fn new(kind: Kind) -> Self {
+        // A reproducible bucket phase (RFC 8582 §8.3.3 randomises it).
+        crate::bucket::seed_thread_rng(0x5eed);
         Self {
             kind,
             origin: Instant::now(),
@@ -272,7 +274,8 @@ fn server_answering_3004_above_capacity_is_held_at_capacity() {
         let what = format!("3004 server at {k}x");
         let steady = sim.secs(10, 35);
         assert_admitted_near(steady, C, &what);
-        assert_no_oscillation(steady, 0.1 * C, &what);
+        // AIMD's sawtooth: down by `backoff` on 3004, up by the probe.
+        assert_no_oscillation(steady, 0.15 * C, &what);
         for s in steady {
             assert!(s.goodput as f64 >= 0.9 * C, "{what}: {steady:?}");
             assert!(s.busy as f64 <= 0.05 * C, "{what}: {steady:?}");
