@@ -19,6 +19,7 @@ use super::config::{DoicConfig, DoicConfigError};
 use super::features::{self, OcSupportedFeatures};
 use super::loss::Prng;
 use super::ocs::{Ending, Ocs, OcsTable, Phase};
+use super::rate::RateControl;
 use super::realm::{RealmBoard, RealmSynth};
 use super::report::{Abatement, OcOlr, Report, ReportType};
 use super::treatment::Replica;
@@ -401,6 +402,31 @@ impl Doic {
             .into_iter()
             .map(Replica::Realm)
             .collect()
+    }
+
+    /// Puts a version of the HOST report the agent makes on behalf of the
+    /// protected server `server` (RFC 7683 §5.1.3, [`crate::protect`]) for
+    /// `app_id`, sharing `rate` (the one bucket every worker enforces): the
+    /// host OCS then throttles or diverts as a received report's would, and
+    /// its audit records are marked as the agent's own. Versions are made
+    /// once, by the control path ([`crate::protect::OnBehalf`]): an
+    /// identical one is a no-op, an older one ignored.
+    pub fn put_behalf_report(
+        &mut self,
+        now: Instant,
+        (app_id, server): (u32, &str),
+        report: &Report,
+        rate: Option<&RateControl>,
+    ) {
+        let v = self
+            .ocs
+            .apply_as(now, (app_id, server), report, rate, true, &mut self.audit);
+        if matches!(
+            v,
+            Verdict::Created | Verdict::Updated | Verdict::Rollover | Verdict::Ended
+        ) {
+            self.realms.invalidate();
+        }
     }
 
     /// The OC-Supported-Features the agent puts in every request it relays

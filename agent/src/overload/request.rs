@@ -23,7 +23,9 @@ use diameter::codec::relay::{MessageBuf, Routing};
 use diameter::codec::{Header, builder};
 use diameter::dictionary::code;
 use doic::treatment::ThrottleAnswer;
-use doic::{Candidate, Doic, OcSupportedFeatures, Offer, RequestView, Treatment};
+use doic::{
+    Candidate, Cause, Doic, OcSupportedFeatures, Offer, ReportType, RequestView, Treatment,
+};
 
 pub(crate) use crate::relay::Decision;
 
@@ -230,6 +232,13 @@ pub(crate) fn treat_request(route: &Route<'_>, ov: &Overload, r: &RequestIn<'_>)
         }
         Treatment::Throttle { result, cause } => {
             tracing::trace!(?cause, code = result.code(), "doic throttle");
+            if cause == Cause::Destination(ReportType::Host)
+                && let Some(first) = &slots[0]
+            {
+                // The first choice's host OCS threw it: what its protection
+                // counts as offered and throttled (docs/protect.md).
+                first.sensed.record_throttled();
+            }
             let act = core.local_answer(now, &view);
             let msg = throttle_answer(route, r.msg, result, &act);
             Decision::Answer {
