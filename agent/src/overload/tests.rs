@@ -153,7 +153,7 @@ fn doic_cfg(peer_algo: doic::Algorithm, trusted: bool) -> DoicConfig {
         doic::config::PeerPolicy {
             trusted,
             receive_reports: true,
-            ..PeerPolicy::default()
+            ..doic::config::PeerPolicy::default()
         },
     );
     cfg
