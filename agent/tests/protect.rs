@@ -11,9 +11,12 @@ mod support;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
+use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 use doic::DoicConfig;
+use doic::config::PeerPolicy;
 use support::*;
-use tools::loadgen::{Busy, Client, Pace, Report, ServerBehaviour, Traffic};
+use tools::loadgen::{Busy, Client, Identity, Pace, Report, ServerBehaviour, TEST_APP, Traffic};
 
 const C: u32 = 200;
 const SERVER: &str = "server1.example.net";
@@ -145,4 +148,132 @@ async fn a_server_answering_3004_above_its_capacity_is_held_to_it() {
     let rejected = s.servers[0].stats.rejected.load(Ordering::Relaxed);
     // Without protection two thirds of 6,000 would be the server's 3004s.
     assert!(rejected * 10 < r.sent, "{rejected} rejected by the server");
+}
+
+/// The HOST OC-OLRs of `answers` (RFC 7683 §7.6).
+fn host_reports(answers: &[bytes::Bytes]) -> Vec<OcOlr> {
+    answers
+        .iter()
+        .flat_map(|a| olrs_of(a))
+        .filter(|o| o.report_type == ReportType::Host)
+        .collect()
+}
+
+async fn probe(addr: std::net::SocketAddr, host: &str) -> Client {
+    Client::connect(addr, Identity::new(host, "example.org"), vec![TEST_APP])
+        .await
+        .unwrap()
+}
+
+fn features(host: &str, vector: u64) -> OcSupportedFeatures {
+    OcSupportedFeatures {
+        feature_vector: Some(vector),
+        source_id: Some(host.into()),
+        peer_algo: None,
+    }
+}
+
+/// RFC 7683 §5.1.3: the agent reports on behalf of the server that knows no
+/// DOIC. A DOIC client offering 3x C (it announces loss and rate but does
+/// not abate) is held to the limit by the agent; other DOIC clients'
+/// answers, the server's and the agent's own, carry a HOST report for the
+/// server made by the agent: OC-Maximum-Rate to a rate client (RFC 8582),
+/// OC-Reduction-Percentage to a loss client; sequence numbers in
+/// milliseconds since the Unix epoch (§5.2.1.4); validity 0 once the load
+/// falls (§5.2.3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doic_clients_receive_a_host_report_made_by_the_agent_then_its_end() {
+    const RATE: &str = "client2.example.org";
+    const LOSS: &str = "client3.example.org";
+    let b = ServerBehaviour {
+        capacity: Some(C),
+        busy: Busy::Queue,
+        ..Default::default()
+    };
+    let s = one_server(Run::Pinned, b, |c| {
+        let mut d = DoicConfig::default();
+        for h in [CLIENT, RATE, LOSS] {
+            let p = PeerPolicy {
+                trusted: true,
+                ..PeerPolicy::default()
+            };
+            d.peers.insert(h.into(), p);
+        }
+        c.doic = Some(d);
+    })
+    .await;
+    let mut load = s.client().await;
+    load.announce_doic();
+    let mut rate = probe(s.addr, RATE).await;
+    let mut loss = probe(s.addr, LOSS).await;
+    let rate_f = features(RATE, OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
+    let loss_f = features(LOSS, OLR_DEFAULT_ALGO);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let probes = async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let r = exchange(&mut rate, 1, 20, 5, Some(&rate_f)).await;
+        let l = exchange(&mut loss, 1, 20, 5, Some(&loss_f)).await;
+        (r, l)
+    };
+    let ((arrivals, report, limit), (r, l)) =
+        tokio::join!(offer(&s, &mut load, 3 * u64::from(C), 8, (4, 8)), probes);
+    assert_eq!(report.sent, report.answered, "{:?}", report.by_code);
+    assert!(
+        (0.9..=1.1).contains(&(arrivals / f64::from(C))),
+        "the DOIC client's load reaching the server: {arrivals}/s"
+    );
+    let limit = limit.expect("a limit in force");
+    // Every answer to the rate client carries one HOST report with its
+    // share of the limit.
+    let hr = host_reports(&r);
+    assert_eq!(hr.len(), r.len(), "{hr:?}");
+    for o in &hr {
+        let share = o.maximum_rate.expect("a rate report");
+        assert!(
+            share >= 1 && f64::from(share) <= limit,
+            "{o:?}, limit {limit}"
+        );
+        assert_eq!(o.reduction_percentage, None);
+        assert_eq!(o.validity_duration, Some(10));
+        assert!(o.sequence_number >= before, "{o:?}");
+    }
+    // The loss client: the percentage that brings 3x down to the limit.
+    let hl = host_reports(&l);
+    assert_eq!(hl.len(), l.len(), "{hl:?}");
+    for o in &hl {
+        let pct = o.reduction_percentage.expect("a loss report");
+        assert!((50..=80).contains(&pct), "{o:?}");
+        assert_eq!(o.maximum_rate, None);
+    }
+    let last = hr
+        .iter()
+        .chain(&hl)
+        .map(|o| o.sequence_number)
+        .max()
+        .unwrap();
+    // Load fallen: the report ends with validity 0 and a new sequence.
+    let mut ended = None;
+    for i in 0..40 {
+        let a = exchange(&mut rate, 100 + i, 1, 1, Some(&rate_f)).await;
+        if let Some(o) = host_reports(&a)
+            .into_iter()
+            .find(|o| o.validity_duration == Some(0))
+        {
+            ended = Some(o);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let ended = ended.expect("an end report within 10 s");
+    assert!(ended.sequence_number > last, "{ended:?} after {last}");
+    assert!(
+        metric(
+            s.agent(),
+            &format!("doic_protect_reports_total{{peer=\"{SERVER}\"}}")
+        )
+        .is_some_and(|n| n >= 2.0)
+    );
 }

@@ -10,6 +10,7 @@
 //! | this one | the [`Doic`] core: state, own peer reports, replicas (reports and realm versions), timeouts |
 //! | [`request`] | [`Doic::treat`]: the RFC 8581 §5 order, diversion, throttling |
 //! | [`answer`] | [`Doic::on_answer`], [`Doic::local_answer`]: reports judged, answers rewritten |
+//! | [`behalf`] | the reports made on behalf of protected servers, RFC 7683 §5.1.3 |
 //! | [`idle`] | the idle fast path, one decision for `treat`, `on_answer` and the relay |
 
 use std::sync::Arc;
@@ -19,13 +20,13 @@ use super::config::{DoicConfig, DoicConfigError};
 use super::features::{self, OcSupportedFeatures};
 use super::loss::Prng;
 use super::ocs::{Ending, Ocs, OcsTable, Phase};
-use super::rate::RateControl;
 use super::realm::{RealmBoard, RealmSynth};
 use super::report::{Abatement, OcOlr, Report, ReportType};
 use super::treatment::Replica;
 use crate::audit::{Audit, Verdict};
 
 pub mod answer;
+pub mod behalf;
 pub mod idle;
 pub mod request;
 
@@ -121,6 +122,9 @@ pub struct Doic {
     own_peer_report: Option<(Report, Instant)>,
     own_peer_reports: super::fxhash::FxMap<String, (Report, Instant)>,
     own_sequence: u64,
+    /// The reports made on behalf of protected servers, by server, one per
+    /// application ([`behalf`]).
+    behalf: super::fxhash::FxMap<String, Vec<(u32, behalf::BehalfEntry)>>,
 }
 
 impl Doic {
@@ -195,6 +199,7 @@ impl Doic {
             own_peer_report: None,
             own_peer_reports: super::fxhash::FxMap::default(),
             own_sequence: sequence_base,
+            behalf: super::fxhash::FxMap::default(),
         })
     }
 
@@ -239,6 +244,7 @@ impl Doic {
         if self.ocs.sweep(now, &mut self.audit) > 0 {
             self.realms.invalidate();
         }
+        self.sweep_behalf(now);
     }
 
     /// Sets (or with `None` ends) the agent's own peer report for every
@@ -402,31 +408,6 @@ impl Doic {
             .into_iter()
             .map(Replica::Realm)
             .collect()
-    }
-
-    /// Puts a version of the HOST report the agent makes on behalf of the
-    /// protected server `server` (RFC 7683 §5.1.3, [`crate::protect`]) for
-    /// `app_id`, sharing `rate` (the one bucket every worker enforces): the
-    /// host OCS then throttles or diverts as a received report's would, and
-    /// its audit records are marked as the agent's own. Versions are made
-    /// once, by the control path ([`crate::protect::OnBehalf`]): an
-    /// identical one is a no-op, an older one ignored.
-    pub fn put_behalf_report(
-        &mut self,
-        now: Instant,
-        (app_id, server): (u32, &str),
-        report: &Report,
-        rate: Option<&RateControl>,
-    ) {
-        let v = self
-            .ocs
-            .apply_as(now, (app_id, server), report, rate, true, &mut self.audit);
-        if matches!(
-            v,
-            Verdict::Created | Verdict::Updated | Verdict::Rollover | Verdict::Ended
-        ) {
-            self.realms.invalidate();
-        }
     }
 
     /// The OC-Supported-Features the agent puts in every request it relays

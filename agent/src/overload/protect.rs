@@ -33,6 +33,7 @@ use super::Overload;
 use super::own::label;
 use crate::peer::table::PeerTable;
 use doic::Doic;
+use doic::own_load::split;
 use doic::protect::{BehalfReport, Estimator, Load, Mode, OnBehalf};
 use doic::rate::RateControl;
 
@@ -59,6 +60,8 @@ pub struct Published {
     pub apps: Vec<u32>,
     /// The version.
     pub report: BehalfReport,
+    /// Each client's share of the limit when the version was made.
+    pub shares: Arc<BTreeMap<String, u32>>,
     /// The shared bucket at the limit (`None` once the limit is lifted).
     pub rate: Option<RateControl>,
 }
@@ -91,7 +94,22 @@ struct Server {
     rate: Option<RateControl>,
     apps: BTreeSet<u32>,
     last_out: u64,
+    shares: Arc<BTreeMap<String, u32>>,
     view: ServerView,
+}
+
+/// A downstream peer's request arrival rate, smoothed over about a second.
+#[derive(Debug, Default)]
+struct Demand {
+    last_in: u64,
+    rate: f64,
+}
+
+/// The downstream peers' demands and when they were last measured.
+#[derive(Debug, Default)]
+struct Demands {
+    at: Option<Instant>,
+    peers: BTreeMap<String, Demand>,
 }
 
 /// The control thread's side: the estimators, what the workers apply, and
@@ -99,6 +117,7 @@ struct Server {
 #[derive(Debug)]
 pub struct ProtectState {
     servers: Mutex<BTreeMap<String, Server>>,
+    demands: Mutex<Demands>,
     published: Mutex<Arc<[Published]>>,
     generation: AtomicU64,
     view: Mutex<Vec<ServerView>>,
@@ -113,6 +132,7 @@ impl ProtectState {
     pub fn new(origin: Instant, base_ms: u64) -> Self {
         Self {
             servers: Mutex::new(BTreeMap::new()),
+            demands: Mutex::new(Demands::default()),
             published: Mutex::new(Arc::from(Vec::new())),
             generation: AtomicU64::new(0),
             view: Mutex::new(Vec::new()),
@@ -152,9 +172,11 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
     let Ok(bucket) = ov.cfg.rate.bucket_config() else {
         return;
     };
+    let slots = table.all();
+    let demands = measure_demands(st, &slots, now);
     let mut servers = st.servers.lock().unwrap_or_else(PoisonError::into_inner);
     let mut changed = false;
-    for (_, slot) in table.all() {
+    for (_, slot) in slots {
         let policy = ov.cfg.peer(&slot.host);
         if policy.protect == Mode::Native {
             continue;
@@ -171,6 +193,7 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
             rate: None,
             apps: BTreeSet::new(),
             last_out: out,
+            shares: Arc::default(),
             view: ServerView {
                 peer: slot.host.clone(),
                 ..ServerView::default()
@@ -203,11 +226,20 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
             _ => {}
         }
         let versioned = s.behalf.handle_limit(now, limit, s.est.loss_percent());
-        if versioned {
-            if let Some(r) = s.behalf.current() {
-                s.view.reports_issued += 1;
-                log_version(&slot.host, r, &s.est);
+        if versioned && let Some(r) = s.behalf.current() {
+            s.view.reports_issued += 1;
+            if !r.is_end() {
+                // RFC 8582 §6.1: the limit split among the clients by
+                // demand, fixed for the version.
+                let d: Vec<(&str, f64)> = demands.iter().map(|(c, r)| (c.as_str(), *r)).collect();
+                s.shares = Arc::new(
+                    split(r.rate(), &d)
+                        .into_iter()
+                        .map(|(c, n)| (c.to_owned(), n))
+                        .collect(),
+                );
             }
+            log_version(&slot.host, r, &s.est);
         }
         changed |= versioned || (new_app && s.behalf.current().is_some());
         s.view.native = s.est.is_native();
@@ -225,6 +257,7 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                     server: name.clone(),
                     apps: s.apps.iter().copied().collect(),
                     report: r.clone(),
+                    shares: s.shares.clone(),
                     rate: s.rate.clone(),
                 })
             })
@@ -234,6 +267,38 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
     }
     *st.view.lock().unwrap_or_else(PoisonError::into_inner) =
         servers.values().map(|s| s.view.clone()).collect();
+}
+
+/// Every downstream peer's request arrival rate at `now` (the relay's
+/// per-peer counter, smoothed over about a second), those sending.
+fn measure_demands(
+    st: &ProtectState,
+    slots: &[(crate::routing::PeerId, Arc<crate::peer::table::PeerSlot>)],
+    now: Instant,
+) -> Vec<(String, f64)> {
+    let mut d = st.demands.lock().unwrap_or_else(PoisonError::into_inner);
+    let dt =
+        d.at.replace(now)
+            .map_or(0.0, |at| now.saturating_duration_since(at).as_secs_f64());
+    let mut out = Vec::new();
+    for (_, slot) in slots {
+        let n = slot.stats.requests_in.load(Ordering::Relaxed);
+        let e = d.peers.entry(slot.host.clone()).or_insert(Demand {
+            last_in: n,
+            rate: 0.0,
+        });
+        if dt > 0.0 {
+            #[expect(clippy::cast_precision_loss, reason = "a rate")]
+            let r = n.saturating_sub(e.last_in) as f64 / dt;
+            // About a second: 0.3 of each 100 ms tick.
+            e.rate += 0.3 * (r - e.rate);
+        }
+        e.last_in = n;
+        if e.rate >= 0.5 {
+            out.push((slot.host.clone(), e.rate));
+        }
+    }
+    out
 }
 
 fn log_version(server: &str, r: &BehalfReport, est: &Estimator) {
@@ -268,7 +333,13 @@ pub(crate) fn apply(ov: &Overload, core: &mut Doic, now: Instant) {
     }
     for p in ov.protect.published().iter() {
         for app in &p.apps {
-            core.put_behalf_report(now, (*app, &p.server), &p.report.report, p.rate.as_ref());
+            core.put_behalf_report(
+                now,
+                (*app, &p.server),
+                &p.report,
+                &p.shares,
+                p.rate.as_ref(),
+            );
         }
     }
     APPLIED.with(|a| a.set(generation));

@@ -144,7 +144,7 @@ impl Doic {
     /// request is then forwarded to the first candidate.
     #[must_use]
     pub fn is_idle(&self) -> bool {
-        self.ocs.is_empty() && self.realms.is_empty()
+        self.ocs.is_empty() && self.realms.is_empty() && self.behalf.is_empty()
     }
 
     /// The client's DOIC state for the transaction of a request from
