@@ -125,3 +125,129 @@ impl Doic {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::audit::OcsEvent;
+    use crate::engine::AnswerView;
+    use crate::protect::OnBehalf;
+    use crate::report::ReportType;
+    use crate::treatment::{Candidate, PendingTx, RequestView, Treatment};
+    use crate::{DoicConfig, PeerPolicy};
+    use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
+
+    const APP: u32 = 16_777_238;
+
+    fn features(vector: u64) -> OcSupportedFeatures {
+        OcSupportedFeatures {
+            feature_vector: Some(vector),
+            source_id: None,
+            peer_algo: None,
+        }
+    }
+
+    fn request<'a>(from: &'a str, f: Option<&'a OcSupportedFeatures>) -> RequestView<'a> {
+        RequestView {
+            app_id: APP,
+            command_code: 272,
+            from_peer: from,
+            dest_realm: "realm",
+            dest_host: Some("s1"),
+            features: f,
+            drmp: None,
+        }
+    }
+
+    #[test]
+    fn a_version_throttles_through_the_shared_bucket_and_goes_to_doic_clients_until_it_ends() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut cfg = DoicConfig::default();
+        let trusted = PeerPolicy {
+            trusted: true,
+            ..PeerPolicy::default()
+        };
+        cfg.peers.insert("c".into(), trusted);
+        cfg.peers.insert("l".into(), trusted);
+        let mut core = Doic::new("agent", cfg.clone(), 1, 1).unwrap();
+        let mut other = Doic::new("agent", cfg.clone(), 2, 1).unwrap();
+        let mut behalf = OnBehalf::new(t0, 1_700_000_000_000, Duration::from_secs(10));
+        assert!(behalf.handle_limit(t0, Some(10), 75));
+        let version = behalf.current().unwrap().clone();
+        let bucket = cfg.rate.bucket_config().unwrap();
+        let rate = RateControl::new(t0, t0, 10, &bucket);
+        let shares = Arc::new(BTreeMap::from([("c".to_owned(), 4), ("n".to_owned(), 6)]));
+        for c in [&mut core, &mut other] {
+            c.put_behalf_report(t0, (APP, "s1"), &version, &shares, Some(&rate));
+        }
+        // The audit trail says the report is the agent's own.
+        let v = core.audit().versions().last().unwrap();
+        assert!(v.own && v.event == OcsEvent::Created && v.key.report_type == ReportType::Host);
+        // Two workers, one bucket: 10/s over both (RFC 8582 §8.3), the
+        // excess of a non-DOIC client answered by the agent.
+        let cand = [Candidate {
+            peer: "s1",
+            server: Some("s1"),
+        }];
+        let mut passed = 0;
+        for i in 0..200 {
+            let c = if i % 2 == 0 { &mut core } else { &mut other };
+            if matches!(
+                c.treat(ms(i * 5), &request("n", None), &cand),
+                Treatment::Forward { .. }
+            ) {
+                passed += 1;
+            }
+        }
+        // 1 s at 10/s, plus the bucket's tolerance (TAU1 = 5 T).
+        assert!((8..=17).contains(&passed), "{passed} passed");
+        // A rate client gets its share, a loss client the percentage.
+        let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
+        let lf = features(OLR_DEFAULT_ALGO);
+        let r = core.behalf_olr(ms(1000), (APP, "s1"), "c", &rf).unwrap();
+        assert_eq!((r.maximum_rate, r.reduction_percentage), (Some(4), None));
+        assert_eq!(r.sequence_number, version.report.sequence);
+        assert_eq!(r.validity_duration, Some(10));
+        let l = core.behalf_olr(ms(1000), (APP, "s1"), "l", &lf).unwrap();
+        assert_eq!((l.maximum_rate, l.reduction_percentage), (None, Some(75)));
+        // ... and it goes in the server's answers to a DOIC client.
+        let tx = PendingTx {
+            app_id: APP,
+            client: Cow::Borrowed("c"),
+            client_features: Some(Cow::Borrowed(&rf)),
+            client_peer_report: false,
+            dest_realm: Cow::Borrowed("realm"),
+            upstream: Cow::Borrowed("s1"),
+        };
+        let ans = AnswerView {
+            app_id: APP,
+            origin_host: "s1",
+            origin_realm: "realm",
+            result_code: Some(2001),
+            experimental_result_code: None,
+            features: None,
+            olrs: &[],
+        };
+        let act = core.on_answer(ms(1000), &tx, "s1", &ans);
+        assert_eq!(act.forward_reports, vec![r.clone()]);
+        // Ended (RFC 7683 §5.2.3): validity 0, a greater sequence number,
+        // sent for a validity period, then gone and the core idle again.
+        assert!(behalf.handle_limit(ms(2000), None, 0));
+        let end = behalf.current().unwrap().clone();
+        core.put_behalf_report(ms(2000), (APP, "s1"), &end, &shares, None);
+        let e = core.behalf_olr(ms(2001), (APP, "s1"), "c", &rf).unwrap();
+        assert_eq!(e.validity_duration, Some(0));
+        assert!(e.sequence_number > r.sequence_number);
+        assert!(matches!(
+            core.treat(ms(13_000), &request("n", None), &cand),
+            Treatment::Forward { .. }
+        ));
+        core.handle_timeout(ms(13_000));
+        assert!(core.behalf_olr(ms(13_000), (APP, "s1"), "c", &rf).is_none());
+        assert!(core.is_idle());
+    }
+}
