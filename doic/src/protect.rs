@@ -98,8 +98,8 @@ pub struct ProtectParams {
     pub window: Duration,
     /// How long the unloaded latency is remembered.
     pub baseline_window: Duration,
-    /// Answers (or stalled outstanding requests) in `window` needed to judge
-    /// the latency.
+    /// Answers in `window`, or requests outstanding, needed to judge the
+    /// latency.
     pub min_samples: u64,
     /// The limit ends after the offered load stayed below
     /// `end_below * limit` ...
@@ -112,7 +112,7 @@ impl Default for ProtectParams {
     fn default() -> Self {
         Self {
             tolerance: 1.0,
-            slack: Duration::from_millis(5),
+            slack: Duration::from_millis(20),
             drain: Duration::from_millis(500),
             probe: 0.1,
             backoff: 0.05,
@@ -364,13 +364,23 @@ impl Estimator {
         if self.mode == Mode::Auto && samples.with_features > 0 {
             self.native = true;
         }
-        let Some(last) = self.last_tick.replace(now) else {
-            return;
-        };
         if self.native {
             self.limit = None;
             return;
         }
+        // Every answer counts for the baseline, the first tick's too (they
+        // are the least delayed at the onset of an overload).
+        if let Some(min) = samples.min_latency {
+            self.baseline.update(
+                now,
+                self.params.baseline_window / 2,
+                min,
+                self.limit.is_none(),
+            );
+        }
+        let Some(last) = self.last_tick.replace(now) else {
+            return;
+        };
         let span = now.saturating_duration_since(last);
         self.window.push_back(TickRecord {
             span,
@@ -384,14 +394,6 @@ impl Estimator {
         }
         if covered.is_zero() {
             return;
-        }
-        if let Some(min) = samples.min_latency {
-            self.baseline.update(
-                now,
-                self.params.baseline_window / 2,
-                min,
-                self.limit.is_none(),
-            );
         }
         self.measure(covered, &samples, load);
         self.decide(now, &samples);
@@ -408,8 +410,10 @@ impl Estimator {
         }
         let completions = total.answered + total.busy;
         let completion_rate = completions as f64 / secs;
-        let enough = completions >= self.params.min_samples
-            || (completions == 0 && load.outstanding >= self.params.min_samples);
+        // Enough answers to judge, or enough requests waiting that their
+        // number alone shows a queue (the first tick of an overload).
+        let enough =
+            completions >= self.params.min_samples || load.outstanding >= self.params.min_samples;
         let delay = enough.then(|| {
             if completion_rate > 0.0 {
                 Duration::from_secs_f64((load.outstanding as f64 / completion_rate).min(3600.0))

@@ -183,8 +183,8 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
         }
         let taken = slot.sensed.take();
         let out = slot.stats.requests_out.load(Ordering::Relaxed);
-        if out == 0 && !servers.contains_key(&slot.host) {
-            // Never sent a request: a client, not a server.
+        if slot.connect.is_none() && out == 0 && !servers.contains_key(&slot.host) {
+            // Neither dialled nor sent a request: a client, not a server.
             continue;
         }
         let s = servers.entry(slot.host.clone()).or_insert_with(|| Server {
@@ -264,6 +264,8 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
             .collect();
         *st.published.lock().unwrap_or_else(PoisonError::into_inner) = published;
         st.generation.fetch_add(1, Ordering::Release);
+        // Applied at each worker's next request, not only at its tick.
+        ov.inboxes.wake_all();
     }
     *st.view.lock().unwrap_or_else(PoisonError::into_inner) =
         servers.values().map(|s| s.view.clone()).collect();
