@@ -353,106 +353,57 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
     if rows.is_empty() {
         return;
     }
-    let gauge = |o: &mut String, name: &str, help: &str, kind: &str| {
+    type Value = fn(&ServerView) -> Option<String>;
+    let metrics: [(&str, &str, &str, Value); 7] = [
+        (
+            "doic_protect_limit",
+            "The rate limit the agent holds an upstream server to (requests per second; absent: not limited).",
+            "gauge",
+            |r| r.limit.map(|l| l.to_string()),
+        ),
+        (
+            "doic_protect_native",
+            "Whether the upstream server does DOIC itself (never limited by the agent).",
+            "gauge",
+            |r| Some(u8::from(r.native).to_string()),
+        ),
+        (
+            "doic_protect_latency_baseline_seconds",
+            "The upstream server's unloaded answer latency as estimated.",
+            "gauge",
+            |r| r.baseline.map(|d| format!("{:.6}", d.as_secs_f64())),
+        ),
+        (
+            "doic_protect_latency_seconds",
+            "The mean answer latency of the upstream server over the last 100 ms.",
+            "gauge",
+            |r| r.latency.map(|d| format!("{:.6}", d.as_secs_f64())),
+        ),
+        (
+            "doic_protect_outstanding",
+            "Requests sent to the upstream server and not answered yet.",
+            "gauge",
+            |r| Some(r.outstanding.to_string()),
+        ),
+        (
+            "doic_protect_throttled_total",
+            "Requests for the upstream server the agent answered itself because its limit bound.",
+            "counter",
+            |r| Some(r.throttled.to_string()),
+        ),
+        (
+            "doic_protect_reports_total",
+            "HOST report versions the agent made on the upstream server's behalf (RFC 7683 §5.1.3).",
+            "counter",
+            |r| Some(r.reports_issued.to_string()),
+        ),
+    ];
+    for (name, help, kind, value) in metrics {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    };
-    gauge(
-        o,
-        "doic_protect_limit",
-        "The rate limit the agent holds an upstream server to (requests per second; absent: not limited).",
-        "gauge",
-    );
-    for r in &rows {
-        if let Some(l) = r.limit {
-            let _ = writeln!(o, "doic_protect_limit{{peer=\"{}\"}} {l}", label(&r.peer));
+        for r in &rows {
+            if let Some(v) = value(r) {
+                let _ = writeln!(o, "{name}{{peer=\"{}\"}} {v}", label(&r.peer));
+            }
         }
-    }
-    gauge(
-        o,
-        "doic_protect_native",
-        "Whether the upstream server does DOIC itself (never limited by the agent).",
-        "gauge",
-    );
-    for r in &rows {
-        let _ = writeln!(
-            o,
-            "doic_protect_native{{peer=\"{}\"}} {}",
-            label(&r.peer),
-            u8::from(r.native)
-        );
-    }
-    gauge(
-        o,
-        "doic_protect_latency_baseline_seconds",
-        "The upstream server's unloaded answer latency as estimated.",
-        "gauge",
-    );
-    for r in &rows {
-        if let Some(b) = r.baseline {
-            let _ = writeln!(
-                o,
-                "doic_protect_latency_baseline_seconds{{peer=\"{}\"}} {:.6}",
-                label(&r.peer),
-                b.as_secs_f64()
-            );
-        }
-    }
-    gauge(
-        o,
-        "doic_protect_latency_seconds",
-        "The mean answer latency of the upstream server over the last 100 ms.",
-        "gauge",
-    );
-    for r in &rows {
-        if let Some(l) = r.latency {
-            let _ = writeln!(
-                o,
-                "doic_protect_latency_seconds{{peer=\"{}\"}} {:.6}",
-                label(&r.peer),
-                l.as_secs_f64()
-            );
-        }
-    }
-    gauge(
-        o,
-        "doic_protect_outstanding",
-        "Requests sent to the upstream server and not answered yet.",
-        "gauge",
-    );
-    for r in &rows {
-        let _ = writeln!(
-            o,
-            "doic_protect_outstanding{{peer=\"{}\"}} {}",
-            label(&r.peer),
-            r.outstanding
-        );
-    }
-    gauge(
-        o,
-        "doic_protect_throttled_total",
-        "Requests for the upstream server the agent answered itself because its limit bound.",
-        "counter",
-    );
-    for r in &rows {
-        let _ = writeln!(
-            o,
-            "doic_protect_throttled_total{{peer=\"{}\"}} {}",
-            label(&r.peer),
-            r.throttled
-        );
-    }
-    gauge(
-        o,
-        "doic_protect_reports_total",
-        "HOST report versions the agent made on the upstream server's behalf (RFC 7683 §5.1.3).",
-        "counter",
-    );
-    for r in &rows {
-        let _ = writeln!(
-            o,
-            "doic_protect_reports_total{{peer=\"{}\"}} {}",
-            label(&r.peer),
-            r.reports_issued
-        );
     }
 }

@@ -203,6 +203,18 @@ impl Sim {
     }
 }
 
+/// `inside` from `from` to `to` seconds, `outside` otherwise: a step of
+/// offered load or capacity.
+fn step(from: f64, to: f64, inside: f64, outside: f64) -> impl Fn(f64) -> f64 {
+    move |x| {
+        if (from..to).contains(&x) {
+            inside
+        } else {
+            outside
+        }
+    }
+}
+
 /// Admitted within [0.9 C, 1.05 C] of `cap` in every second of `s`.
 fn assert_admitted_near(s: &[Second], cap: f64, what: &str) {
     for (i, x) in s.iter().enumerate() {
@@ -287,13 +299,7 @@ fn server_answering_3004_above_capacity_is_held_at_capacity() {
 #[test]
 fn a_step_in_capacity_is_followed_up_and_down() {
     let mut sim = Sim::new(Kind::Fifo);
-    let capacity = |x: f64| {
-        if (20.0..40.0).contains(&x) {
-            2.0 * C
-        } else {
-            C
-        }
-    };
+    let capacity = step(20.0, 40.0, 2.0 * C, C);
     sim.run(60, |x| if x < 5.0 { C / 2.0 } else { 3.0 * C }, capacity);
     // Up: the probe reaches the doubled capacity within 10 s.
     assert_admitted_near(sim.secs(30, 40), 2.0 * C, "capacity doubled");
@@ -312,13 +318,7 @@ fn a_step_in_capacity_is_followed_up_and_down() {
 #[test]
 fn a_step_in_offered_load_is_limited_then_released() {
     let mut sim = Sim::new(Kind::Fifo);
-    let offered = |x: f64| {
-        if (5.0..25.0).contains(&x) {
-            5.0 * C
-        } else {
-            C / 2.0
-        }
-    };
+    let offered = step(5.0, 25.0, 5.0 * C, C / 2.0);
     sim.run(35, offered, |_| C);
     assert_admitted_near(sim.secs(8, 25), C, "5x");
     // Within 3 s of the step the goodput is back at capacity.
