@@ -279,6 +279,8 @@ pub struct Estimator {
     anchor: f64,
     last_backoff: Option<Instant>,
     calm_since: Option<Instant>,
+    /// The last tick's fastest answer was later than the target.
+    slow_before: bool,
     measures: Measures,
 }
 
@@ -298,6 +300,7 @@ impl Estimator {
             anchor: 0.0,
             last_backoff: None,
             calm_since: None,
+            slow_before: false,
             measures: Measures::default(),
         }
     }
@@ -439,15 +442,19 @@ impl Estimator {
             .baseline
             .get()
             .map(|b| b.mul_f64(1.0 + p.tolerance) + p.slack);
-        // CoDel: a standing queue delays even the tick's fastest answer; a
-        // burst caught in `outstanding` does not. More than a tick's worth
-        // of requests waiting is a queue before any answer shows it.
+        // CoDel: a standing queue delays even the fastest answer of a tick,
+        // here of two ticks in a row (one slow tick is scheduling jitter or
+        // a burst); a burst caught in `outstanding` does not. More than a
+        // tick's worth of requests waiting is a queue at once, before any
+        // answer shows it.
         let tick = self.window.back().map_or(Duration::ZERO, |r| r.span);
-        let standing = match (samples.min_latency, target) {
+        let slow = match (samples.min_latency, target) {
             (Some(min), Some(t)) => min > t,
             (None, _) => samples.is_empty(),
             (Some(_), None) => false,
-        } || m.delay.is_some_and(|d| d > tick);
+        };
+        let standing = (slow && self.slow_before) || m.delay.is_some_and(|d| d > tick);
+        self.slow_before = slow;
         let queueing = match (m.delay, target) {
             (Some(d), Some(t)) if standing && d > t => Some((d - t).as_secs_f64()),
             _ => None,

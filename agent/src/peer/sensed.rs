@@ -14,14 +14,19 @@ use std::time::Duration;
 use doic::protect::{Outcome, Samples};
 
 /// The accumulators of one peer since the last control tick.
+///
+/// The common answer costs one locked add (count and latency packed in one
+/// word, [`ANSWER`]) and two plain loads (the minimum and the application
+/// rarely change).
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub struct Sensed {
+    /// Answers in the bits from [`ANSWER`] up, the sum of their latencies
+    /// in microseconds below.
     answered: AtomicU64,
     busy: AtomicU64,
     timeouts: AtomicU64,
     with_features: AtomicU64,
-    latency_sum_ns: AtomicU64,
     /// `u64::MAX` when no answer came.
     min_latency_ns: AtomicU64,
     throttled: AtomicU64,
@@ -38,6 +43,11 @@ pub struct Taken {
     /// The Application-ID of the last answer (0: none yet).
     pub app: u32,
 }
+
+/// One answer in [`Sensed::answered`]: the latency sum in microseconds
+/// takes the 44 bits below (200 days of latency per tick), the count the
+/// 20 above (a million answers per tick).
+const ANSWER: u64 = 1 << 44;
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
@@ -56,21 +66,28 @@ impl Sensed {
     /// One answer to a request of application `app` sent `latency` ago (or
     /// its timeout); `features`: it carried OC-Supported-Features.
     pub fn record(&self, latency: Duration, outcome: Outcome, features: bool, app: u32) {
-        let counter = match outcome {
+        match outcome {
             Outcome::Answered => {
                 let ns = nanos(latency);
-                self.latency_sum_ns.fetch_add(ns, Ordering::Relaxed);
-                self.min_latency_ns.fetch_min(ns, Ordering::Relaxed);
-                &self.answered
+                let us = (ns / 1000).min(ANSWER - 1);
+                self.answered.fetch_add(ANSWER + us, Ordering::Relaxed);
+                if ns < self.min_latency_ns.load(Ordering::Relaxed) {
+                    self.min_latency_ns.fetch_min(ns, Ordering::Relaxed);
+                }
             }
-            Outcome::Busy => &self.busy,
-            Outcome::Timeout => &self.timeouts,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+            Outcome::Busy => {
+                self.busy.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Timeout => {
+                self.timeouts.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if features {
             self.with_features.fetch_add(1, Ordering::Relaxed);
         }
-        self.app.store(app, Ordering::Relaxed);
+        if self.app.load(Ordering::Relaxed) != app {
+            self.app.store(app, Ordering::Relaxed);
+        }
     }
 
     /// A request for the peer answered by the agent (its limit bound).
@@ -81,14 +98,15 @@ impl Sensed {
     /// Everything recorded since the last call, the counters reset.
     pub fn take(&self) -> Taken {
         let min = self.min_latency_ns.swap(u64::MAX, Ordering::Relaxed);
+        let answered = self.answered.swap(0, Ordering::Relaxed);
         Taken {
             samples: Samples {
-                answered: self.answered.swap(0, Ordering::Relaxed),
+                answered: answered / ANSWER,
                 busy: self.busy.swap(0, Ordering::Relaxed),
                 timeouts: self.timeouts.swap(0, Ordering::Relaxed),
                 with_features: self.with_features.swap(0, Ordering::Relaxed),
                 min_latency: (min != u64::MAX).then(|| Duration::from_nanos(min)),
-                latency_sum: Duration::from_nanos(self.latency_sum_ns.swap(0, Ordering::Relaxed)),
+                latency_sum: Duration::from_micros(answered % ANSWER),
             },
             throttled: self.throttled.swap(0, Ordering::Relaxed),
             app: self.app.load(Ordering::Relaxed),
