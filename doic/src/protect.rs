@@ -477,11 +477,15 @@ impl Estimator {
             self.last_backoff = Some(now);
         }
         if let Some(new) = cut {
-            // The capacity as measured now, unless the server collapsed
-            // (stalled): then the last capacity is where the probe returns.
-            if self.limit.is_none() || basis >= p.floor * self.anchor {
-                self.anchor = basis;
-            }
+            // Where the probe returns: the capacity as measured now, but a
+            // cut forgets at most a fifth of the capacity seen before (a
+            // tick of jitter, or a stalled server, must not ratchet it
+            // down; a real fall takes a few cuts).
+            self.anchor = if self.limit.is_none() {
+                basis
+            } else {
+                basis.max(ANCHOR_KEEP * self.anchor)
+            };
             self.limit = Some(new.max(min));
             self.calm_since = None;
             return;
@@ -522,6 +526,10 @@ impl Estimator {
         self.window.back().map_or(0.0, |r| r.span.as_secs_f64())
     }
 }
+
+/// The share of the capacity seen before that a cut keeps as the probe's
+/// target.
+const ANCHOR_KEEP: f64 = 0.8;
 
 /// A rate as a whole number of requests per second.
 fn round_rate(rate: f64) -> u32 {
