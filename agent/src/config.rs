@@ -228,6 +228,12 @@ pub struct PeerConfig {
     /// are stripped and ignored.
     #[serde(default)]
     pub trusted: bool,
+    /// Whether the agent protects it as a server without DOIC
+    /// (docs/protect.md): `"auto"` (default: unless its answers carry
+    /// OC-Supported-Features and it is trusted), `"native"` (never: it
+    /// reports its own overload), `"protect"` (always).
+    #[serde(default)]
+    pub doic: doic::protect::Mode,
 }
 
 /// `[[route]]`: a realm route.
@@ -536,6 +542,13 @@ impl Config {
         let mut d = self.doic.clone().filter(|d| d.enabled)?;
         for p in self.peers.iter().filter(|p| p.trusted) {
             d.peers.entry(p.host.clone()).or_default().trusted = true;
+        }
+        for p in self
+            .peers
+            .iter()
+            .filter(|p| p.doic != doic::protect::Mode::Auto)
+        {
+            d.peers.entry(p.host.clone()).or_default().protect = p.doic;
         }
         Some(d)
     }

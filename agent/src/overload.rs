@@ -21,7 +21,9 @@
 //! queue delay, pending, arrival rates; `own_capacity` an upper bound),
 //! every worker sends the same own peer reports, and while the agent is
 //! overloaded every client is held to its allocation before routing
-//! ([`own`]).
+//! ([`own`]). With `[doic.protect]` (on by default) it estimates a limit
+//! for every upstream server without DOIC and every worker enforces it and
+//! reports it on the server's behalf ([`protect`], docs/protect.md).
 //!
 //! The agent's own realm reports (seed 002; RFC 7683 §5.1.3, §5.2.1.4) are
 //! one per realm for the whole agent: every core takes its versions from
@@ -40,6 +42,7 @@
 //! | [`answer`] | the answer glue: idle fast path, full handling |
 //! | [`snapshot`] | what each worker sends the control thread at each tick |
 //! | [`own`] | the agent's own overload: measurement, reports, each client held to its allocation (`own/enforce.rs`) |
+//! | [`protect`] | upstream servers without DOIC: their limits, the reports made on their behalf |
 
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -53,6 +56,7 @@ pub mod cores;
 pub(crate) mod hosted;
 pub mod inbox;
 pub mod own;
+pub mod protect;
 pub mod request;
 pub mod snapshot;
 #[cfg(test)]
@@ -97,6 +101,8 @@ pub struct Overload {
     snapshot_feed: Feed<(usize, Snapshot, bool)>,
     /// The agent's own overload (`own_capacity`).
     own: own::OwnState,
+    /// Protection of upstream servers without DOIC (`[doic.protect]`).
+    protect: protect::ProtectState,
     /// The AVPs of the idle fast path, encoded once ([`IdleAvps`]).
     avps: IdleAvps,
 }
@@ -129,6 +135,7 @@ impl Overload {
             // selected upstream.
             avps: IdleAvps::new(identity, &cfg),
             own: own::OwnState::new(identity, cfg.own_capacity, origin, base_ms),
+            protect: protect::ProtectState::new(origin, base_ms),
             cfg,
             identity: identity.to_owned(),
             clock,
@@ -154,6 +161,20 @@ impl Overload {
     #[must_use]
     pub fn answer_features_avp(&self, which: AnswerFeatures) -> &[u8] {
         self.avps.answer(which)
+    }
+
+    /// Whether the agent protects upstream servers without DOIC
+    /// (`[doic.protect] enabled`): the relay then records what it senses
+    /// of their answers.
+    #[must_use]
+    pub fn protecting(&self) -> bool {
+        self.cfg.protect.enabled
+    }
+
+    /// The clock of the overload control (the control thread's ticks).
+    #[must_use]
+    pub fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     /// The effective configuration.
@@ -200,6 +221,12 @@ impl Overload {
 #[must_use]
 pub fn own_view(ov: &Overload) -> own::OwnView {
     ov.own.view()
+}
+
+/// The upstream servers' protection as the control thread last measured it.
+#[must_use]
+pub fn protect_view(ov: &Overload) -> Vec<protect::ServerView> {
+    ov.protect.view()
 }
 
 /// The evidence of every worker as JSON (`GET /audit`,

@@ -528,6 +528,11 @@ impl<'a> Relay<'a> {
     pub(crate) fn handle_timeout(&self, up: &mut Upstream, slot: Option<&PeerSlot>, now: Instant) {
         for r in up.handle_timeout(now) {
             done(slot);
+            if let Some(s) = slot {
+                // What the peer's protection senses (docs/protect.md).
+                s.sensed
+                    .record(up.timeout(), doic::protect::Outcome::Timeout, false, r.app);
+            }
             self.answer_locally(r, Error::Timeout);
         }
     }

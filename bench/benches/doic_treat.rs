@@ -26,6 +26,7 @@ fn core(report: Setup, t0: Instant) -> Doic {
         PeerPolicy {
             trusted: true,
             receive_reports: true,
+            ..PeerPolicy::default()
         },
     );
     let mut core = Doic::new("agent", cfg, 1, 0).expect("valid configuration");

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::features::Algorithm;
+use super::protect::{Mode, ProtectConfig, ProtectConfigError};
 use super::rate::{Priority, RateParams, RateParamsError};
 
 /// How throttled requests are answered.
@@ -51,6 +52,9 @@ pub struct PeerPolicy {
     pub trusted: bool,
     /// It may receive overload reports.
     pub receive_reports: bool,
+    /// Whether the agent protects it as a server without DOIC
+    /// ([`crate::protect`]; `[[peer]] doic`).
+    pub protect: Mode,
 }
 
 impl Default for PeerPolicy {
@@ -58,6 +62,7 @@ impl Default for PeerPolicy {
         Self {
             trusted: false,
             receive_reports: true,
+            protect: Mode::Auto,
         }
     }
 }
@@ -119,6 +124,9 @@ pub struct DoicConfig {
     /// out is not marked delivered, so the agent keeps abating for the
     /// client.
     pub olrs_per_answer: Option<u8>,
+    /// Protection of upstream servers without DOIC (`[doic.protect]`,
+    /// [`crate::protect`]).
+    pub protect: ProtectConfig,
 }
 
 impl Default for DoicConfig {
@@ -141,6 +149,7 @@ impl Default for DoicConfig {
             peers: BTreeMap::new(),
             audit_records: 10_000,
             olrs_per_answer: None,
+            protect: ProtectConfig::default(),
         }
     }
 }
@@ -175,6 +184,9 @@ pub enum DoicConfigError {
         /// The value given.
         value: u32,
     },
+    /// A `[doic.protect]` value out of its range.
+    #[error(transparent)]
+    Protect(#[from] ProtectConfigError),
 }
 
 impl DoicConfig {
@@ -208,6 +220,7 @@ impl DoicConfig {
                 value: self.realm_report_validity,
             });
         }
+        self.protect.validate()?;
         Ok(())
     }
 
@@ -235,16 +248,16 @@ impl DoicConfig {
     }
 }
 
-mod secs_f64 {
+pub(crate) mod secs_f64 {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_f64(d.as_secs_f64())
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let v = f64::deserialize(d)?;
         Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
     }

@@ -10,6 +10,7 @@
 //! | this one | the [`Doic`] core: state, own peer reports, replicas (reports and realm versions), timeouts |
 //! | [`request`] | [`Doic::treat`]: the RFC 8581 §5 order, diversion, throttling |
 //! | [`answer`] | [`Doic::on_answer`], [`Doic::local_answer`]: reports judged, answers rewritten |
+//! | [`behalf`] | the reports made on behalf of protected servers, RFC 7683 §5.1.3 |
 //! | [`idle`] | the idle fast path, one decision for `treat`, `on_answer` and the relay |
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use super::treatment::Replica;
 use crate::audit::{Audit, Verdict};
 
 pub mod answer;
+pub mod behalf;
 pub mod idle;
 pub mod request;
 
@@ -65,7 +67,7 @@ pub struct AnswerView<'a> {
 /// };
 ///
 /// let mut cfg = DoicConfig::default();
-/// cfg.peers.insert("s1.example".into(), PeerPolicy { trusted: true, receive_reports: true });
+/// cfg.peers.insert("s1.example".into(), PeerPolicy { trusted: true, receive_reports: true, ..PeerPolicy::default() });
 /// let mut core = Doic::new("agent.example", cfg, 42, 1_700_000_000).unwrap();
 /// let t0 = Instant::now();
 /// let req = RequestView {
@@ -120,6 +122,9 @@ pub struct Doic {
     own_peer_report: Option<(Report, Instant)>,
     own_peer_reports: super::fxhash::FxMap<String, (Report, Instant)>,
     own_sequence: u64,
+    /// The reports made on behalf of protected servers, by server, one per
+    /// application ([`behalf`]).
+    behalf: super::fxhash::FxMap<String, Vec<(u32, behalf::BehalfEntry)>>,
 }
 
 impl Doic {
@@ -194,6 +199,7 @@ impl Doic {
             own_peer_report: None,
             own_peer_reports: super::fxhash::FxMap::default(),
             own_sequence: sequence_base,
+            behalf: super::fxhash::FxMap::default(),
         })
     }
 
@@ -238,6 +244,7 @@ impl Doic {
         if self.ocs.sweep(now, &mut self.audit) > 0 {
             self.realms.invalidate();
         }
+        self.sweep_behalf(now);
     }
 
     /// Sets (or with `None` ends) the agent's own peer report for every

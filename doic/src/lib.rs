@@ -13,6 +13,7 @@
 //! | [`report`] | OC-OLR normalisation, RFC 7683 §7.3-§7.7, RFC 8582 §7.2.1 |
 //! | [`ocs`] | reacting-node OCS, sequence and validity, controlled ending |
 //! | [`own_load`] | the agent's own overload: per-peer rate allocation, RFC 8581 §6.2.4, RFC 8582 §6.1 |
+//! | [`protect`] | the adaptive limit of an upstream server without DOIC, RFC 7683 §5.1.3 |
 //! | [`fxhash`] | fast hash for the OCS tables |
 //! | [`loss`] | loss algorithm, RFC 7683 §6 |
 //! | [`rate`] | rate algorithm leaky bucket, RFC 8582 §8.3 |
@@ -36,6 +37,7 @@ pub mod fxhash;
 pub mod loss;
 pub mod ocs;
 pub mod own_load;
+pub mod protect;
 pub mod rate;
 pub mod realm;
 pub mod report;

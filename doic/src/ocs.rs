@@ -79,6 +79,9 @@ pub struct Ocs {
     pub phase: Phase,
     /// Treatment counts of the version in force.
     pub counts: Counters,
+    /// Made by the agent on a protected server's behalf (RFC 7683 §5.1.3,
+    /// [`crate::protect`]), not received.
+    pub own: bool,
     bucket: Option<RateControl>,
     delivered: HashSet<String>,
     /// Requests bound for this peer seen by the host/realm step (peer OCS only).
@@ -92,7 +95,7 @@ impl Ocs {
         VersionRecord {
             at,
             key: self.key.clone(),
-            own: false,
+            own: self.own,
             event,
             sequence: self.sequence,
             abatement: self.abatement,
@@ -300,6 +303,20 @@ impl OcsTable {
         shared: Option<&RateControl>,
         audit: &mut Audit,
     ) -> Verdict {
+        self.apply_as(now, (app_id, id), report, shared, false, audit)
+    }
+
+    /// As [`OcsTable::apply_shared`]; `own`: the report is the agent's,
+    /// made on a protected server's behalf (its audit records say so).
+    pub fn apply_as(
+        &mut self,
+        now: Instant,
+        (app_id, id): (u32, &str),
+        report: &Report,
+        shared: Option<&RateControl>,
+        own: bool,
+        audit: &mut Audit,
+    ) -> Verdict {
         let ending = self.ending;
         // Bring an existing entry up to date first, so an expiry is recorded
         // before the update that follows it.
@@ -383,6 +400,7 @@ impl OcsTable {
             expires_at: now + report.validity,
             phase: Phase::Active,
             counts: Counters::default(),
+            own,
             bucket: match report.abatement {
                 Abatement::Rate { .. } if shared.is_some() => shared.cloned(),
                 Abatement::Rate { per_second } => {

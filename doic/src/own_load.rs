@@ -76,7 +76,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::report::{Abatement, Report, ReportType};
+use super::report::{Abatement, Report, ReportType, Sequencer};
 
 mod measure;
 pub use measure::{Estimator, EstimatorParams, Inputs};
@@ -175,9 +175,7 @@ pub struct OwnLoad {
     /// The capacity of the last measurement (configured or measured).
     capacity: Option<u32>,
     identity: String,
-    origin: Instant,
-    sequence_base_ms: u64,
-    last_sequence: u64,
+    sequence: Sequencer,
     reporting: bool,
     below_since: Option<Instant>,
     peers: BTreeMap<String, PeerState>,
@@ -204,9 +202,7 @@ impl OwnLoad {
             estimator: Estimator::new(params.estimator),
             capacity: params.capacity,
             identity: identity.to_owned(),
-            origin,
-            sequence_base_ms,
-            last_sequence: 0,
+            sequence: Sequencer::new(origin, sequence_base_ms),
             reporting: false,
             below_since: None,
             peers: BTreeMap::new(),
@@ -455,7 +451,7 @@ impl OwnLoad {
         validity: Duration,
         abatement: Abatement,
     ) {
-        let sequence = self.next_sequence(now);
+        let sequence = self.sequence.next(now);
         let report = self.report(sequence, validity, abatement);
         tracing::debug!(peer = ?peer, ?abatement, sequence, ?validity, "own peer report");
         self.reports.insert(
@@ -477,18 +473,6 @@ impl OwnLoad {
             abatement,
             source_id: Some(self.identity.clone()),
         }
-    }
-
-    /// A timestamp in milliseconds, strictly greater than the last one.
-    fn next_sequence(&mut self, now: Instant) -> u64 {
-        let elapsed = u64::try_from(now.saturating_duration_since(self.origin).as_millis())
-            .unwrap_or(u64::MAX / 2);
-        let s = self
-            .sequence_base_ms
-            .saturating_add(elapsed)
-            .max(self.last_sequence + 1);
-        self.last_sequence = s;
-        s
     }
 }
 

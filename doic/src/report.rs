@@ -4,7 +4,7 @@
 //! is the codec's [`OcOlr`]; this module checks it against the algorithm in
 //! force and turns it into a [`Report`].
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use diameter::codec::doic::{OcOlr, ReportType};
 use diameter::dictionary::doic::{DEFAULT_VALIDITY_SECS, MAX_VALIDITY_SECS};
@@ -94,6 +94,45 @@ pub struct Report {
     pub abatement: Abatement,
     /// SourceID, for peer reports.
     pub source_id: Option<String>,
+}
+
+/// The sequence numbers of the reports the agent makes itself (RFC 7683
+/// §5.2.1.4: a new one for every new content, and greater across restarts):
+/// milliseconds since the Unix epoch, or the last one plus one when two
+/// versions fall in the same millisecond.
+#[derive(Clone, Copy, Debug)]
+pub struct Sequencer {
+    origin: Instant,
+    base_ms: u64,
+    last: u64,
+}
+
+impl Sequencer {
+    /// Numbers from `base_ms`, the Unix time in milliseconds at `origin`.
+    #[must_use]
+    pub fn new(origin: Instant, base_ms: u64) -> Self {
+        Self {
+            origin,
+            base_ms,
+            last: 0,
+        }
+    }
+
+    /// The number of a new version made at `now`, strictly greater than the
+    /// last one.
+    pub fn next(&mut self, now: Instant) -> u64 {
+        let elapsed = u64::try_from(now.saturating_duration_since(self.origin).as_millis())
+            .unwrap_or(u64::MAX / 2);
+        let s = self.base_ms.saturating_add(elapsed).max(self.last + 1);
+        self.last = s;
+        s
+    }
+
+    /// The last number given (0 before the first).
+    #[must_use]
+    pub fn last(&self) -> u64 {
+        self.last
+    }
 }
 
 /// RFC 7683 §7.5: absent means 30 s; above 86,400 s "the default value applies".

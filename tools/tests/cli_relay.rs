@@ -50,6 +50,48 @@ fn check_config_accepts_a_good_file_and_names_file_key_and_reason_otherwise() {
     );
 }
 
+/// `[doic.protect]` and `[[peer]] doic` (docs/protect.md): a bad key or
+/// value is named in one line.
+#[test]
+fn check_config_names_a_bad_protection_key_or_value() {
+    let base = "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\n";
+    let cases = [
+        (
+            "doic = \"protect\"\n[doic]\n[doic.protect]\nvalidity = 20\n",
+            None,
+        ),
+        (
+            "doic = \"sometimes\"\n",
+            Some("peer.doic (line 7, column 8): unknown variant `sometimes`"),
+        ),
+        (
+            "[doic]\n[doic.protect]\nfloor = 0\n",
+            Some("doic.protect.floor = 0: must be in [0.01, 1]"),
+        ),
+        (
+            "[doic]\n[doic.protect]\nvalidity = 0\n",
+            Some("doic.protect.validity = 0"),
+        ),
+        (
+            "[doic]\n[doic.protect]\nalgorithm = \"vegas\"\n",
+            Some("doic.protect.algorithm (line 9, column 1): unknown field"),
+        ),
+    ];
+    for (i, (tail, want)) in cases.iter().enumerate() {
+        let p = write(&format!("protect{i}.toml"), &format!("{base}{tail}"));
+        let out = bin().arg("check-config").arg(&p).output().unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        match want {
+            None => assert!(out.status.success(), "{tail}: {err}"),
+            Some(w) => {
+                assert_eq!(out.status.code(), Some(1), "{tail}");
+                assert_eq!(err.lines().count(), 1, "one line: {err}");
+                assert!(err.contains(w), "{tail}: {err}");
+            }
+        }
+    }
+}
+
 const DEMO: &str = r#"
 [node]
 origin_host = "agent.example.com"

@@ -70,6 +70,7 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
         ov.replicas_dropped()
     );
     crate::overload::own::render(ov, o);
+    crate::overload::protect::render(ov, o);
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! The per-worker DOIC cores: each worker thread owns one [`Doic`] in a
 //! thread local, made on first use from the shared [`Overload`]
 //! configuration, so that the per-request path takes no lock. Before each
-//! use the core applies what the other workers accepted ([`super::inbox`]).
+//! use the core applies what the other workers accepted ([`super::inbox`])
+//! and, when woken for it, the protection reports the control thread
+//! published ([`super::protect`]).
 
 use std::cell::{Cell, RefCell};
 
@@ -44,7 +46,9 @@ pub(crate) fn with_core<R>(ov: &Overload, f: impl FnOnce(&mut Doic, usize) -> R)
             }
         }
         let core = c.as_mut()?;
-        ov.inboxes.drain(worker, core);
+        if ov.inboxes.drain(worker, core) {
+            super::protect::apply(ov, core, ov.clock.now());
+        }
         Some(f(core, worker))
     })
 }

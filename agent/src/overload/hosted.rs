@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use doic::Doic;
 
 use super::cores::{CORE, WORKER};
-use super::own;
+use super::{own, protect};
 
 /// One worker's DOIC state while none of its tasks runs.
 #[derive(Debug)]
@@ -27,6 +27,7 @@ pub(crate) struct HostedCore {
 struct Lent {
     core: Option<Doic>,
     own_applied: u64,
+    protect_applied: u64,
 }
 
 impl HostedCore {
@@ -67,6 +68,7 @@ impl Lending<'_> {
         self.worker = WORKER.with(|w| w.replace(self.worker));
         CORE.with(|c| std::mem::swap(&mut *c.borrow_mut(), &mut self.held.core));
         self.held.own_applied = own::swap_applied(self.held.own_applied);
+        self.held.protect_applied = protect::swap_applied(self.held.protect_applied);
     }
 }
 

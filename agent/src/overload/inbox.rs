@@ -87,9 +87,10 @@ impl Inboxes {
         }
     }
 
-    /// Applies what is waiting in `worker`'s inbox to its core.
+    /// Applies what is waiting in `worker`'s inbox to its core; true when
+    /// the worker was woken (a replica, or [`Inboxes::wake_all`]).
     #[inline]
-    pub(crate) fn drain(&self, worker: usize, core: &mut Doic) {
+    pub(crate) fn drain(&self, worker: usize, core: &mut Doic) -> bool {
         // A plain load first: the swap (a locked write) only when a report
         // is waiting.
         if let Some(inbox) = self.inboxes.get(worker)
@@ -99,6 +100,18 @@ impl Inboxes {
             for r in inbox.rx.try_iter() {
                 core.replicate(&r);
             }
+            return true;
+        }
+        false
+    }
+
+    /// Wakes every worker at its next request, with nothing in its queue:
+    /// the control thread published protection reports
+    /// ([`super::protect`]), which then apply at once rather than at the
+    /// worker's next tick. The request path's check stays the one load.
+    pub(crate) fn wake_all(&self) {
+        for inbox in &self.inboxes {
+            inbox.ready.store(true, Ordering::Release);
         }
     }
 

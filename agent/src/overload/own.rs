@@ -496,7 +496,8 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
     }
 }
 
-fn label(s: &str) -> String {
+/// `s` as a Prometheus label value.
+pub(super) fn label(s: &str) -> String {
     s.replace(['"', '\\', '\n'], "_")
 }
 

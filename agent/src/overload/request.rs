@@ -23,7 +23,9 @@ use diameter::codec::relay::{MessageBuf, Routing};
 use diameter::codec::{Header, builder};
 use diameter::dictionary::code;
 use doic::treatment::ThrottleAnswer;
-use doic::{Candidate, Doic, OcSupportedFeatures, Offer, RequestView, Treatment};
+use doic::{
+    Candidate, Cause, Doic, OcSupportedFeatures, Offer, ReportType, RequestView, Treatment,
+};
 
 pub(crate) use crate::relay::Decision;
 
@@ -230,7 +232,22 @@ pub(crate) fn treat_request(route: &Route<'_>, ov: &Overload, r: &RequestIn<'_>)
         }
         Treatment::Throttle { result, cause } => {
             tracing::trace!(?cause, code = result.code(), "doic throttle");
-            let act = core.local_answer(now, &view);
+            if cause == Cause::Destination(ReportType::Host)
+                && let Some(first) = &slots[0]
+            {
+                // The first choice's host OCS threw it: what its protection
+                // counts as offered and throttled (docs/protect.md).
+                first.sensed.record_throttled();
+            }
+            let mut act = core.local_answer(now, &view);
+            // To an authorised DOIC client, the report made on the server's
+            // behalf (RFC 7683 §5.1.3) goes in the agent's answer too.
+            if act.add_features.is_some()
+                && let (Some(cf), Some(server)) = (view.features, candidates[0].server)
+                && let Some(olr) = core.behalf_olr(now, (view.app_id, server), view.from_peer, cf)
+            {
+                act.forward_reports.push(olr);
+            }
             let msg = throttle_answer(route, r.msg, result, &act);
             Decision::Answer {
                 msg,

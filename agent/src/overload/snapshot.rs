@@ -53,6 +53,7 @@ pub(crate) fn tick(ov: &Overload, full: bool) {
     let now = ov.clock.now();
     let snap = with_core(ov, |core, worker| {
         super::own::apply(ov, core, now);
+        super::protect::apply(ov, core, now);
         core.handle_timeout(now);
         let audit = core.audit();
         let mut verdicts = BTreeMap::new();

@@ -153,6 +153,7 @@ fn doic_cfg(peer_algo: doic::Algorithm, trusted: bool) -> DoicConfig {
         doic::config::PeerPolicy {
             trusted,
             receive_reports: true,
+            ..doic::config::PeerPolicy::default()
         },
     );
     cfg

@@ -233,6 +233,8 @@ pub struct PeerSlot {
     watchdog: Mutex<Option<Watchdog>>,
     /// Counters.
     pub stats: PeerStats,
+    /// What the relay senses of its answers, for its protection.
+    pub sensed: super::sensed::Sensed,
     /// The open connection's id and remote transport address (for the
     /// kernel's per-address arrival rates).
     remote: Mutex<Option<(u64, SocketAddr)>>,
@@ -253,6 +255,7 @@ impl PeerSlot {
             reg: Mutex::new(ConnReg::Idle),
             watchdog: Mutex::new(None),
             stats: PeerStats::default(),
+            sensed: super::sensed::Sensed::new(),
             remote: Mutex::new(None),
             own_limit: crate::overload::own::ClientLimit::default(),
         }

@@ -60,6 +60,12 @@ impl Upstream {
         self.next_hbh
     }
 
+    /// How long a request waits for its answer.
+    #[must_use]
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// True when no request waits for its answer.
     #[must_use]
     pub(crate) fn is_empty(&self) -> bool {
@@ -102,17 +108,22 @@ impl Upstream {
         (hbh, old.map(|p| p.r))
     }
 
-    /// The request an answer with Hop-by-Hop Identifier `hbh` belongs to.
+    /// The request an answer with Hop-by-Hop Identifier `hbh` belongs to,
+    /// and when it was sent.
     /// An answer that matches none (late after the 3002 of its timeout,
     /// from a peer whose requests failed over, or never asked for) is
     /// dropped: counted in `stats.answers_unmatched`.
-    pub(crate) fn handle_answer(&mut self, hbh: u32, stats: &PeerStats) -> Option<Relayed> {
+    pub(crate) fn handle_answer(
+        &mut self,
+        hbh: u32,
+        stats: &PeerStats,
+    ) -> Option<(Relayed, Instant)> {
         let p = self.pending.remove(&hbh);
         if p.is_none() {
             stats.answers_unmatched.fetch_add(1, Ordering::Relaxed);
             tracing::trace!(hop_by_hop = hbh, "answer to no pending request");
         }
-        p.map(|p| p.r)
+        p.map(|p| (p.r, p.deadline - self.timeout))
     }
 
     /// The requests whose deadline passed at `now`, out of the table (each

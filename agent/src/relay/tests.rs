@@ -499,7 +499,7 @@ fn answers_match_their_request_once_and_unknown_ids_are_dropped_and_counted() {
             .is_none()
     );
     assert_eq!(slot.stats.answers_unmatched.load(Ordering::Relaxed), 1);
-    let r = up.handle_answer(sent, &slot.stats).expect("its request");
+    let (r, _) = up.handle_answer(sent, &slot.stats).expect("its request");
     assert_eq!(r.hbh, 7, "the downstream identifier comes back");
     assert!(up.handle_answer(sent, &slot.stats).is_none(), "only once");
     assert_eq!(slot.stats.answers_unmatched.load(Ordering::Relaxed), 2);

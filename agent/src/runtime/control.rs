@@ -79,6 +79,8 @@ impl Ticking {
         self.ticks += 1;
         if let Some(ov) = &c.overload {
             ov.collect_snapshots();
+            // Before the workers' ticks, which apply what it publishes.
+            crate::overload::protect::control_tick(&c.table, ov, ov.now());
             if !shutdown.is_stopping() {
                 // DOIC expiry, ramps and snapshots run on each worker (its
                 // core lives there); the audit trail is rendered once a

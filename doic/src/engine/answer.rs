@@ -189,6 +189,18 @@ impl Doic {
             out.replicate
                 .extend(self.realms.take_replicas().into_iter().map(Replica::Realm));
         }
+        // The report the agent makes on behalf of a protected server (RFC
+        // 7683 §5.1.3), when none came from it.
+        if out.forward_reports.len() < budget
+            && !out
+                .forward_reports
+                .iter()
+                .any(|o| o.report_type == ReportType::Host)
+            && let Some(cf) = tx.client_features.as_deref()
+            && let Some(olr) = self.behalf_olr(now, (ans.app_id, ans.origin_host), &tx.client, cf)
+        {
+            out.forward_reports.push(olr);
+        }
         // The agent's own peer report (RFC 8581 §6.2.4).
         out.forward_reports.extend(own);
         out

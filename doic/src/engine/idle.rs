@@ -144,7 +144,7 @@ impl Doic {
     /// request is then forwarded to the first candidate.
     #[must_use]
     pub fn is_idle(&self) -> bool {
-        self.ocs.is_empty() && self.realms.is_empty()
+        self.ocs.is_empty() && self.realms.is_empty() && self.behalf.is_empty()
     }
 
     /// The client's DOIC state for the transaction of a request from
@@ -241,6 +241,7 @@ mod tests {
             PeerPolicy {
                 trusted,
                 receive_reports: true,
+                ..PeerPolicy::default()
             },
         );
         cfg.peers.insert(
@@ -248,6 +249,7 @@ mod tests {
             PeerPolicy {
                 trusted: true,
                 receive_reports: true,
+                ..PeerPolicy::default()
             },
         );
         cfg

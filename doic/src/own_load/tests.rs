@@ -298,10 +298,10 @@ fn sequence_numbers_grow_and_survive_a_restart() {
         let r = if i % 2 == 0 { 1000.0 } else { 10.0 };
         c.handle_load(t, &rates(&[("c1", 500.0), ("c2", r)]));
         for rep in c.reports() {
-            assert!(rep.report.sequence <= c.last_sequence);
+            assert!(rep.report.sequence <= c.sequence.last());
         }
-        assert!(c.last_sequence > last);
-        last = c.last_sequence;
+        assert!(c.sequence.last() > last);
+        last = c.sequence.last();
         t += Duration::from_millis(1);
     }
     // A restart 1 s later (new base): greater than every number sent.
@@ -335,6 +335,7 @@ mod in_the_core {
                 PeerPolicy {
                     trusted: true,
                     receive_reports: true,
+                    ..PeerPolicy::default()
                 },
             );
         }

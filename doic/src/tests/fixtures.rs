@@ -50,6 +50,7 @@ pub(super) fn trust(cfg: &mut DoicConfig, peer: &str) {
         PeerPolicy {
             trusted: true,
             receive_reports: true,
+            ..PeerPolicy::default()
         },
     );
 }

@@ -75,7 +75,7 @@ proptest! {
         steps in proptest::collection::vec((host(), features(), proptest::collection::vec(olr(), 0..4), 0u64..5_000), 1..40),
     ) {
         let mut cfg = DoicConfig { max_ocs: 8, ..DoicConfig::default() };
-        cfg.peers.insert("s1".into(), PeerPolicy { trusted: true, receive_reports: true });
+        cfg.peers.insert("s1".into(), PeerPolicy { trusted: true, receive_reports: true, ..PeerPolicy::default() });
         let mut core = Doic::new("a", cfg, 7, 0).unwrap();
         let mut now = Instant::now();
         for (origin, f, olrs, dt) in steps {

@@ -152,6 +152,7 @@ fn reports_only_to_peers_authorized_and_supporting_them() {
         PeerPolicy {
             trusted: true,
             receive_reports: false,
+            ..PeerPolicy::default()
         },
     );
     net.agent_mut("a").core = Doic::new("a", cfg, 3, 0).unwrap();

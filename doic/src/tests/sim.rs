@@ -178,6 +178,7 @@ impl Net {
                 PeerPolicy {
                     trusted: true,
                     receive_reports: true,
+                    ..PeerPolicy::default()
                 },
             );
         }

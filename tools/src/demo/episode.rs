@@ -164,6 +164,23 @@ fn agent_counts(agent: &Agent) -> (u64, u64, usize) {
     })
 }
 
+/// The limits the agent holds its servers to (`agent::overload::protect`),
+/// requests per second, or `n/a` when none binds.
+fn agent_limits(agent: &Agent) -> String {
+    let limits: Vec<String> = agent
+        .overload()
+        .map(|ov| agent::overload::protect_view(ov))
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| v.limit.map(|l| l.to_string()))
+        .collect();
+    if limits.is_empty() {
+        "n/a".into()
+    } else {
+        limits.join("+")
+    }
+}
+
 /// Runs the episode once; prints a line per second.
 fn run_once(spec: &Spec, controlled: bool, stop: &Arc<AtomicBool>) -> Result<Outcome, DemoError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -273,12 +290,13 @@ fn run_once(spec: &Spec, controlled: bool, stop: &Arc<AtomicBool>) -> Result<Out
             0.0
         };
         println!(
-            "t={:>3.0}s offered {:>5.0}/s goodput {:>5.0}/s throttled {:>5.0}/s diverted {:>4.0}/s limit n/a reports {} | server wait {}",
+            "t={:>3.0}s offered {:>5.0}/s goodput {:>5.0}/s throttled {:>5.0}/s diverted {:>4.0}/s limit {} reports {} | server wait {}",
             at.as_secs_f64(),
             offered,
             (good - last.0) as f64 / dt,
             (counts.0 - last.1.0) as f64 / dt,
             (counts.1 - last.1.1) as f64 / dt,
+            agent_limits(&agent),
             counts.2,
             waits.join(" ")
         );

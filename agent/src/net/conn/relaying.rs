@@ -269,7 +269,7 @@ impl Conn {
         let Some((_, slot)) = &self.peer else {
             return;
         };
-        let Some(r) = self.upstream.handle_answer(head.hop_by_hop, &slot.stats) else {
+        let Some((r, sent)) = self.upstream.handle_answer(head.hop_by_hop, &slot.stats) else {
             return;
         };
         slot.outstanding.fetch_sub(1, Ordering::Relaxed);
@@ -280,6 +280,7 @@ impl Conn {
         let rc = routing.result_code();
         let erc = routing.experimental_result_code().map(|(_, code)| code);
         let code = rc.or(erc).unwrap_or(0);
+        let native = routing.oc_supported_features().is_some();
         let mut retry_ok = true;
         let mut rewritten = None;
         let mut append = None;
@@ -304,6 +305,23 @@ impl Conn {
         if let Some((id, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_in, code);
             let now = Instant::now().into_std();
+            if self
+                .ctx
+                .relay
+                .overload
+                .as_ref()
+                .is_some_and(|o| o.protecting())
+            {
+                // What the peer's protection senses (docs/protect.md).
+                let outcome = if rc == Some(relay::TOO_BUSY) {
+                    doic::protect::Outcome::Busy
+                } else {
+                    doic::protect::Outcome::Answered
+                };
+                let latency = now.saturating_duration_since(sent);
+                slot.sensed
+                    .record(latency, outcome, native, head.application_id);
+            }
             if rc == Some(relay::TOO_BUSY) {
                 self.ctx.relay.retry.handle_too_busy(now, *id);
             }

@@ -49,6 +49,7 @@ fn config() -> DoicConfig {
         doic::config::PeerPolicy {
             trusted: true,
             receive_reports: true,
+            ..doic::config::PeerPolicy::default()
         },
     );
     cfg

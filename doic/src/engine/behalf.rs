@@ -1,0 +1,253 @@
+//! The HOST reports the agent makes on behalf of protected servers (RFC 7683
+//! §5.1.3, [`crate::protect`]) in a worker's core: each version as the
+//! control path made it ([`crate::protect::OnBehalf`], one sequence space
+//! for every worker), installed as a host OCS sharing the one bucket every
+//! worker enforces, and put in the answers to authorised DOIC clients, the
+//! server's and the agent's own throttle answers alike: OC-Maximum-Rate of
+//! the client's share to a client that announced rate (RFC 8582), the
+//! loss percentage to the others (RFC 7683 §7.7); an end version (validity
+//! 0, §5.2.3) until it has been sent for a validity period.
+//!
+//! The client is not delegated the abatement: its requests still pass the
+//! shared bucket, so one that keeps sending above its share is held by the
+//! agent's own abatement.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Doic;
+use crate::audit::Verdict;
+use crate::features::{self, Algorithm, OcSupportedFeatures};
+use crate::protect::BehalfReport;
+use crate::rate::RateControl;
+use crate::report::{Abatement, OcOlr, Report};
+
+/// A version as a worker's core holds it.
+#[derive(Clone, Debug)]
+pub(crate) struct BehalfEntry {
+    report: Report,
+    loss_percent: u32,
+    /// Each client's share of the limit (RFC 8582 §6.1), requests/s.
+    shares: Arc<BTreeMap<String, u32>>,
+    until: Instant,
+}
+
+impl Doic {
+    /// Puts a version of the HOST report the agent makes on behalf of the
+    /// protected server `server` for `app_id`, with each client's share,
+    /// sharing `rate` (the one bucket every worker enforces): the host OCS
+    /// then throttles or diverts as a received report's would, and its
+    /// audit records are marked as the agent's own. An identical version is
+    /// a no-op, an older one ignored.
+    pub fn put_behalf_report(
+        &mut self,
+        now: Instant,
+        (app_id, server): (u32, &str),
+        version: &BehalfReport,
+        shares: &Arc<BTreeMap<String, u32>>,
+        rate: Option<&RateControl>,
+    ) {
+        let v = self.ocs.apply_as(
+            now,
+            (app_id, server),
+            &version.report,
+            rate,
+            true,
+            &mut self.audit,
+        );
+        if matches!(
+            v,
+            Verdict::Created | Verdict::Updated | Verdict::Rollover | Verdict::Ended
+        ) {
+            self.realms.invalidate();
+        }
+        let entry = BehalfEntry {
+            report: version.report.clone(),
+            loss_percent: version.loss_percent,
+            shares: shares.clone(),
+            until: version.until,
+        };
+        let max = self.cfg.max_ocs;
+        let list = self.behalf.entry(server.to_owned()).or_default();
+        if let Some((_, e)) = list.iter_mut().find(|(a, _)| *a == app_id) {
+            if e.report.sequence < entry.report.sequence {
+                *e = entry;
+            }
+        } else if list.len() < max {
+            list.push((app_id, entry));
+        }
+    }
+
+    /// The OC-OLR the agent sends an authorised DOIC client `client` (its
+    /// features `cf`) for the protected server `server` and `app_id` at
+    /// `now`: its share as a rate to a rate client, else the loss
+    /// percentage; `None` when no version is in force.
+    #[must_use]
+    pub fn behalf_olr(
+        &self,
+        now: Instant,
+        (app_id, server): (u32, &str),
+        client: &str,
+        cf: &OcSupportedFeatures,
+    ) -> Option<OcOlr> {
+        let e = &self
+            .behalf
+            .get(server)?
+            .iter()
+            .find(|(a, e)| *a == app_id && now < e.until)?
+            .1;
+        let mut r = e.report.clone();
+        r.abatement = if features::supports(cf, Algorithm::Rate) {
+            let whole = match e.report.abatement {
+                Abatement::Rate { per_second } => per_second,
+                Abatement::Loss { .. } => 1,
+            };
+            Abatement::Rate {
+                per_second: e.shares.get(client).copied().unwrap_or(whole).max(1),
+            }
+        } else {
+            Abatement::Loss {
+                percent: e.loss_percent,
+            }
+        };
+        Some(r.to_olr())
+    }
+
+    /// Forgets the versions past their time.
+    pub(super) fn sweep_behalf(&mut self, now: Instant) {
+        if self.behalf.is_empty() {
+            return;
+        }
+        self.behalf.retain(|_, list| {
+            list.retain(|(_, e)| now < e.until);
+            !list.is_empty()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::audit::OcsEvent;
+    use crate::engine::AnswerView;
+    use crate::protect::OnBehalf;
+    use crate::report::ReportType;
+    use crate::treatment::{Candidate, PendingTx, RequestView, Treatment};
+    use crate::{DoicConfig, PeerPolicy};
+    use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
+
+    const APP: u32 = 16_777_238;
+
+    fn features(vector: u64) -> OcSupportedFeatures {
+        OcSupportedFeatures {
+            feature_vector: Some(vector),
+            source_id: None,
+            peer_algo: None,
+        }
+    }
+
+    fn request<'a>(from: &'a str, f: Option<&'a OcSupportedFeatures>) -> RequestView<'a> {
+        RequestView {
+            app_id: APP,
+            command_code: 272,
+            from_peer: from,
+            dest_realm: "realm",
+            dest_host: Some("s1"),
+            features: f,
+            drmp: None,
+        }
+    }
+
+    #[test]
+    fn a_version_throttles_through_the_shared_bucket_and_goes_to_doic_clients_until_it_ends() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut cfg = DoicConfig::default();
+        let trusted = PeerPolicy {
+            trusted: true,
+            ..PeerPolicy::default()
+        };
+        cfg.peers.insert("c".into(), trusted);
+        cfg.peers.insert("l".into(), trusted);
+        let mut core = Doic::new("agent", cfg.clone(), 1, 1).unwrap();
+        let mut other = Doic::new("agent", cfg.clone(), 2, 1).unwrap();
+        let mut behalf = OnBehalf::new(t0, 1_700_000_000_000, Duration::from_secs(10));
+        assert!(behalf.handle_limit(t0, Some(10), 75));
+        let version = behalf.current().unwrap().clone();
+        let bucket = cfg.rate.bucket_config().unwrap();
+        let rate = RateControl::new(t0, t0, 10, &bucket);
+        let shares = Arc::new(BTreeMap::from([("c".to_owned(), 4), ("n".to_owned(), 6)]));
+        for c in [&mut core, &mut other] {
+            c.put_behalf_report(t0, (APP, "s1"), &version, &shares, Some(&rate));
+        }
+        // The audit trail says the report is the agent's own.
+        let v = core.audit().versions().last().unwrap();
+        assert!(v.own && v.event == OcsEvent::Created && v.key.report_type == ReportType::Host);
+        // Two workers, one bucket: 10/s over both (RFC 8582 §8.3), the
+        // excess of a non-DOIC client answered by the agent.
+        let cand = [Candidate {
+            peer: "s1",
+            server: Some("s1"),
+        }];
+        let mut passed = 0;
+        for i in 0..200 {
+            let c = if i % 2 == 0 { &mut core } else { &mut other };
+            if matches!(
+                c.treat(ms(i * 5), &request("n", None), &cand),
+                Treatment::Forward { .. }
+            ) {
+                passed += 1;
+            }
+        }
+        // 1 s at 10/s, plus the bucket's tolerance (TAU1 = 5 T).
+        assert!((8..=17).contains(&passed), "{passed} passed");
+        // A rate client gets its share, a loss client the percentage.
+        let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
+        let lf = features(OLR_DEFAULT_ALGO);
+        let r = core.behalf_olr(ms(1000), (APP, "s1"), "c", &rf).unwrap();
+        assert_eq!((r.maximum_rate, r.reduction_percentage), (Some(4), None));
+        assert_eq!(r.sequence_number, version.report.sequence);
+        assert_eq!(r.validity_duration, Some(10));
+        let l = core.behalf_olr(ms(1000), (APP, "s1"), "l", &lf).unwrap();
+        assert_eq!((l.maximum_rate, l.reduction_percentage), (None, Some(75)));
+        // ... and it goes in the server's answers to a DOIC client.
+        let tx = PendingTx {
+            app_id: APP,
+            client: Cow::Borrowed("c"),
+            client_features: Some(Cow::Borrowed(&rf)),
+            client_peer_report: false,
+            dest_realm: Cow::Borrowed("realm"),
+            upstream: Cow::Borrowed("s1"),
+        };
+        let ans = AnswerView {
+            app_id: APP,
+            origin_host: "s1",
+            origin_realm: "realm",
+            result_code: Some(2001),
+            experimental_result_code: None,
+            features: None,
+            olrs: &[],
+        };
+        let act = core.on_answer(ms(1000), &tx, "s1", &ans);
+        assert_eq!(act.forward_reports, vec![r.clone()]);
+        // Ended (RFC 7683 §5.2.3): validity 0, a greater sequence number,
+        // sent for a validity period, then gone and the core idle again.
+        assert!(behalf.handle_limit(ms(2000), None, 0));
+        let end = behalf.current().unwrap().clone();
+        core.put_behalf_report(ms(2000), (APP, "s1"), &end, &shares, None);
+        let e = core.behalf_olr(ms(2001), (APP, "s1"), "c", &rf).unwrap();
+        assert_eq!(e.validity_duration, Some(0));
+        assert!(e.sequence_number > r.sequence_number);
+        assert!(matches!(
+            core.treat(ms(13_000), &request("n", None), &cand),
+            Treatment::Forward { .. }
+        ));
+        core.handle_timeout(ms(13_000));
+        assert!(core.behalf_olr(ms(13_000), (APP, "s1"), "c", &rf).is_none());
+        assert!(core.is_idle());
+    }
+}
