@@ -81,7 +81,10 @@ impl AgentProc {
             .arg("run")
             .arg("--config")
             .arg(cfg)
-            .env("RUST_LOG", "agent::telemetry=info,agent::ebpf=info")
+            .env(
+                "RUST_LOG",
+                "doic_agent=info,agent::telemetry=info,agent::ebpf=info",
+            )
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -100,7 +103,7 @@ impl AgentProc {
         };
         // The agent prints this once its telemetry has started (or not).
         let t0 = Instant::now();
-        while !a.log().contains("doic-agent: listening on") {
+        while !a.log().contains("INFO doic_agent: listening") {
             assert!(
                 t0.elapsed() < Duration::from_secs(10),
                 "no start: {}",
