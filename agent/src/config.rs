@@ -478,14 +478,24 @@ impl Config {
                 .check(&self.ebpf_around(&connect))
                 .map_err(|e| bad(e.key, e.why))?;
         }
-        let dials = self.peers.iter().any(|p| p.connect.is_some());
-        listen::check(
-            &self.node.listen,
-            dials,
-            self.metrics.as_ref().map(|m| m.listen),
-        )
-        .map_err(|e| bad(e.key, e.why))?;
+        listen::check(&self.node.listen, self.metrics.as_ref().map(|m| m.listen))
+            .map_err(|e| bad(e.key, e.why))?;
         Ok(())
+    }
+
+    /// What `run` (and `check-config`) refuses besides what [`Config::validate`]
+    /// does: an agent that listens on nothing and dials nothing. Fragments
+    /// of a file (a section read alone) need not pass it.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `node.listen`.
+    pub fn check_runnable(&self, file: &Path) -> Result<(), ConfigError> {
+        let dials = self.peers.iter().any(|p| p.connect.is_some());
+        listen::check_some(&self.node.listen, dials).map_err(|e| ConfigError::Invalid {
+            file: file.to_owned(),
+            key: e.key,
+            why: e.why,
+        })
     }
 
     /// The caps on connections waiting for CER and the listen backlog.

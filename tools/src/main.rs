@@ -86,9 +86,17 @@ fn report<E: std::fmt::Display>(result: Result<String, E>) -> ExitCode {
     }
 }
 
+/// Reads `file` as `run` and `check-config` take it: valid, and an agent
+/// that can accept or open a connection.
+fn load(file: &std::path::Path) -> Result<Config, agent::config::ConfigError> {
+    let config = Config::from_file(file)?;
+    config.check_runnable(file)?;
+    Ok(config)
+}
+
 /// `check-config`: the validation `run` does before it binds anything.
 fn check_config(file: &std::path::Path) -> Result<String, agent::config::ConfigError> {
-    let config = Config::from_file(file)?;
+    let config = load(file)?;
     Ok(format!(
         "{}: ok ({} peers, {} routes, {} workers)",
         file.display(),
@@ -119,7 +127,7 @@ fn run_logged(file: &std::path::Path, log: &LogArgs) -> ExitCode {
 }
 
 fn run(file: &std::path::Path) -> anyhow::Result<()> {
-    let config = Config::from_file(file)?;
+    let config = load(file)?;
     // Before anything slow (loading the kernel program): a SIGTERM from
     // then on stops the agent cleanly.
     let signals = Signals::install()?;

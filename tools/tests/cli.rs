@@ -279,7 +279,7 @@ fn a_bad_command_line_prints_what_is_wrong_and_the_usage() {
 }
 
 fn config_file(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("doic-cli-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("doic-cli-config-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();

@@ -13,22 +13,23 @@ pub(super) struct ListenError {
     pub(super) why: String,
 }
 
-/// No listener while nothing is dialled either (`dials`: some `[[peer]]`
-/// has a `connect` address; an agent that only dials is one), an address
-/// twice, the metrics endpoint on a Diameter address. Port 0 (any free
-/// port) never conflicts.
-pub(super) fn check(
-    listen: &[SocketAddr],
-    dials: bool,
-    metrics: Option<SocketAddr>,
-) -> Result<(), ListenError> {
-    let bad = |key: String, why: String| ListenError { key, why };
+/// A listener, or some peer to dial (`dials`: a `[[peer]]` has a
+/// `connect` address; an agent that only dials is one): else the agent
+/// would neither accept nor open a connection.
+pub(super) fn check_some(listen: &[SocketAddr], dials: bool) -> Result<(), ListenError> {
     if listen.is_empty() && !dials {
-        return Err(bad(
-            "node.listen".into(),
-            "is empty and no [[peer]] has a connect address: the agent would neither accept nor open a connection".into(),
-        ));
+        return Err(ListenError {
+            key: "node.listen".into(),
+            why: "is empty and no [[peer]] has a connect address: the agent would neither accept nor open a connection".into(),
+        });
     }
+    Ok(())
+}
+
+/// An address twice, the metrics endpoint on a Diameter address. Port 0
+/// (any free port) never conflicts.
+pub(super) fn check(listen: &[SocketAddr], metrics: Option<SocketAddr>) -> Result<(), ListenError> {
+    let bad = |key: String, why: String| ListenError { key, why };
     for (i, a) in listen.iter().enumerate() {
         if let Some(j) = listen[..i].iter().position(|b| clash(a, b)) {
             return Err(bad(
@@ -72,7 +73,8 @@ mod tests {
     }
 
     fn key_of(listen: &[&str], metrics: Option<&str>) -> Option<String> {
-        check(&addrs(listen), false, metrics.map(|m| m.parse().unwrap()))
+        check_some(&addrs(listen), false)
+            .and_then(|()| check(&addrs(listen), metrics.map(|m| m.parse().unwrap())))
             .err()
             .map(|e| e.key)
     }
@@ -81,7 +83,7 @@ mod tests {
     fn overlapping_listeners_are_refused_with_their_key() {
         assert_eq!(key_of(&[], None).as_deref(), Some("node.listen"));
         // An agent that only dials its peers listens on nothing.
-        assert_eq!(check(&[], true, None), Ok(()));
+        assert_eq!(check_some(&[], true), Ok(()));
         let twice = key_of(&["127.0.0.1:3868", "127.0.0.1:3868"], None);
         assert_eq!(twice.as_deref(), Some("node.listen[1]"));
         let v4 = key_of(&["0.0.0.0:3868", "10.0.0.1:3868"], None);

@@ -91,15 +91,15 @@ impl DialFailures {
         let warn = self.count % DIAL_WARN_EVERY == 1 || cause != self.last_cause;
         if warn {
             tracing::warn!(
-                peer,
+                %peer,
                 %addr,
-                cause,
+                %cause,
                 failures = self.count,
                 retry_every = ?tc,
                 "cannot connect to peer; retrying"
             );
         } else {
-            tracing::debug!(peer, %addr, cause, failures = self.count, "connect failed");
+            tracing::debug!(%peer, %addr, %cause, failures = self.count, "connect failed");
         }
         cause.clone_into(&mut self.last_cause);
         warn
@@ -109,7 +109,7 @@ impl DialFailures {
     /// follows; `peer up` says when it opens).
     fn connected(&mut self, peer: &str, addr: SocketAddr) {
         if self.count > 0 {
-            tracing::info!(peer, %addr, failures = self.count, "connected to peer after failed attempts");
+            tracing::info!(%peer, %addr, failures = self.count, "connected to peer after failed attempts");
         }
         *self = Self::default();
     }
@@ -125,7 +125,7 @@ fn warn_routes_without_peer_up(ctx: &ConnCtx, peer: PeerId) {
             .all(|&p| table.get(p).is_none_or(|s| !s.is_open()))
         {
             tracing::warn!(
-                realm,
+                %realm,
                 peers = %table.describe_down(&peers),
                 "route has no peer up: its requests are answered 3002"
             );

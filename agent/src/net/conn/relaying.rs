@@ -99,7 +99,7 @@ impl Conn {
         {
             tracing::warn!(
                 peer = %self.peer_host(),
-                cause = why,
+                cause = %why,
                 suppressed,
                 "request answered 3002 DIAMETER_UNABLE_TO_DELIVER"
             );
