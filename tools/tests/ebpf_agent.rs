@@ -18,8 +18,9 @@
 // only (the module allows what it leaves unused).
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
+use support::process::rt;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -88,13 +89,7 @@ impl AgentProc {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let (pipe, lines) = (child.stderr.take().unwrap(), stderr.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                lines.lock().unwrap().push(line);
-            }
-        });
+        let stderr = support::process::collect_lines(&mut child);
         let a = AgentProc {
             child,
             stderr,
@@ -249,14 +244,6 @@ fn prog_loaded(id: u32) -> bool {
         .args(["prog", "show", "id", &id.to_string()])
         .output()
         .is_ok_and(|o| o.status.success())
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Sends `n` requests one at a time through the agent, each answered 2001

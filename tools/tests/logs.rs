@@ -6,7 +6,6 @@
 //! meets meanwhile name the realm and the down peer (RFC 6733 §7.1.3
 //! DIAMETER_UNABLE_TO_DELIVER).
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -17,6 +16,10 @@ use diameter::codec::header::HEADER_LEN;
 use diameter::codec::{AvpIter, Routing};
 use diameter::dictionary::code;
 use tools::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, Traffic};
+
+#[path = "../../agent/tests/support/mod.rs"]
+mod support;
+use support::process::rt;
 
 /// A free loopback port: bound, then released (nothing listens there).
 fn free_port() -> u16 {
@@ -52,13 +55,7 @@ impl Agent {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let (pipe, sink) = (child.stderr.take().unwrap(), lines.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let lines = support::process::collect_lines(&mut child);
         Agent { child, lines }
     }
 
@@ -112,14 +109,6 @@ fn events(lines: &[String], message: &str) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter(|j| j["fields"]["message"] == message)
         .collect()
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 const DOWN: &str =
