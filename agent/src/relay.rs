@@ -547,12 +547,20 @@ impl<'a> Relay<'a> {
     }
 
     /// Requests of `up` whose upstream answer is overdue at `now` get the
-    /// agent's 3002 (the request timeout).
-    pub(crate) fn handle_timeout(&self, up: &mut Upstream, slot: Option<&PeerSlot>, now: Instant) {
+    /// agent's 3002 (the request timeout); returns how many.
+    pub(crate) fn handle_timeout(
+        &self,
+        up: &mut Upstream,
+        slot: Option<&PeerSlot>,
+        now: Instant,
+    ) -> usize {
+        let mut expired = 0;
         for r in up.handle_timeout(now) {
             done(slot);
             self.answer_locally(r, Error::Timeout);
+            expired += 1;
         }
+        expired
     }
 
     /// Every request pending in `up` is answered 3002 with `why`.

@@ -89,7 +89,7 @@ impl AgentProc {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = support::process::collect_lines(&mut child);
+        let (stderr, _reader) = support::process::collect_lines(&mut child);
         let a = AgentProc {
             child,
             stderr,

@@ -32,6 +32,7 @@ fn free_port() -> u16 {
 struct Agent {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Agent {
@@ -42,7 +43,7 @@ impl Agent {
         std::fs::write(
             &cfg,
             format!(
-                "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\ntc_seconds = 0.2\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"127.0.0.1:{upstream}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n"
+                "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\ntc_seconds = 0.2\nrequest_timeout_seconds = 0.5\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"127.0.0.1:{upstream}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n"
             ),
         )
         .unwrap();
@@ -55,8 +56,12 @@ impl Agent {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines = support::process::collect_lines(&mut child);
-        Agent { child, lines }
+        let (lines, reader) = support::process::collect_lines(&mut child);
+        Agent {
+            child,
+            lines,
+            reader: Some(reader),
+        }
     }
 
     fn lines(&self) -> Vec<String> {
@@ -79,7 +84,7 @@ impl Agent {
         }
     }
 
-    /// SIGTERM, then the exit status.
+    /// SIGTERM, then the exit status once every line is read.
     fn stop(&mut self) -> std::process::ExitStatus {
         let pid = i32::try_from(self.child.id()).unwrap();
         // SAFETY: signals the child this test started.
@@ -87,6 +92,9 @@ impl Agent {
         let t0 = Instant::now();
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
+                if let Some(r) = self.reader.take() {
+                    r.join().unwrap();
+                }
                 return s;
             }
             assert!(t0.elapsed() < Duration::from_secs(15), "no exit");
@@ -277,4 +285,57 @@ fn text_lines_have_no_colour_codes_on_a_pipe_and_the_level_option_filters() {
     std::thread::sleep(Duration::from_millis(800));
     assert!(quiet.stop().success());
     assert_eq!(quiet.lines(), Vec::<String>::new());
+}
+
+#[test]
+fn an_upstream_that_does_not_answer_is_named_in_one_warning_per_burst() {
+    // RFC 6733 §7.1.3: the agent answers 3002 for the request its upstream
+    // left unanswered past node.request_timeout_seconds.
+    let rt = rt();
+    let server = rt.block_on(async {
+        Server::spawn(
+            "127.0.0.1:0".parse().unwrap(),
+            Identity::new("s.example.net", "example.net"),
+            ServerBehaviour {
+                answer_requests: false,
+                ..ServerBehaviour::default()
+            },
+        )
+        .await
+        .unwrap()
+    });
+    let listen = free_port();
+    let mut agent = Agent::spawn(listen, server.addr.port(), &["--log-format", "json"]);
+    agent.wait_for("listening", |l| l.contains("\"listening\""));
+    let agent_addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    // Until the upstream is up the burst gets `no peer up`; once it is, the
+    // requests wait for its silence.
+    let t0 = Instant::now();
+    let answers = loop {
+        let answers = rt.block_on(burst(agent_addr, 4));
+        if answers[0].1 == "upstream answer timed out" {
+            break answers;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{answers:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        answers,
+        vec![(3002, "upstream answer timed out".to_owned()); 4]
+    );
+    let timed_out = agent.wait_for("timeout", |l| l.contains("\"expired\""));
+    let timed_out: serde_json::Value = serde_json::from_str(&timed_out).unwrap();
+    assert_eq!(timed_out["level"], "WARN");
+    assert_eq!(timed_out["fields"]["peer"], "s.example.net");
+    assert_eq!(timed_out["fields"]["cause"], "upstream answer timed out");
+    let lines = agent.lines();
+    let expired: u64 = events(&lines, "requests answered 3002 DIAMETER_UNABLE_TO_DELIVER")
+        .iter()
+        .filter(|e| e["fields"]["peer"] == "s.example.net")
+        .map(|e| e["fields"]["expired"].as_u64().unwrap())
+        .sum();
+    // One line per connection per 10 s: the burst's requests in it.
+    assert!((1..=4).contains(&expired), "{lines:?}");
+    assert!(agent.stop().success());
+    server.stop();
 }

@@ -626,10 +626,22 @@ impl Conn {
         self.pump_watchdog();
         // Requests whose upstream answer is overdue get the agent's 3002.
         let slot = self.peer.as_ref().map(|(_, s)| &**s);
-        self.ctx
-            .relay
-            .relay()
-            .handle_timeout(&mut self.upstream, slot, now.into_std());
+        let expired =
+            self.ctx
+                .relay
+                .relay()
+                .handle_timeout(&mut self.upstream, slot, now.into_std());
+        if expired > 0
+            && let Some(suppressed) = self.undeliverable_warn.allow(now)
+        {
+            tracing::warn!(
+                peer = %self.peer_host(),
+                expired,
+                cause = %relay::Error::Timeout,
+                suppressed,
+                "requests answered 3002 DIAMETER_UNABLE_TO_DELIVER"
+            );
+        }
         // Near the end of the drain, pending requests are answered locally
         // so that downstream peers still receive them before closing.
         if let Some(since) = self.closing_since

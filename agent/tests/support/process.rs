@@ -5,17 +5,19 @@
 use std::io::{BufRead, BufReader};
 use std::process::Child;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
-/// Takes `child`'s piped stderr and collects its lines as they come.
-pub fn collect_lines(child: &mut Child) -> Arc<Mutex<Vec<String>>> {
+/// Takes `child`'s piped stderr and collects its lines as they come; the
+/// reader ends (join it) once the child has exited and every line is in.
+pub fn collect_lines(child: &mut Child) -> (Arc<Mutex<Vec<String>>>, JoinHandle<()>) {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let (pipe, sink) = (child.stderr.take().unwrap(), lines.clone());
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(pipe).lines().map_while(Result::ok) {
             sink.lock().unwrap().push(line);
         }
     });
-    lines
+    (lines, reader)
 }
 
 /// A two-thread runtime for the test's own clients and servers.

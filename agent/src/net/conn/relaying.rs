@@ -51,7 +51,7 @@ pub(super) struct WarnLimit {
 impl WarnLimit {
     /// `Some(number not logged since the last line)` when a line may be
     /// logged at `now`.
-    fn allow(&mut self, now: Instant) -> Option<u64> {
+    pub(super) fn allow(&mut self, now: Instant) -> Option<u64> {
         if self.next.is_some_and(|t| now < t) {
             self.suppressed += 1;
             return None;
