@@ -33,8 +33,11 @@ use crate::telemetry::Kernel;
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// A listening address could not be bound.
-    #[error("cannot listen on {addr}")]
+    #[error("{listener}: cannot listen on {addr}")]
     Bind {
+        /// Which listener of the configuration (`node.listen[0]`,
+        /// `metrics.listen`).
+        listener: String,
         /// The address.
         addr: SocketAddr,
         /// Why.
@@ -102,10 +105,12 @@ impl Agent {
     /// Starts the agent on pinned worker threads, or as tasks on `on`.
     fn launch(config: Config, on: Option<&tokio::runtime::Handle>) -> Result<Agent, StartError> {
         let mut listeners = Vec::new();
-        for addr in &config.node.listen {
-            let l = bind(*addr)?;
+        for (i, addr) in config.node.listen.iter().enumerate() {
+            let listener = || format!("node.listen[{i}]");
+            let l = bind(*addr, listener)?;
             crate::net::connect::set_backlog(&l, config.node.listen_backlog).map_err(|source| {
                 StartError::Bind {
+                    listener: listener(),
                     addr: *addr,
                     source,
                 }
@@ -115,7 +120,7 @@ impl Agent {
         let metrics_listener = config
             .metrics
             .as_ref()
-            .map(|m| bind(m.listen))
+            .map(|m| bind(m.listen, || "metrics.listen".to_owned()))
             .transpose()?;
         let listen = listeners
             .iter()
@@ -193,7 +198,7 @@ impl Agent {
             overload,
             table,
         });
-        tracing::info!(workers = n, listen = ?listen, metrics = ?metrics, "agent started");
+        tracing::info!(workers = n, listen = ?listen, metrics = %crate::net::OrNone(metrics), "agent started");
         Ok(Agent {
             config,
             runtime,
@@ -319,10 +324,17 @@ impl Agent {
     }
 }
 
-fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
-    let l =
-        std::net::TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
-    l.set_nonblocking(true)
-        .map_err(|source| StartError::Bind { addr, source })?;
+/// Binds `addr`, the configuration's `listener`.
+fn bind(
+    addr: SocketAddr,
+    listener: impl Fn() -> String,
+) -> Result<std::net::TcpListener, StartError> {
+    let bind_error = |source| StartError::Bind {
+        listener: listener(),
+        addr,
+        source,
+    };
+    let l = std::net::TcpListener::bind(addr).map_err(bind_error)?;
+    l.set_nonblocking(true).map_err(bind_error)?;
     Ok(l)
 }

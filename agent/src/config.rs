@@ -21,10 +21,13 @@ use diameter::peer::capx::firmware_revision;
 use serde::Deserialize;
 
 mod identity;
+mod listen;
+mod parse_error;
 mod retry;
 
 pub use identity::IdentityError;
 use identity::check_identity;
+use parse_error::one_line;
 pub use retry::{RetryConfig, RetryConfigError};
 
 /// A configuration that could not be read or is not valid. The message names
@@ -481,7 +484,24 @@ impl Config {
                 .check(&self.ebpf_around(&connect))
                 .map_err(|e| bad(e.key, e.why))?;
         }
+        listen::check(&self.node.listen, self.metrics.as_ref().map(|m| m.listen))
+            .map_err(|e| bad(e.key, e.why))?;
         Ok(())
+    }
+
+    /// What `run` (and `check-config`) refuses besides what [`Config::validate`]
+    /// does: an agent that listens on nothing and dials nothing. Fragments
+    /// of a file (a section read alone) need not pass it.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `node.listen`.
+    pub fn check_runnable(&self, file: &Path) -> Result<(), ConfigError> {
+        let dials = self.peers.iter().any(|p| p.connect.is_some());
+        listen::check_some(&self.node.listen, dials).map_err(|e| ConfigError::Invalid {
+            file: file.to_owned(),
+            key: e.key,
+            why: e.why,
+        })
     }
 
     /// The caps on connections waiting for CER and the listen backlog.
@@ -624,38 +644,6 @@ impl Config {
     }
 }
 
-/// Renders a toml error on one line: `key (line L, column C): why`, the key
-/// being the table header and key name on the offending line.
-fn one_line(e: &toml::de::Error, text: &str) -> String {
-    let msg = e.message().trim().replace('\n', " ");
-    let Some(span) = e.span() else {
-        return msg;
-    };
-    let start = span.start.min(text.len());
-    let before = &text[..start];
-    let line_no = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = start - line_start + 1;
-    let line = text[line_start..].lines().next().unwrap_or("");
-    let table = before
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with('['))
-        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
-    let key = line
-        .split_once('=')
-        .map(|(k, _)| k.trim().trim_matches('"').to_owned())
-        .filter(|k| !k.is_empty() && !k.starts_with('['));
-    let key = match (table, key) {
-        (Some(t), Some(k)) => format!("{t}.{k} "),
-        (None, Some(k)) => format!("{k} "),
-        (Some(t), None) => format!("[{t}] "),
-        (None, None) => String::new(),
-    };
-    format!("{key}(line {line_no}, column {column}): {msg}")
-}
-
 /// The configuration `doic-agent demo` runs when no file is given: the agent
 /// on 127.0.0.1:3868 in front of two loopback servers.
 pub const DEMO_CONFIG: &str = r#"
@@ -716,6 +704,7 @@ mod tests {
             r#"[node]
 origin_host = "a.example.com"
 origin_realm = "example.com"
+listen = ["127.0.0.1:3868"]
 [[peer]]
 host = "s.example.net"
 realm = "example.net"

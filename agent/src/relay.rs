@@ -260,6 +260,29 @@ impl<'a> Relay<'a> {
         }
     }
 
+    /// The Error-Message (RFC 6733 §7.3) of the agent's 3002 (§7.1.3
+    /// DIAMETER_UNABLE_TO_DELIVER) for a request to `realm` the router found
+    /// no next hop for: no route at all, or the route's peers that are down
+    /// and why (`no peer up for realm X (peer Y down: connection refused)`).
+    #[cold]
+    #[must_use]
+    pub(crate) fn no_route_why(&self, realm: &[u8], application: u32) -> String {
+        let realm = String::from_utf8_lossy(realm);
+        let Some(peers) = self.router.route_peers(&realm, application) else {
+            return format!("no route for realm {realm}");
+        };
+        let down = self.table.describe_down(&peers);
+        if down.is_empty() {
+            format!(
+                "no next hop for realm {realm}: its peers are excluded (Route-Record, sender) or the Destination-Host peer is down"
+            )
+        } else if down.matches("; ").count() + 1 == peers.len() {
+            format!("no peer up for realm {realm} ({down})")
+        } else {
+            format!("no usable peer for realm {realm} ({down}; the others excluded)")
+        }
+    }
+
     /// Sends `r` to the next hop the router picks, skipping `r.tried`.
     /// `destination_host` is consulted only on the first attempt. A request
     /// overload control treated before (a failover, a retry after 3004, a
@@ -524,8 +547,14 @@ impl<'a> Relay<'a> {
     }
 
     /// Requests of `up` whose upstream answer is overdue at `now` get the
-    /// agent's 3002 (the request timeout).
-    pub(crate) fn handle_timeout(&self, up: &mut Upstream, slot: Option<&PeerSlot>, now: Instant) {
+    /// agent's 3002 (the request timeout); returns how many.
+    pub(crate) fn handle_timeout(
+        &self,
+        up: &mut Upstream,
+        slot: Option<&PeerSlot>,
+        now: Instant,
+    ) -> usize {
+        let mut expired = 0;
         for r in up.handle_timeout(now) {
             done(slot);
             if let Some(s) = slot {
@@ -534,7 +563,9 @@ impl<'a> Relay<'a> {
                     .record(up.timeout(), doic::protect::Outcome::Timeout, false, r.app);
             }
             self.answer_locally(r, Error::Timeout);
+            expired += 1;
         }
+        expired
     }
 
     /// Every request pending in `up` is answered 3002 with `why`.

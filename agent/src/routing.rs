@@ -142,6 +142,28 @@ impl Router {
             .ok_or(RouteError::NoRoute)
     }
 
+    /// The peers of the route a request for `realm` and `application`
+    /// takes, or `None` without one (for the agent's 3002 Error-Message and
+    /// the warning that a route has no peer up: cold paths).
+    #[must_use]
+    pub fn route_peers(&self, realm: &str, application: u32) -> Option<Vec<PeerId>> {
+        let route = self.realm_route(realm, application).ok()?;
+        Some(route.candidates.iter().map(|c| c.peer).collect())
+    }
+
+    /// The realms of the routes that list `peer`.
+    pub fn realms_of(&self, peer: PeerId) -> impl Iterator<Item = (&str, Vec<PeerId>)> + '_ {
+        self.routes
+            .iter()
+            .filter(move |r| r.candidates.iter().any(|c| c.peer == peer))
+            .map(|r| {
+                (
+                    r.realm.as_str(),
+                    r.candidates.iter().map(|c| c.peer).collect(),
+                )
+            })
+    }
+
     /// True when the table has a route for `realm` and `application`.
     #[must_use]
     pub fn has_route(&self, realm: &str, application: u32) -> bool {

@@ -1,8 +1,15 @@
 //! The `doic-agent` command line: argument parsing only. `main.rs` dispatches.
+//!
+//! `run` and `check-config` take the configuration file the same way:
+//! positional (`run agent.toml`) or `--config agent.toml`. A bad command
+//! line prints clap's message (what is wrong and the usage) on stderr and
+//! exits with status 2.
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+
+use crate::logging::LogFormat;
 
 /// Diameter edge agent with DOIC overload control (RFC 7683, RFC 8581, RFC 8582).
 #[derive(Debug, Parser)]
@@ -18,15 +25,18 @@ pub struct Cli {
 pub enum Command {
     /// Run the agent with a configuration file until SIGTERM or Ctrl-C.
     Run {
-        /// The TOML configuration file.
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        /// The configuration file.
+        #[command(flatten)]
+        config: ConfigFile,
+        /// The log output.
+        #[command(flatten)]
+        log: LogArgs,
     },
-    /// Check a configuration file and exit (0 when valid).
+    /// Check a configuration file as `run` would and exit (0 when valid).
     CheckConfig {
-        /// The TOML configuration file.
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
+        /// The configuration file.
+        #[command(flatten)]
+        config: ConfigFile,
     },
     /// Run an overload episode on loopback: servers without DOIC of a
     /// stated capacity, offered half to three times it and back, with and
@@ -68,6 +78,43 @@ pub enum Command {
     Encode(EncodeArgs),
 }
 
+/// The TOML configuration file, positional or `--config` (one of them).
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct ConfigFile {
+    /// The TOML configuration file.
+    #[arg(value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// The TOML configuration file (the same as FILE).
+    #[arg(long = "config", value_name = "FILE")]
+    flag: Option<PathBuf>,
+}
+
+impl ConfigFile {
+    /// The file given.
+    #[must_use]
+    pub fn path(&self) -> &std::path::Path {
+        // clap's group makes exactly one of them present.
+        self.file
+            .as_deref()
+            .or(self.flag.as_deref())
+            .unwrap_or(std::path::Path::new(""))
+    }
+}
+
+/// How `run` logs (see [`crate::logging`]).
+#[derive(Debug, clap::Args)]
+pub struct LogArgs {
+    /// Log filter: a level (error, warn, info, debug, trace) or
+    /// `RUST_LOG`-style directives (`info,agent::net=debug`). Overrides
+    /// RUST_LOG; without either, info.
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Log line format on stderr.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
 /// Arguments of `decode`.
 #[derive(Debug, clap::Args)]
 pub struct DecodeArgs {
@@ -92,55 +139,56 @@ pub struct EncodeArgs {
     pub file: Option<std::path::PathBuf>,
 }
 
-impl Cli {
-    /// Parses the process arguments. `--help` and `--version` print as
-    /// usual; a bad command line prints one line (what is wrong, without
-    /// clap's usage block) on stderr and exits with status 2.
-    pub fn parse_or_exit() -> Cli {
-        match Cli::try_parse() {
-            Ok(cli) => cli,
-            Err(e) => {
-                use clap::error::ErrorKind;
-                if matches!(
-                    e.kind(),
-                    ErrorKind::DisplayHelp
-                        | ErrorKind::DisplayVersion
-                        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-                ) {
-                    e.exit();
-                }
-                eprintln!("doic-agent: {}", one_line(&e));
-                std::process::exit(2);
-            }
-        }
-    }
-}
-
-/// The first line of a clap error, without its `error: ` prefix.
-pub fn one_line(e: &clap::Error) -> String {
-    let text = e.render().to_string();
-    let first = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid command line");
-    first.trim_start_matches("error: ").trim().to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn config_of(args: &[&str]) -> PathBuf {
+        match Cli::try_parse_from(args).unwrap().command {
+            Some(Command::Run { config, .. } | Command::CheckConfig { config }) => {
+                config.path().to_owned()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
-    fn bad_command_lines_give_one_precise_line() {
-        let e = Cli::try_parse_from(["doic-agent", "decode", "--bogus"]).unwrap_err();
-        let line = one_line(&e);
-        assert!(line.contains("--bogus"), "{line}");
-        assert!(!line.contains('\n'));
-        let e = Cli::try_parse_from(["doic-agent", "decode", "00", "--file", "x"]).unwrap_err();
-        assert!(
-            one_line(&e).contains("cannot be used with"),
-            "{}",
-            one_line(&e)
+    fn run_and_check_config_take_the_file_both_ways() {
+        for cmd in ["run", "check-config"] {
+            assert_eq!(
+                config_of(&["doic-agent", cmd, "a.toml"]),
+                PathBuf::from("a.toml")
+            );
+            let flag = config_of(&["doic-agent", cmd, "--config", "b.toml"]);
+            assert_eq!(flag, PathBuf::from("b.toml"));
+            let both = Cli::try_parse_from(["doic-agent", cmd, "a.toml", "--config", "b.toml"]);
+            assert!(both.is_err());
+            let none = Cli::try_parse_from(["doic-agent", cmd]).unwrap_err();
+            assert_eq!(none.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        }
+    }
+
+    #[test]
+    fn run_takes_the_log_options() {
+        let cli = Cli::try_parse_from([
+            "doic-agent",
+            "run",
+            "a.toml",
+            "--log-level",
+            "debug",
+            "--log-format",
+            "json",
+        ])
+        .unwrap();
+        let Some(Command::Run { log, .. }) = cli.command else {
+            panic!()
+        };
+        assert_eq!(log.log_level.as_deref(), Some("debug"));
+        assert_eq!(log.log_format, LogFormat::Json);
+        let bad = Cli::try_parse_from(["doic-agent", "run", "a.toml", "--log-format", "xml"]);
+        assert_eq!(
+            bad.unwrap_err().kind(),
+            clap::error::ErrorKind::InvalidValue
         );
     }
 }

@@ -8,6 +8,7 @@
 //! | [`loadgen`] | built-in loopback peers: answering server, closed/open-loop load client |
 //! | [`demo`] | `doic-agent demo`: the agent between built-in peers, live summary |
 //! | [`inspect`] | the `decode` / `encode` subcommands: message <-> JSON, one-line errors |
+//! | [`logging`] | the log output of `run`: `--log-level` / `RUST_LOG`, text or JSON lines on stderr |
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -15,3 +16,4 @@ pub mod cli;
 pub mod demo;
 pub mod inspect;
 pub mod loadgen;
+pub mod logging;

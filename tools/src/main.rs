@@ -1,58 +1,80 @@
 //! `doic-agent`: parse the command line, run it, map errors to an exit code.
+//!
+//! What goes to stderr: `run` writes only `tracing` lines there (text or
+//! JSON, [`tools::logging`]), its fatal error included; the one-shot
+//! subcommands (`check-config`, `decode`, `encode`, `demo`) print their
+//! error as one plain line `doic-agent: ...`; a bad command line is clap's
+//! message. Exit status: 0 ok, 1 failure, 2 bad command line.
 
 use std::process::ExitCode;
 
 use agent::agent::Agent;
 use agent::config::Config;
-use tools::cli::{Cli, Command};
+use clap::Parser;
+use tools::cli::{Cli, Command, LogArgs};
+use tools::logging;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_or_exit();
+    let cli = Cli::parse();
     let Some(command) = cli.command else {
         return ExitCode::SUCCESS;
     };
-    let command = match command {
+    match command {
         Command::Decode(args) => {
             let input = tools::inspect::DecodeInput {
                 hex: args.hex,
                 file: args.file,
             };
-            return report(tools::inspect::decode(
+            report(tools::inspect::decode(
                 &input,
                 args.check,
                 &mut std::io::stdin(),
-            ));
+            ))
         }
-        Command::Encode(args) => {
-            return report(tools::inspect::encode(
-                args.file.as_deref(),
-                &mut std::io::stdin(),
-            ));
-        }
-        other => other,
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run(command) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("doic-agent: {e:#}");
-            ExitCode::FAILURE
+        Command::Encode(args) => report(tools::inspect::encode(
+            args.file.as_deref(),
+            &mut std::io::stdin(),
+        )),
+        Command::CheckConfig { config } => report(check_config(config.path())),
+        Command::Run { config, log } => run_logged(config.path(), &log),
+        Command::Demo {
+            relay,
+            capacity,
+            step,
+            seconds,
+            config,
+            outstanding,
+        } => {
+            // The demo's output is its summary on stdout: warnings only.
+            match logging::filter(None, "warn") {
+                Ok(f) => logging::init(f, logging::LogFormat::Text),
+                Err(e) => return fail(&e),
+            }
+            let ran = if relay {
+                demo(seconds, config, outstanding)
+            } else {
+                episode(capacity, step)
+            };
+            match ran {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&format!("{e:#}")),
+            }
         }
     }
 }
 
+/// The one plain error line of a one-shot subcommand.
+fn fail(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("doic-agent: {e}");
+    ExitCode::FAILURE
+}
+
 /// Prints a subcommand's output, or its one-line error, and gives the exit
 /// status.
-fn report(result: Result<String, tools::inspect::InspectError>) -> ExitCode {
+fn report<E: std::fmt::Display>(result: Result<String, E>) -> ExitCode {
     match result {
         Ok(out) => {
             use std::io::Write;
@@ -60,84 +82,105 @@ fn report(result: Result<String, tools::inspect::InspectError>) -> ExitCode {
             let _ = writeln!(std::io::stdout().lock(), "{out}");
             ExitCode::SUCCESS
         }
+        Err(e) => fail(&e),
+    }
+}
+
+/// Reads `file` as `run` and `check-config` take it: valid, and an agent
+/// that can accept or open a connection.
+fn load(file: &std::path::Path) -> Result<Config, agent::config::ConfigError> {
+    let config = Config::from_file(file)?;
+    config.check_runnable(file)?;
+    Ok(config)
+}
+
+/// `check-config`: the validation `run` does before it binds anything.
+fn check_config(file: &std::path::Path) -> Result<String, agent::config::ConfigError> {
+    let config = load(file)?;
+    Ok(format!(
+        "{}: ok ({} peers, {} routes, {} workers)",
+        file.display(),
+        config.peers.len(),
+        config.routes.len(),
+        config.worker_count()
+    ))
+}
+
+/// `run` with its log installed; every line on stderr from here is a
+/// `tracing` line.
+fn run_logged(file: &std::path::Path, log: &LogArgs) -> ExitCode {
+    let filter = match logging::filter(log.log_level.as_deref(), logging::DEFAULT_LEVEL) {
+        Ok(f) => f,
         Err(e) => {
             eprintln!("doic-agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    logging::init(filter, log.log_format);
+    match run(file) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(cause = %format_args!("{e:#}"), "cannot run the agent");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run(command: Command) -> anyhow::Result<()> {
-    match command {
-        Command::CheckConfig { file } => {
-            let config = Config::from_file(&file)?;
-            println!(
-                "{}: ok ({} peers, {} routes, {} workers)",
-                file.display(),
-                config.peers.len(),
-                config.routes.len(),
-                config.worker_count()
-            );
-            Ok(())
-        }
-        Command::Run { config } => {
-            let config = Config::from_file(&config)?;
-            // Before anything slow (loading the kernel program): a SIGTERM
-            // from then on stops the agent cleanly.
-            let signals = Signals::install()?;
-            let agent = Agent::start(config)?;
-            agent.start_kernel_telemetry();
-            eprintln!(
-                "doic-agent: listening on {:?}{}",
-                agent.local_addrs(),
-                agent
-                    .metrics_addr()
-                    .map(|m| format!(", metrics at http://{m}/metrics"))
-                    .unwrap_or_default()
-            );
-            signals.wait();
-            eprintln!("doic-agent: stopping (DPR to every peer, draining)");
-            agent.shutdown();
-            // The program stays attached until every connection has closed.
-            agent.join();
-            Ok(())
-        }
-        Command::Demo {
-            relay: false,
-            capacity,
-            step,
-            ..
-        } => {
-            anyhow::ensure!(
-                step > 0.0 && step.is_finite() && capacity > 0,
-                "demo: --step and --capacity must be positive"
-            );
-            let spec = tools::demo::episode::Spec {
-                capacity,
-                step: std::time::Duration::from_secs_f64(step),
-                ..Default::default()
-            };
-            tools::demo::episode::run(spec, &stop_signal())?;
-            Ok(())
-        }
-        Command::Demo {
-            seconds,
-            config,
-            outstanding,
-            ..
-        } => {
-            let config = match config {
-                Some(path) => Config::from_file(&path)?,
-                None => Config::from_str_named(
-                    agent::config::DEMO_CONFIG,
-                    std::path::Path::new("<embedded demo config>"),
-                )?,
-            };
-            tools::demo::run(config, seconds, outstanding, stop_signal())?;
-            Ok(())
-        }
-        Command::Decode(_) | Command::Encode(_) => Ok(()),
+fn run(file: &std::path::Path) -> anyhow::Result<()> {
+    let config = load(file)?;
+    // Before anything slow (loading the kernel program): a SIGTERM from
+    // then on stops the agent cleanly.
+    let signals = Signals::install()?;
+    let agent = Agent::start(config)?;
+    agent.start_kernel_telemetry();
+    let listen = agent.local_addrs();
+    match agent.metrics_addr() {
+        Some(m) => tracing::info!(
+            listen = ?listen,
+            metrics = %format_args!("http://{m}/metrics"),
+            "listening"
+        ),
+        None => tracing::info!(listen = ?listen, "listening"),
     }
+    signals.wait();
+    tracing::info!("stopping: DPR to every peer, draining");
+    agent.shutdown();
+    // The program stays attached until every connection has closed.
+    agent.join();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// `demo` (the default): an overload episode with and without `[doic]`.
+fn episode(capacity: u32, step: f64) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        step > 0.0 && step.is_finite() && capacity > 0,
+        "demo: --step and --capacity must be positive"
+    );
+    let spec = tools::demo::episode::Spec {
+        capacity,
+        step: std::time::Duration::from_secs_f64(step),
+        ..Default::default()
+    };
+    tools::demo::episode::run(spec, &stop_signal())?;
+    Ok(())
+}
+
+/// `demo --relay`: the agent relaying between built-in peers.
+fn demo(
+    seconds: Option<u64>,
+    config: Option<std::path::PathBuf>,
+    outstanding: usize,
+) -> anyhow::Result<()> {
+    let config = match config {
+        Some(path) => Config::from_file(&path)?,
+        None => Config::from_str_named(
+            agent::config::DEMO_CONFIG,
+            std::path::Path::new("<embedded demo config>"),
+        )?,
+    };
+    tools::demo::run(config, seconds, outstanding, stop_signal())?;
+    Ok(())
 }
 
 /// SIGTERM and SIGINT handlers, installed up front.

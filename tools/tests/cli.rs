@@ -242,11 +242,161 @@ fn the_readme_sample_decodes_and_round_trips() {
     assert_eq!(ok_stdout(&run(&["encode"], json.as_bytes())).trim(), hex);
 }
 
+/// Exit status 2, nothing on stdout, clap's whole message on stderr.
+fn usage_error(args: &[&str]) -> String {
+    let o = run(args, b"");
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(o.stdout.is_empty());
+    String::from_utf8(o.stderr).unwrap()
+}
+
 #[test]
-fn a_bad_command_line_is_one_line() {
-    let o = run(&["decode", "--bogus"], b"");
+fn a_bad_command_line_prints_what_is_wrong_and_the_usage() {
+    assert_eq!(
+        usage_error(&["decode", "--bogus"]),
+        "error: unexpected argument '--bogus' found\n\n  tip: to pass '--bogus' as a value, use '-- --bogus'\n\nUsage: doic-agent decode [OPTIONS] [HEX]\n\nFor more information, try '--help'.\n"
+    );
+    for cmd in ["run", "check-config"] {
+        assert_eq!(
+            usage_error(&[cmd]),
+            format!(
+                "error: the following required arguments were not provided:\n  <FILE|--config <FILE>>\n\nUsage: doic-agent {cmd} <FILE|--config <FILE>>\n\nFor more information, try '--help'.\n"
+            )
+        );
+    }
+    let err = usage_error(&["run", "a.toml", "--log-format", "xml"]);
+    assert!(
+        err.starts_with("error: invalid value 'xml' for '--log-format <FORMAT>'\n"),
+        "{err}"
+    );
+    assert!(err.contains("[possible values: text, json]"), "{err}");
+    let o = run(&["run", "a.toml", "--log-level", "loud"], b"");
     assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(o.stderr).unwrap(),
+        "doic-agent: --log-level loud: `loud` is not a level (expected a level such as `info`, or directives such as `info,agent::net=debug`)\n"
+    );
+}
+
+fn config_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("doic-cli-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const NODE: &str = "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\n";
+
+#[test]
+fn check_config_takes_the_file_as_run_does_either_way() {
+    let good = config_file(
+        "good.toml",
+        &format!("{NODE}listen = [\"127.0.0.1:3868\"]\nworkers = 1\n"),
+    );
+    let path = good.to_str().unwrap();
+    let expected = format!("{path}: ok (0 peers, 0 routes, 1 workers)\n");
+    for args in [
+        ["check-config", path, ""],
+        ["check-config", "--config", path],
+    ] {
+        let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
+        let out = run(&args, b"");
+        assert!(out.status.success(), "{out:?}");
+        assert!(out.stderr.is_empty());
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), expected);
+    }
+}
+
+#[test]
+fn check_config_refuses_what_run_would_refuse_in_one_precise_line() {
+    let cases = [
+        (
+            "empty.toml",
+            "listen = []\n",
+            "node.listen: is empty and no [[peer]] has a connect address: the agent would neither accept nor open a connection",
+        ),
+        (
+            "twice.toml",
+            "listen = [\"127.0.0.1:3868\", \"[::1]:3868\", \"127.0.0.1:3868\"]\n",
+            "node.listen[2]: 127.0.0.1:3868 overlaps node.listen[0] (127.0.0.1:3868)",
+        ),
+        (
+            "wildcard.toml",
+            "listen = [\"127.0.0.1:3868\", \"[::]:3868\"]\n",
+            "node.listen[1]: [::]:3868 overlaps node.listen[0] (127.0.0.1:3868)",
+        ),
+        (
+            "metrics.toml",
+            "listen = [\"0.0.0.0:3868\"]\n[metrics]\nlisten = \"127.0.0.1:3868\"\n",
+            "metrics.listen: 127.0.0.1:3868 is a Diameter listener too (node.listen[0] = 0.0.0.0:3868)",
+        ),
+        (
+            "workers.toml",
+            "listen = [\"127.0.0.1:3868\"]\nworkers = \"two\"\n",
+            "node.workers (line 5, column 11): invalid type: string \"two\", expected a whole number (0 or more)",
+        ),
+        (
+            "address.toml",
+            "listen = [\"localhost\"]\n",
+            "node.listen (line 4, column 11): invalid socket address syntax",
+        ),
+    ];
+    for (name, tail, why) in cases {
+        let file = config_file(name, &format!("{NODE}{tail}"));
+        let out = run(&["check-config", file.to_str().unwrap()], b"");
+        let err = one_line_error(&out);
+        assert_eq!(
+            err,
+            format!("doic-agent: {}: {why}\n", file.display()),
+            "{name}"
+        );
+        // `run` refuses it with the same words, before binding anything.
+        let o = run(
+            &["run", file.to_str().unwrap(), "--log-format", "json"],
+            b"",
+        );
+        assert_eq!(o.status.code(), Some(1), "{name}: {o:?}");
+        let line: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+        assert_eq!(line["fields"]["message"], "cannot run the agent");
+        assert_eq!(
+            line["fields"]["cause"],
+            format!("{}: {why}", file.display()),
+            "{name}"
+        );
+    }
+    // Distinct ports, an IPv4 wildcard beside IPv6 loopback, port 0 twice:
+    // all bindable, all accepted.
+    let ok = config_file(
+        "ok.toml",
+        &format!(
+            "{NODE}listen = [\"0.0.0.0:3868\", \"[::1]:3868\", \"127.0.0.1:0\", \"127.0.0.1:0\"]\n[metrics]\nlisten = \"127.0.0.1:9464\"\n"
+        ),
+    );
+    assert!(
+        run(&["check-config", ok.to_str().unwrap()], b"")
+            .status
+            .success()
+    );
+}
+
+#[test]
+fn run_names_the_listener_it_cannot_bind() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let file = config_file(
+        "taken.toml",
+        &format!("{NODE}listen = [\"127.0.0.1:0\"]\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    );
+    let o = run(&["run", "--config", file.to_str().unwrap()], b"");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
     let err = String::from_utf8(o.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--bogus"), "{err}");
+    assert!(!err.contains('\u{1b}'), "{err}");
+    assert!(
+        err.contains(&format!(
+            "ERROR doic_agent: cannot run the agent cause=metrics.listen: cannot listen on 127.0.0.1:{port}: Address already in use (os error 98)"
+        )),
+        "{err}"
+    );
 }

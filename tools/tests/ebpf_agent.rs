@@ -18,8 +18,9 @@
 // only (the module allows what it leaves unused).
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
+use support::process::rt;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -81,17 +82,14 @@ impl AgentProc {
             .arg("run")
             .arg("--config")
             .arg(cfg)
-            .env("RUST_LOG", "agent::telemetry=info,agent::ebpf=info")
+            .env(
+                "RUST_LOG",
+                "doic_agent=info,agent::telemetry=info,agent::ebpf=info",
+            )
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let (pipe, lines) = (child.stderr.take().unwrap(), stderr.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                lines.lock().unwrap().push(line);
-            }
-        });
+        let (stderr, _reader) = support::process::collect_lines(&mut child);
         let a = AgentProc {
             child,
             stderr,
@@ -100,7 +98,7 @@ impl AgentProc {
         };
         // The agent prints this once its telemetry has started (or not).
         let t0 = Instant::now();
-        while !a.log().contains("doic-agent: listening on") {
+        while !a.log().contains("INFO doic_agent: listening") {
             assert!(
                 t0.elapsed() < Duration::from_secs(10),
                 "no start: {}",
@@ -246,14 +244,6 @@ fn prog_loaded(id: u32) -> bool {
         .args(["prog", "show", "id", &id.to_string()])
         .output()
         .is_ok_and(|o| o.status.success())
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Sends `n` requests one at a time through the agent, each answered 2001

@@ -125,6 +125,8 @@ struct Conn {
     waiting: Option<Waiting>,
     /// Rate limit of the malformed-answer warning.
     malformed_warn: relaying::WarnLimit,
+    /// Rate limit of the warning that a request was answered 3002.
+    undeliverable_warn: relaying::WarnLimit,
 }
 
 /// Runs one connection to the end. `expect` is the peer an initiator
@@ -167,7 +169,7 @@ pub(crate) async fn run(
     {
         return;
     }
-    let span = tracing::debug_span!("conn", id, ?remote, ?role);
+    let span = tracing::debug_span!("conn", id, remote = %crate::net::OrNone(remote), ?role);
     let request_timeout = ctx.config.request_timeout();
     let mut c = Conn {
         ctx,
@@ -194,6 +196,7 @@ pub(crate) async fn run(
         last_dpr: None,
         waiting,
         malformed_warn: relaying::WarnLimit::default(),
+        undeliverable_warn: relaying::WarnLimit::default(),
     };
     async move {
         c.pump_fsm();
@@ -623,10 +626,22 @@ impl Conn {
         self.pump_watchdog();
         // Requests whose upstream answer is overdue get the agent's 3002.
         let slot = self.peer.as_ref().map(|(_, s)| &**s);
-        self.ctx
-            .relay
-            .relay()
-            .handle_timeout(&mut self.upstream, slot, now.into_std());
+        let expired =
+            self.ctx
+                .relay
+                .relay()
+                .handle_timeout(&mut self.upstream, slot, now.into_std());
+        if expired > 0
+            && let Some(suppressed) = self.undeliverable_warn.allow(now)
+        {
+            tracing::warn!(
+                peer = %self.peer_host(),
+                expired,
+                cause = %relay::Error::Timeout,
+                suppressed,
+                "requests answered 3002 DIAMETER_UNABLE_TO_DELIVER"
+            );
+        }
         // Near the end of the drain, pending requests are answered locally
         // so that downstream peers still receive them before closing.
         if let Some(since) = self.closing_since
@@ -679,6 +694,25 @@ impl Conn {
         }
     }
 
+    /// An open connection (it has a watchdog) of a peer ends: one INFO line
+    /// naming the peer and the cause, and the cause kept for the agent's
+    /// 3002 Error-Message. A connection replaced by its peer's new one or
+    /// losing the §5.6.4 election leaves the peer up.
+    #[cold]
+    fn log_peer_down(&self) {
+        let (Some((_, slot)), Some(_)) = (&self.peer, &self.watchdog) else {
+            return;
+        };
+        let (side, cause) = self
+            .close
+            .map_or((Side::Internal, Cause::Fsm("done")), |c| (c.side, c.cause));
+        if matches!(cause, Cause::Replaced | Cause::ElectionLost) {
+            return;
+        }
+        slot.note_down(&cause);
+        tracing::info!(peer = %slot.host, %side, %cause, "peer down");
+    }
+
     /// Ends the connection: flush, fail over what is pending, release the
     /// peer slot, give the watchdog back.
     async fn finish(&mut self) {
@@ -692,6 +726,7 @@ impl Conn {
             None => tracing::debug!(peer = %self.peer_host(), cause = "done", "connection closing"),
         }
         self.leave_waiting();
+        self.log_peer_down();
         let now = Instant::now();
         if let Some(w) = self.watchdog.as_mut() {
             w.handle_connection_down(now.into_std());

@@ -71,6 +71,68 @@ impl RefusalLog {
 /// How long a dial may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// After the first failed dial of a peer, one warning per this many
+/// failures (the count in the line); every failure is logged at DEBUG.
+const DIAL_WARN_EVERY: u64 = 10;
+
+/// Failed dials of one peer since it was last reached: the first one and
+/// every [`DIAL_WARN_EVERY`]th are warnings, a change of cause too.
+#[derive(Default)]
+struct DialFailures {
+    count: u64,
+    last_cause: String,
+}
+
+impl DialFailures {
+    /// Records a failed dial of `peer` at `addr`; true when it was logged
+    /// at WARN.
+    fn failed(&mut self, peer: &str, addr: SocketAddr, cause: &str, tc: Duration) -> bool {
+        self.count += 1;
+        let warn = self.count % DIAL_WARN_EVERY == 1 || cause != self.last_cause;
+        if warn {
+            tracing::warn!(
+                %peer,
+                %addr,
+                %cause,
+                failures = self.count,
+                retry_every = ?tc,
+                "cannot connect to peer; retrying"
+            );
+        } else {
+            tracing::debug!(%peer, %addr, %cause, failures = self.count, "connect failed");
+        }
+        cause.clone_into(&mut self.last_cause);
+        warn
+    }
+
+    /// Records that `peer` was reached at `addr` (its capabilities exchange
+    /// follows; `peer up` says when it opens).
+    fn connected(&mut self, peer: &str, addr: SocketAddr) {
+        if self.count > 0 {
+            tracing::info!(%peer, %addr, failures = self.count, "connected to peer after failed attempts");
+        }
+        *self = Self::default();
+    }
+}
+
+/// Warns about each route that lists `peer` and has no peer up (RFC 6733
+/// §6.1.5: its requests are answered 3002).
+fn warn_routes_without_peer_up(ctx: &ConnCtx, peer: PeerId) {
+    let table = &ctx.relay.table;
+    for (realm, peers) in ctx.relay.router.realms_of(peer) {
+        if peers
+            .iter()
+            .all(|&p| table.get(p).is_none_or(|s| !s.is_open()))
+        {
+            tracing::warn!(
+                %realm,
+                peers = %table.describe_down(&peers),
+                "route has no peer up: its requests are answered 3002"
+            );
+        }
+    }
+}
+
 /// Accepts connections until shutdown; each runs as a responder on the next
 /// worker.
 pub(crate) async fn listen(
@@ -137,18 +199,29 @@ pub(crate) async fn listen(
 pub(crate) async fn dial_loop(ctx: Arc<ConnCtx>, peer: PeerId, addr: SocketAddr) {
     let stop = ctx.stop.clone();
     let tc = ctx.config.tc();
+    let mut failures = DialFailures::default();
     loop {
         if stop.is_stopping() {
             break;
         }
-        let busy = ctx.relay.table.get(peer).is_none_or(|s| s.has_connection());
-        if !busy {
-            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        let slot = ctx.relay.table.get(peer);
+        let busy = slot.as_ref().is_none_or(|s| s.has_connection());
+        if let (false, Some(slot)) = (busy, slot) {
+            let cause = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await
+            {
                 Ok(Ok(stream)) => {
+                    failures.connected(&slot.host, addr);
                     conn::run(ctx.clone(), stream, Role::Initiator, Some(peer), None).await;
+                    None
                 }
-                Ok(Err(e)) => tracing::debug!(%addr, cause = %e, "connect failed"),
-                Err(_) => tracing::debug!(%addr, "connect timed out"),
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some(format!("no answer within {CONNECT_TIMEOUT:?}")),
+            };
+            if let Some(cause) = cause {
+                slot.note_down(&cause);
+                if failures.failed(&slot.host, addr, &cause, tc) {
+                    warn_routes_without_peer_up(&ctx, peer);
+                }
             }
         }
         tokio::select! {

@@ -12,3 +12,16 @@ mod liveness;
 pub(crate) use ctx::ConnCtx;
 pub use ctx::IoStats;
 pub use ctx::RelayCtx;
+
+/// An optional value as a log field: the value, or `none` (for `%` fields:
+/// no `Some(...)` in the logs).
+pub(crate) struct OrNone<T>(pub(crate) Option<T>);
+
+impl<T: std::fmt::Display> std::fmt::Display for OrNone<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("none"),
+        }
+    }
+}

@@ -40,7 +40,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use bytes::Bytes;
 
@@ -241,6 +241,10 @@ pub struct PeerSlot {
     /// The rate the agent holds it to while overloaded
     /// ([`crate::overload::own::ClientLimit`]).
     pub own_limit: crate::overload::own::ClientLimit,
+    /// Why the peer was last not reachable (a failed dial, a closed
+    /// connection), for the agent's 3002 Error-Message: written and read
+    /// off the relay's path only.
+    down_cause: Mutex<Option<String>>,
 }
 
 impl PeerSlot {
@@ -258,7 +262,26 @@ impl PeerSlot {
             sensed: super::sensed::Sensed::new(),
             remote: Mutex::new(None),
             own_limit: crate::overload::own::ClientLimit::default(),
+            down_cause: Mutex::new(None),
         }
+    }
+
+    /// Records why the peer is not reachable (cold path: a dial failed, a
+    /// connection ended).
+    pub fn note_down(&self, cause: &dyn std::fmt::Display) {
+        *self
+            .down_cause
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(cause.to_string());
+    }
+
+    /// Why the peer was last not reachable, if it ever was not.
+    #[must_use]
+    pub fn down_cause(&self) -> Option<String> {
+        self.down_cause
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The DiameterIdentity, shared (for Route-Record).
@@ -521,6 +544,33 @@ impl PeerTable {
         }
         slots.push(Arc::new(PeerSlot::new(host, realm, None)));
         Some(slots.len() - 1)
+    }
+}
+
+impl PeerTable {
+    /// The peers of `peers` that cannot take requests, each with why it
+    /// was last down: `peer a.example down: connection refused; peer b...`
+    /// (empty when every one is up). Cold path: the agent's 3002
+    /// Error-Message and the warning that a route has no peer up.
+    #[must_use]
+    pub fn describe_down(&self, peers: &[PeerId]) -> String {
+        let mut out = String::new();
+        for slot in peers.iter().filter_map(|&p| self.get(p)) {
+            if slot.state() == state::OKAY {
+                continue;
+            }
+            if !out.is_empty() {
+                out.push_str("; ");
+            }
+            out.push_str("peer ");
+            out.push_str(&slot.host);
+            out.push_str(" down");
+            if let Some(cause) = slot.down_cause() {
+                out.push_str(": ");
+                out.push_str(&cause);
+            }
+        }
+        out
     }
 }
 

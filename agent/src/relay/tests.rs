@@ -216,6 +216,36 @@ fn requests_are_routed_by_realm_application_and_destination_host() {
 }
 
 #[test]
+fn the_3002_for_a_route_whose_peers_are_down_names_them_and_why() {
+    let w = World::new(&RetryConfig::default());
+    // RFC 6733 §7.1.3 DIAMETER_UNABLE_TO_DELIVER, its Error-Message (§7.3) saying
+    // why the request could not be delivered.
+    assert_eq!(
+        w.relay().no_route_why(b"nowhere.net", 0),
+        "no route for realm nowhere.net"
+    );
+    w.slot(0).set_state(state::CLOSED);
+    w.slot(0).note_down(&"connection refused");
+    assert_eq!(
+        w.relay().no_route_why(b"example.net", 0),
+        "no usable peer for realm example.net (peer s1.example.net down: connection refused; the others excluded)"
+    );
+    w.slot(1).set_state(state::SUSPECT);
+    let (r, _) = relayed(to_realm(0, 1));
+    let (r, e) = w.relay().route(r, None, 0).unwrap_err();
+    assert_eq!(Relay::refusal(&r, e, 0), Error::NoRoute);
+    assert_eq!(
+        w.relay().no_route_why(&r.realm, r.app),
+        "no peer up for realm example.net (peer s1.example.net down: connection refused; peer s2.example.net down)"
+    );
+    // Every peer up but excluded (the sender, RFC 6733 §6.1.7).
+    assert_eq!(
+        w.relay().no_route_why(b"example.net", 4),
+        "no next hop for realm example.net: its peers are excluded (Route-Record, sender) or the Destination-Host peer is down"
+    );
+}
+
+#[test]
 fn every_candidate_excluded_is_3002_and_every_candidate_refused_3004() {
     let w = World::new(&RetryConfig::default());
     // The only candidate is the sender (RFC 6733 §6.1.7): no route.
@@ -465,13 +495,10 @@ fn no_answer_before_the_request_timeout_is_3002_and_the_late_answer_is_dropped()
     let mut up = Upstream::new(0, TIMEOUT);
     let sent = written(&send_on(&w, &mut up, 0, r, t0)).header.hop_by_hop;
     let relay = w.relay();
-    relay.handle_timeout(
-        &mut up,
-        Some(&slot),
-        t0 + TIMEOUT - Duration::from_millis(1),
-    );
+    let early = t0 + TIMEOUT - Duration::from_millis(1);
+    assert_eq!(relay.handle_timeout(&mut up, Some(&slot), early), 0);
     assert!(down.try_recv().is_none(), "not yet");
-    relay.handle_timeout(&mut up, Some(&slot), t0 + TIMEOUT);
+    assert_eq!(relay.handle_timeout(&mut up, Some(&slot), t0 + TIMEOUT), 1);
     let (hbh, code, why) = answer(&down);
     assert_eq!(
         (hbh, code, why.as_str()),

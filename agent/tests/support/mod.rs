@@ -10,6 +10,7 @@
 //! | [`packets`] | hand-built frames for the kernel program's parse path |
 //! | [`netns`] | network namespaces joined by a veth pair |
 //! | [`capture`] | a packet capture counting segments per peer and direction |
+//! | [`process`] | the binary as a child process: its stderr line by line, the runtime of the test's peers |
 //!
 //! Test files `mod support; use support::*;` for the first three.
 
@@ -26,6 +27,7 @@ pub mod messages;
 pub mod netns;
 pub mod node;
 pub mod packets;
+pub mod process;
 pub mod reporting;
 
 pub use messages::*;

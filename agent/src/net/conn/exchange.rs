@@ -37,11 +37,11 @@ impl Conn {
             Err(e) => {
                 let remote = self.stream.peer_addr().ok();
                 if head.is_request() {
-                    tracing::info!(?remote, result_code = e.result_code(), cause = %e, "malformed CER refused, closing");
+                    tracing::info!(remote = %crate::net::OrNone(remote), result_code = e.result_code(), cause = %e, "malformed CER refused, closing");
                     self.cer_head = Some(head);
                     self.fsm.handle_bad_cer(e);
                 } else {
-                    tracing::warn!(peer = %self.peer_host(), ?remote, cause = %e, "malformed CEA, closing; redial after Tc");
+                    tracing::warn!(peer = %self.peer_host(), remote = %crate::net::OrNone(remote), cause = %e, "malformed CEA, closing; redial after Tc");
                     self.fsm.handle_bad_cea();
                 }
                 return;
@@ -155,7 +155,7 @@ impl Conn {
                 Event::Open {
                     common_applications,
                 } => {
-                    tracing::info!(peer = %self.peer_host(), ?common_applications, "peer open");
+                    tracing::info!(peer = %self.peer_host(), ?common_applications, "peer up");
                     self.on_open();
                 }
                 Event::PeerDisconnecting => {

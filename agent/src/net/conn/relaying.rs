@@ -51,7 +51,7 @@ pub(super) struct WarnLimit {
 impl WarnLimit {
     /// `Some(number not logged since the last line)` when a line may be
     /// logged at `now`.
-    fn allow(&mut self, now: Instant) -> Option<u64> {
+    pub(super) fn allow(&mut self, now: Instant) -> Option<u64> {
         if self.next.is_some_and(|t| now < t) {
             self.suppressed += 1;
             return None;
@@ -93,6 +93,16 @@ impl Conn {
         put_error_answer(&mut self.out, req, (&h, &r), code, failed, why);
         if let Some((_, slot)) = &self.peer {
             PeerSlot::count(&slot.stats.answers_out, code);
+        }
+        if code == relay::UNABLE_TO_DELIVER
+            && let Some(suppressed) = self.undeliverable_warn.allow(Instant::now())
+        {
+            tracing::warn!(
+                peer = %self.peer_host(),
+                cause = %why,
+                suppressed,
+                "request answered 3002 DIAMETER_UNABLE_TO_DELIVER"
+            );
         }
     }
 
@@ -260,8 +270,20 @@ impl Conn {
                 self.inflight_down += 1;
                 self.ctx.relay.retry.note_request();
             }
-            Err((r, e)) => self.refuse(&r.msg, Relay::refusal(&r, e, excluded)),
+            Err((r, e)) => match Relay::refusal(&r, e, excluded) {
+                relay::Error::NoRoute => self.refuse_undeliverable(&r),
+                why => self.refuse(&r.msg, why),
+            },
         }
+    }
+
+    /// Answers 3002 a request the router found no next hop for, naming the
+    /// realm and its peers that are down in Error-Message.
+    #[cold]
+    #[inline(never)]
+    fn refuse_undeliverable(&mut self, r: &Relayed) {
+        let why = self.ctx.relay.relay().no_route_why(&r.realm, r.app);
+        self.answer_error(&r.msg, relay::UNABLE_TO_DELIVER, None, &why);
     }
 
     /// An answer from this connection's peer to a request the agent relayed.
