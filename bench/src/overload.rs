@@ -259,12 +259,11 @@ fn rig(peers: &tokio::runtime::Runtime, setup: &Setup, cell: CellSpec) -> anyhow
             rig.entry = relay.target().addr;
             rig.relay = Some(relay);
         }
-        PathKind::Agent => rig
-            .agents
-            .push(start_agent(&agent_toml(CORE, upstream, None))?),
-        PathKind::AgentDoic => {
-            rig.agents
-                .push(start_agent(&agent_toml(CORE, upstream, Some(&trust_edge)))?);
+        PathKind::Agent | PathKind::AgentDoic => {
+            let doic = (cell.path == PathKind::AgentDoic).then_some(trust_edge.as_str());
+            let agent = start_agent(&agent_toml(CORE, upstream, doic))?;
+            rig.entry = agent.local_addrs()[0];
+            rig.agents.push(agent);
         }
         PathKind::ChainRate | PathKind::ChainLoss => {
             let core = start_agent(&agent_toml(CORE, upstream, Some(&trust_edge)))?;

@@ -88,7 +88,6 @@ fn the_episode_steps_the_load_answers_every_request_and_compares_goodput() {
 }
 
 #[test]
-#[ignore = "needs the agent to protect servers without DOIC ([doic.protect]); until then the run with [doic] collapses like the one without"]
 fn with_doic_the_episode_keeps_goodput_near_what_the_servers_can_serve() {
     let e = Episode::run();
     let with = e.summary("with [doic]");
