@@ -54,7 +54,7 @@ fn check_config_accepts_a_good_file_and_names_file_key_and_reason_otherwise() {
 /// value is named in one line.
 #[test]
 fn check_config_names_a_bad_protection_key_or_value() {
-    let base = "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\n";
+    let base = "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\n";
     let cases = [
         (
             "doic = \"protect\"\n[doic]\n[doic.protect]\nvalidity = 20\n",
@@ -62,7 +62,7 @@ fn check_config_names_a_bad_protection_key_or_value() {
         ),
         (
             "doic = \"sometimes\"\n",
-            Some("peer.doic (line 7, column 8): unknown variant `sometimes`"),
+            Some("peer.doic (line 8, column 8): unknown variant `sometimes`"),
         ),
         (
             "[doic]\n[doic.protect]\nfloor = 0\n",
@@ -74,7 +74,7 @@ fn check_config_names_a_bad_protection_key_or_value() {
         ),
         (
             "[doic]\n[doic.protect]\nalgorithm = \"vegas\"\n",
-            Some("doic.protect.algorithm (line 9, column 1): unknown field"),
+            Some("doic.protect.algorithm (line 10, column 1): unknown field"),
         ),
     ];
     for (i, (tail, want)) in cases.iter().enumerate() {
