@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use bench::bucket::{
-    AgentClockPerDecision, AgentSide, Case, CaseReport, GovernorClockPerDecision, GovernorSide,
-    compare,
+    AgentClockPerDecision, AgentSide, CONTENDED_REAL_CLOCK_RATE, Case, CaseReport,
+    GovernorClockPerDecision, GovernorSide, compare,
 };
 
 struct Options {
@@ -132,9 +132,17 @@ fn main() -> ExitCode {
         // Each with its real clock read in every decision, as users get
         // them: the request path's clock against governor's QuantaClock.
         let name = format!("{}-clock-per-decision", case.name());
-        let r = compare::<AgentClockPerDecision, GovernorClockPerDecision>(
-            &name, case, o.iters, o.rounds, o.chunks,
-        );
+        let r = match case {
+            Case::Contended => compare::<
+                AgentClockPerDecision<CONTENDED_REAL_CLOCK_RATE>,
+                GovernorClockPerDecision<CONTENDED_REAL_CLOCK_RATE>,
+            >(&name, case, o.iters, o.rounds, o.chunks),
+            Case::Single | Case::Uncontended => {
+                compare::<AgentClockPerDecision, GovernorClockPerDecision>(
+                    &name, case, o.iters, o.rounds, o.chunks,
+                )
+            }
+        };
         show(&r);
         if r.over(o.limit) {
             failed.push(r.name.clone());
@@ -149,6 +157,8 @@ fn main() -> ExitCode {
     }
     let report = serde_json::json!({
         "rate_per_s": bench::bucket::RATE,
+        "real_clock_rate_per_s": bench::bucket::REAL_CLOCK_RATE,
+        "contended_real_clock_rate_per_s": CONTENDED_REAL_CLOCK_RATE,
         "offered_load": bench::bucket::LOAD,
         "batch": bench::bucket::BATCH,
         "iters_per_thread": o.iters,
