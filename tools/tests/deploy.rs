@@ -100,6 +100,15 @@ fn the_configmap_embeds_the_example_config_unchanged() {
     );
 }
 
+/// A YAML list of strings.
+fn strings<'a>(v: &'a Value, what: &str) -> Vec<&'a str> {
+    v.as_sequence()
+        .unwrap_or_else(|| panic!("{what} is not a list"))
+        .iter()
+        .map(|s| str_of(s, what))
+        .collect()
+}
+
 fn container<'a>(pod: &'a Value, list: &str, name: &str) -> &'a Value {
     pod[list]
         .as_sequence()
@@ -126,12 +135,7 @@ fn the_daemonset_runs_on_the_host_network_with_the_capabilities_and_probes() {
 
     let agent = container(pod, "containers", "doic-agent");
     let caps = &agent["securityContext"]["capabilities"];
-    let added: Vec<&str> = caps["add"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|c| str_of(c, "capability"))
-        .collect();
+    let added = strings(&caps["add"], "capabilities.add");
     assert_eq!(added, ["BPF", "NET_ADMIN", "PERFMON", "NET_BIND_SERVICE"]);
     assert_eq!(caps["drop"][0], "ALL");
     assert_eq!(agent["securityContext"]["allowPrivilegeEscalation"], false);
@@ -167,12 +171,7 @@ fn the_daemonset_runs_on_the_host_network_with_the_capabilities_and_probes() {
         .find(|v| v["name"] == "config")
         .unwrap();
     assert_eq!(config_volume["configMap"]["name"], cm["metadata"]["name"]);
-    let args: Vec<&str> = agent["args"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|a| str_of(a, "arg"))
-        .collect();
+    let args = strings(&agent["args"], "args");
     assert_eq!(args, ["run", "/run/doic-agent/agent.toml"]);
     let script = str_of(&init["command"][2], "the init script");
     assert!(script.contains("/etc/doic-agent/agent.toml") && script.contains(args[1]));
