@@ -4,11 +4,16 @@
 //! Kubernetes manifests parsed as YAML with the fields the agent needs, the
 //! Containerfile built where an engine can, else its instructions parsed.
 
+#[path = "../../agent/tests/support/mod.rs"]
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use agent::config::Config;
 use serde_yaml::Value;
+use support::node::{gauge, http_get};
 
 const BIN: &str = env!("CARGO_BIN_EXE_doic-agent");
 
@@ -277,6 +282,95 @@ fn the_systemd_unit_is_hardened_and_systemd_analyze_verifies_it() {
         "security: {stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `doic_ebpf_attached` of the agent run as the unit runs it: user nobody,
+/// no new privileges, `caps` (setpriv names: `bpf`, `net_admin`, ...) as its
+/// ambient, inheritable and bounding sets.
+fn attached_with(caps: &[String]) -> f64 {
+    let dir = scratch("caps");
+    let file = dir.join(format!("{}.toml", caps.join("-")));
+    let config = "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n[metrics]\nlisten = \"127.0.0.1:0\"\n[ebpf]\ninterfaces = [\"lo\"]\n";
+    std::fs::write(&file, config).unwrap();
+    let set: String = caps.iter().map(|c| format!(",+{c}")).collect();
+    let mut child = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--no-new-privs",
+        ])
+        .arg(format!("--inh-caps=-all{set}"))
+        .arg(format!("--ambient-caps=-all{set}"))
+        .arg(format!("--bounding-set=-all{set}"))
+        .args([BIN, "run"])
+        .arg(&file)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, reader) = support::process::collect_lines(&mut child);
+    // `listening` comes once the kernel telemetry has started, or not, and
+    // names the metrics address.
+    let t0 = Instant::now();
+    let addr = loop {
+        let listening = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains("doic_agent: listening"))
+            .and_then(|l| {
+                l.split("metrics=http://")
+                    .nth(1)?
+                    .split('/')
+                    .next()
+                    .map(str::to_owned)
+            });
+        if let Some(a) = listening {
+            break a.parse().unwrap();
+        }
+        let log = lines.lock().unwrap().join("\n");
+        assert!(t0.elapsed() < Duration::from_secs(10), "no start: {log}");
+        assert!(child.try_wait().unwrap().is_none(), "exited: {log}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let page = support::process::rt().block_on(http_get(addr, "/metrics"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = reader.join();
+    gauge(&page, "doic_ebpf_attached").unwrap_or_else(|| panic!("{page}"))
+}
+
+#[test]
+fn the_units_capabilities_are_what_the_kernel_program_needs_and_each_is_needed() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let setpriv = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !(root && setpriv && agent::ebpf::program_built()) {
+        eprintln!(
+            "capability check skipped: it needs root (to drop to nobody with given capabilities), setpriv and a binary with the kernel program (root {root}, setpriv {setpriv}, built {})",
+            agent::ebpf::program_built()
+        );
+        return;
+    }
+    let unit = read("deploy/systemd/doic-agent.service");
+    let ambient = unit_keys(&unit, "[Service]")
+        .into_iter()
+        .find(|(k, _)| *k == "AmbientCapabilities")
+        .map(|(_, v)| v)
+        .unwrap();
+    let caps: Vec<String> = ambient
+        .split(' ')
+        .map(|c| c.strip_prefix("CAP_").unwrap().to_ascii_lowercase())
+        .collect();
+    assert_eq!(attached_with(&caps), 1.0, "attached with {ambient}");
+    for needed in ["bpf", "net_admin", "perfmon"] {
+        let fewer: Vec<String> = caps.iter().filter(|c| *c != needed).cloned().collect();
+        assert_eq!(attached_with(&fewer), 0.0, "attached without {needed}");
+    }
 }
 
 /// The Containerfile's instructions: (keyword, arguments), continuation
