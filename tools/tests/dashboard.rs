@@ -2,8 +2,10 @@
 //! agent: every metric name its queries use is a family in the `/metrics` of
 //! an agent with `[doic]` on, two workers, an upstream server, traffic
 //! relayed over TCP and the kernel program attached where the test may (as
-//! root, with the program built). A query naming a metric the agent does not
-//! export would draw an empty panel; this test fails instead.
+//! root, with the program built), and the labels its panels group by or
+//! show are on that family's samples where it has some. A query naming a
+//! metric or label the agent does not export would draw an empty panel or a
+//! blank legend; this test fails instead.
 
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
@@ -57,8 +59,24 @@ const KEYWORDS: &[&str] = &[
 /// `label_values`). A function that is not in [`FUNCTIONS`] is an error:
 /// a misspelt one would draw nothing as well.
 fn metric_names(expr: &str) -> Result<Vec<String>, String> {
+    parse(expr).map(|q| q.metrics)
+}
+
+/// What one PromQL expression names.
+#[derive(Debug, Default)]
+struct Query {
+    /// The metrics it selects.
+    metrics: Vec<String>,
+    /// The labels it groups or matches by (`by (...)`, `on (...)`, the label
+    /// of `label_values`).
+    labels: Vec<String>,
+}
+
+/// [`metric_names`] and the labels of the clauses.
+fn parse(expr: &str) -> Result<Query, String> {
     let b = expr.as_bytes();
     let mut names = Vec::new();
+    let mut labels = Vec::new();
     let mut i = 0;
     // Depth of the parenthesis group holding labels (`by (`), if any.
     let mut labels_at: Option<usize> = None;
@@ -133,6 +151,7 @@ fn metric_names(expr: &str) -> Result<Vec<String>, String> {
                     || (FUNCTIONS.contains(&word)
                         && (rest.starts_with("by") || rest.starts_with("without")));
                 if labels_at.is_some() {
+                    labels.push(word.to_owned());
                     continue;
                 }
                 if KEYWORDS.contains(&word) {
@@ -150,6 +169,7 @@ fn metric_names(expr: &str) -> Result<Vec<String>, String> {
                 } else if label_values_at == Some(depth) && expr[..start].trim_end().ends_with(',')
                 {
                     // label_values(metric, label): the label.
+                    labels.push(word.to_owned());
                 } else {
                     names.push(word.to_owned());
                 }
@@ -157,21 +177,26 @@ fn metric_names(expr: &str) -> Result<Vec<String>, String> {
             _ => i += 1,
         }
     }
-    Ok(names)
+    Ok(Query {
+        metrics: names,
+        labels,
+    })
 }
 
-/// Every expression of the dashboard: panel targets (rows' panels too) and
-/// query variables.
-fn expressions(dashboard: &serde_json::Value) -> Vec<String> {
-    fn panels(v: &serde_json::Value, out: &mut Vec<String>) {
+/// Every expression of the dashboard, with the labels its legend shows
+/// (`{{peer}}`): panel targets (rows' panels too) and query variables.
+fn expressions(dashboard: &serde_json::Value) -> Vec<(String, Vec<String>)> {
+    fn panels(v: &serde_json::Value, out: &mut Vec<(String, Vec<String>)>) {
         for p in v.as_array().into_iter().flatten() {
             for t in p["targets"].as_array().into_iter().flatten() {
-                out.push(
-                    t["expr"]
-                        .as_str()
-                        .expect("a target without expr")
-                        .to_owned(),
-                );
+                let expr = t["expr"].as_str().expect("a target without expr");
+                let legend = t["legendFormat"].as_str().unwrap_or_default();
+                let shown = legend
+                    .split("{{")
+                    .skip(1)
+                    .filter_map(|r| Some(r.split_once("}}")?.0.trim().to_owned()))
+                    .collect();
+                out.push((expr.to_owned(), shown));
             }
             panels(&p["panels"], out);
         }
@@ -189,10 +214,39 @@ fn expressions(dashboard: &serde_json::Value) -> Vec<String> {
                 .as_str()
                 .or(q.as_str())
                 .expect("a query variable");
-            out.push(q.to_owned());
+            out.push((q.to_owned(), Vec::new()));
         }
     }
     out
+}
+
+/// Labels Prometheus adds to every series it scrapes.
+const TARGET_LABELS: &[&str] = &["instance", "job"];
+
+/// The labels a query groups by or shows that none of its metrics' samples
+/// in `body` carry, when some of them have samples (a family without samples
+/// cannot tell).
+fn absent_labels(body: &str, query: &Query, shown: &[String]) -> Vec<String> {
+    let samples: Vec<&str> = body
+        .lines()
+        .filter(|l| {
+            query.metrics.iter().any(|m| {
+                l.strip_prefix(m.as_str())
+                    .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+            })
+        })
+        .collect();
+    if samples.is_empty() {
+        return Vec::new();
+    }
+    query
+        .labels
+        .iter()
+        .chain(shown)
+        .filter(|l| !TARGET_LABELS.contains(&l.as_str()))
+        .filter(|l| !samples.iter().any(|s| s.contains(&format!("{l}=\""))))
+        .cloned()
+        .collect()
 }
 
 #[test]
@@ -202,6 +256,11 @@ fn the_expression_parser_finds_metrics_only() {
     )
     .unwrap();
     assert_eq!(got, ["doic_a_total", "doic_b"]);
+    let q =
+        parse("sum by (peer, result_code) (rate(doic_a_total[1m])) / ignoring (x) doic_b").unwrap();
+    assert_eq!(q.labels, ["peer", "result_code", "x"]);
+    let body = "doic_a_total{peer=\"p\",result_code=\"2001\"} 1\ndoic_b 2\n";
+    assert_eq!(absent_labels(body, &q, &["y".into()]), ["x", "y"]);
     assert_eq!(
         metric_names("label_values(doic_ebpf_attached, instance)").unwrap(),
         ["doic_ebpf_attached"]
@@ -215,8 +274,12 @@ async fn every_metric_the_dashboard_queries_is_exported_by_a_running_agent() {
         serde_json::from_str(&std::fs::read_to_string(DASHBOARD).unwrap()).unwrap();
     let exprs = expressions(&dashboard);
     let mut wanted = BTreeSet::new();
-    for e in &exprs {
-        wanted.extend(metric_names(e).unwrap());
+    let queries: Vec<(Query, &[String])> = exprs
+        .iter()
+        .map(|(e, shown)| (parse(e).unwrap(), shown.as_slice()))
+        .collect();
+    for (q, _) in &queries {
+        wanted.extend(q.metrics.iter().cloned());
     }
     // Every section of the issue's dashboard is drawn.
     for family in [
@@ -234,7 +297,8 @@ async fn every_metric_the_dashboard_queries_is_exported_by_a_running_agent() {
     assert!(
         exprs
             .iter()
-            .any(|e| e.contains("by (result_code)") && e.contains("doic_peer_answers_sent_total")),
+            .any(|(e, _)| e.contains("by (result_code)")
+                && e.contains("doic_peer_answers_sent_total")),
         "answers by Result-Code"
     );
 
@@ -278,6 +342,11 @@ async fn every_metric_the_dashboard_queries_is_exported_by_a_running_agent() {
         missing.is_empty(),
         "the dashboard queries metrics the agent does not export: {missing:?}"
     );
+    // The labels the panels group by and show are on the samples.
+    for ((q, shown), (e, _)) in queries.iter().zip(&exprs) {
+        let absent = absent_labels(&body, q, shown);
+        assert!(absent.is_empty(), "{e}: no sample carries {absent:?}");
+    }
     let answered = gauge(
         &body,
         "doic_peer_answers_sent_total{peer=\"client1.example.org\",result_code=\"2001\"}",
