@@ -130,6 +130,9 @@ fn clippy() -> anyhow::Result<()> {
 }
 
 fn unit() -> anyhow::Result<()> {
+    // `systemd-analyze verify` checks deploy/systemd/doic-agent.service
+    // (`tools/tests/deploy.rs`).
+    setup::apt(&["systemd"])?;
     if have("cargo-nextest") {
         run(
             "cargo",
