@@ -546,3 +546,79 @@ pub fn calibrate(
     let c = o.count(2001) as f64 / o.report.elapsed.as_secs_f64().max(1e-3);
     Ok((c, o))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peak_resident_set_is_read_from_proc_and_is_at_least_the_current_one() {
+        let me = std::process::id();
+        let (hwm, rss) = (status_kib(me, "VmHWM"), status_kib(me, "VmRSS"));
+        assert!(
+            hwm.is_some_and(|h| h > 0 && h >= rss.unwrap_or(0)),
+            "{hwm:?} {rss:?}"
+        );
+        assert_eq!(status_kib(me, "NoSuchField"), None);
+    }
+
+    #[test]
+    fn cpu_seconds_grow_with_work() {
+        let me = std::process::id();
+        let before = cpu_secs(me).unwrap();
+        let t0 = Instant::now();
+        let mut x = 0u64;
+        while t0.elapsed() < Duration::from_millis(100) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        assert!(cpu_secs(me).unwrap() > before);
+    }
+
+    #[test]
+    fn reports_merge_into_sums_and_sorted_latencies() {
+        let a = Report {
+            sent: 3,
+            answered: 2,
+            by_code: [(2001, 1), (3004, 1)].into(),
+            ok_latencies_us: vec![5, 9],
+            latencies_us: vec![5, 9],
+            elapsed: Duration::from_secs(2),
+            ..Report::default()
+        };
+        let b = Report {
+            sent: 2,
+            answered: 2,
+            by_code: [(2001, 2)].into(),
+            ok_latencies_us: vec![1, 7],
+            latencies_us: vec![1, 7],
+            elapsed: Duration::from_secs(3),
+            ..Report::default()
+        };
+        let m = merge(vec![a, b]);
+        assert_eq!((m.sent, m.answered), (5, 4));
+        assert_eq!(m.by_code, [(2001, 3), (3004, 1)].into());
+        assert_eq!(m.ok_latencies_us, vec![1, 5, 7, 9]);
+        assert_eq!(m.elapsed, Duration::from_secs(3));
+        let o = Outcome {
+            report: m,
+            ..Outcome::default()
+        };
+        assert_eq!((o.unanswered(), o.count(2001), o.count(5012)), (1, 3, 0));
+    }
+
+    #[test]
+    fn the_agent_configuration_is_one_the_agent_accepts() {
+        let t = agent_toml((3868, 9090), "127.0.0.1:3869".parse().unwrap(), 2, "native");
+        let c = agent::config::Config::from_str_named(&t, Path::new("own.toml"));
+        assert!(c.is_ok(), "{t}\n{:?}", c.err());
+        assert!(t.contains("[doic.peers.\"client1.example.org\"]\ntrusted = true"));
+        assert!(!t.contains("client2.example.org") && !t.contains("own_capacity"));
+        let bad = agent_toml(
+            (3868, 9090),
+            "127.0.0.1:3869".parse().unwrap(),
+            0,
+            "sometimes",
+        );
+        assert!(agent::config::Config::from_str_named(&bad, Path::new("own.toml")).is_err());
+    }
+}
