@@ -4,7 +4,9 @@
 
 pub mod bucket;
 pub mod codec;
+pub mod figures;
 pub mod overload;
+pub mod own;
 pub mod pipe;
 pub mod relay;
 pub mod relay_ab;

@@ -196,9 +196,17 @@ impl Drop for CpuLimit {
 /// # Errors
 /// When the kernel refuses.
 pub fn join_cgroup(dir: &std::path::Path) -> anyhow::Result<()> {
+    move_to_cgroup(dir, std::process::id())
+}
+
+/// Moves process `pid` (every thread of it) into the cgroup at `dir`.
+///
+/// # Errors
+/// When the kernel refuses (no such process, no permission).
+pub fn move_to_cgroup(dir: &std::path::Path, pid: u32) -> anyhow::Result<()> {
     let procs = dir.join("cgroup.procs");
-    std::fs::write(&procs, std::process::id().to_string())
-        .with_context(|| format!("join {}", procs.display()))
+    std::fs::write(&procs, pid.to_string())
+        .with_context(|| format!("move {pid} into {}", procs.display()))
 }
 
 /// Restricts this process (the calling thread and the threads it starts

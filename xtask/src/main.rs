@@ -37,7 +37,8 @@ enum Command {
     /// Run a long benchmark on demand.
     Bench {
         /// `overload`: the full efficacy grid; writes docs/overload.md's
-        /// table and plots.
+        /// table and plots. `own`: the agent held to a CPU share
+        /// (docs/own-overload.md; root).
         name: String,
     },
 }
@@ -49,7 +50,8 @@ fn main() -> anyhow::Result<()> {
         Command::Setup => setup::all(),
         Command::Bench { name } => match name.as_str() {
             "overload" => stages::bench_overload_full(),
-            _ => anyhow::bail!("unknown benchmark {name:?}: overload"),
+            "own" => stages::bench_own_full(),
+            _ => anyhow::bail!("unknown benchmark {name:?}: overload, own"),
         },
     }
 }

@@ -265,15 +265,7 @@ fn write_docs(dir: &std::path::Path, setup: &Setup, cells: &[Cell], t: &str) -> 
             episode(setup, cell, run).render(),
         )?;
     }
-    let doc = dir.join("overload.md");
-    let text =
-        std::fs::read_to_string(&doc).with_context(|| format!("cannot read {}", doc.display()))?;
-    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
-        bail!("{} has no {BEGIN} ... {END} markers", doc.display());
-    };
-    let out = format!("{}{BEGIN}\n{t}{}", &text[..a], &text[b..]);
-    std::fs::write(&doc, out)?;
-    Ok(())
+    bench::figures::write_between(&dir.join("overload.md"), BEGIN, END, t)
 }
 
 /// The time series of one run: offered, admitted, throttled (offered less

@@ -1,0 +1,624 @@
+//! The own-overload efficacy benchmark (`bench-own`): the relay itself is
+//! the bottleneck. A relay process is held to a fixed share of one CPU by a
+//! cgroup ([`CpuLimit`]); its capacity C is measured in that share by a
+//! closed-loop calibration run (2001 answers per second, [`calibrate`]);
+//! then many open-loop clients offer multiples of C, half of them DOIC
+//! reacting nodes that ignore what they are told (RFC 7683 §5.1.1, the
+//! worst case for the agent's own peer report, RFC 8581 §6.2.4), half
+//! without DOIC. Goodput is the 2001 answers within the client's timeout
+//! per second (RFC 7068 §3); every request must be answered (RFC 7683
+//! §5.2.2: what the agent throttles it answers). The upstream server runs
+//! outside the cgroup and answers everything at once, so whatever limits
+//! goodput is the relay's CPU share.
+//!
+//! Subjects ([`Subject`]): the agent as a real process (`doic-agent run`,
+//! its default worker count, `[doic]` without `own_capacity`: its own
+//! overload is found by measurement, `doic::own_load::measure`) and
+//! freeDiameter's relay (`rt_default`) in the same share as the anchor.
+//! [`AgentProcess`] is also what the cgroup end-to-end test starts.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use interop::fd::{FdNode, FdRelay, PeerTarget};
+use tools::loadgen::{Client, Identity, Pace, Report, Server, ServerBehaviour, TEST_APP, Traffic};
+
+use crate::relay_ab::{CpuLimit, move_to_cgroup};
+
+/// The upstream server's DiameterIdentity and realm.
+pub const SERVER: (&str, &str) = ("server1.example.net", "example.net");
+
+/// The DiameterIdentity of load client `i` (realm `example.org`).
+#[must_use]
+pub fn client_host(i: usize) -> String {
+    format!("client{i}.example.org")
+}
+
+/// A port on 127.0.0.1 nothing listens on (bound, then released).
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The agent's configuration for these runs: one upstream server, clients
+/// of `example.org` accepted, the default worker count and kernel program
+/// mode, `[doic]` without `own_capacity` and DOIC clients `0..doic`
+/// trusted (as the clients of the enforcement tests). The server's
+/// protection (`[doic.peers.<server>] protect`, docs/protect.md) is
+/// `protect`: `"native"` takes it out of these runs, whose server is never
+/// the bottleneck (with `"auto"`, the default, the agent's own scheduling
+/// delay in a small CPU share reads as the server's latency and its
+/// adaptive limit throttles: docs/own-overload.md).
+#[must_use]
+pub fn agent_toml(
+    (listen, metrics): (u16, u16),
+    server: SocketAddr,
+    doic_clients: usize,
+    protect: &str,
+) -> String {
+    let mut t = format!(
+        "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\n\
+         [metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\
+         [[peer]]\nhost = \"{}\"\nrealm = \"{}\"\nconnect = \"{server}\"\n\
+         [[route]]\nrealm = \"{}\"\npeers = [\"{}\"]\n[accept]\nhosts = [\"*.example.org\"]\n[doic]\n",
+        SERVER.0, SERVER.1, SERVER.1, SERVER.0
+    );
+    t.push_str(&format!(
+        "[doic.peers.\"{}\"]\nprotect = \"{protect}\"\n",
+        SERVER.0
+    ));
+    for i in 0..doic_clients {
+        t.push_str(&format!(
+            "[doic.peers.\"{}\"]\ntrusted = true\n",
+            client_host(i)
+        ));
+    }
+    t
+}
+
+/// `doic-agent run` as a child process, moved into a cgroup before it
+/// starts (a shell writes its own pid into `cgroup.procs`, then execs the
+/// agent), its stderr in a log file. SIGTERM on drop.
+#[derive(Debug)]
+pub struct AgentProcess {
+    child: Child,
+    /// Where clients connect.
+    pub entry: SocketAddr,
+    /// The metrics endpoint.
+    pub metrics: SocketAddr,
+    /// The configuration and the log.
+    pub dir: PathBuf,
+}
+
+impl AgentProcess {
+    /// Starts `bin run --config <toml(listen port, metrics port)>` in the
+    /// cgroup at `cgroup` and waits
+    /// (15 s at most) until `/metrics` shows the upstream server open
+    /// (RFC 6733 §5.6 I-Open, `doic_peer_state` 2).
+    ///
+    /// # Errors
+    /// When the process cannot start, exits, or never opens the server.
+    pub fn spawn(
+        bin: &Path,
+        cgroup: &Path,
+        toml: impl FnOnce(u16, u16) -> String,
+    ) -> anyhow::Result<Self> {
+        let (listen, metrics) = (free_port()?, free_port()?);
+        let dir = std::env::temp_dir().join(format!("doic-own-{}-{listen}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let cfg = dir.join("agent.toml");
+        std::fs::write(&cfg, toml(listen, metrics))?;
+        let log = std::fs::File::create(dir.join("agent.log"))?;
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg("echo $$ > \"$0/cgroup.procs\" && exec \"$@\"")
+            .arg(cgroup)
+            .arg(bin)
+            .arg("run")
+            .arg("--config")
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        let mut p = Self {
+            child,
+            entry: SocketAddr::from(([127, 0, 0, 1], listen)),
+            metrics: SocketAddr::from(([127, 0, 0, 1], metrics)),
+            dir,
+        };
+        let open = format!("doic_peer_state{{peer=\"{}\"}} 2", SERVER.0);
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = p.child.try_wait()? {
+                anyhow::bail!("the agent exited ({status}): {}", p.log_tail());
+            }
+            if p.metrics_page().is_some_and(|m| m.contains(&open)) {
+                return Ok(p);
+            }
+            anyhow::ensure!(
+                t0.elapsed() < Duration::from_secs(15),
+                "the agent never opened {}: {}",
+                SERVER.0,
+                p.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The agent's process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The `/metrics` page, `None` when it cannot be read.
+    #[must_use]
+    pub fn metrics_page(&self) -> Option<String> {
+        let mut s = TcpStream::connect_timeout(&self.metrics, Duration::from_secs(2)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    }
+
+    /// The lines of `/metrics` that say what the agent found of its own
+    /// load and of the server's (`doic_own_*`, `doic_protect_*`,
+    /// `doic_worker_utilisation`), for the benchmark's log.
+    #[must_use]
+    pub fn overload_digest(&self) -> String {
+        let page = (0..3)
+            .find_map(|_| self.metrics_page())
+            .unwrap_or_else(|| "(no /metrics page)".into());
+        page.lines()
+            .filter(|l| {
+                [
+                    "doic_own_",
+                    "doic_protect_",
+                    "doic_worker_utilisation",
+                    "doic_requests_treated_total",
+                    "doic_queue_full_total",
+                    "(no",
+                ]
+                .iter()
+                .any(|p| l.starts_with(p))
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The last lines of the agent's log.
+    #[must_use]
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap_or(libc::pid_t::MAX);
+        // SAFETY: kill(2) on the child this value owns and has not reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A field of `/proc/PID/status` in KiB (`VmHWM`: the peak resident set,
+/// `VmRSS`: the current one).
+#[must_use]
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// CPU seconds (user + system) process `pid` has used, from
+/// `/proc/PID/stat`.
+#[must_use]
+pub fn cpu_secs(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's closing parenthesis: state is field 3, utime 14.
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / hz.max(1.0))
+}
+
+/// The relay under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// `doic-agent run`, `[doic]` without `own_capacity`.
+    Agent,
+    /// freeDiameter's relay (`rt_default`), the anchor.
+    FdRelay,
+}
+
+impl Subject {
+    /// The name used in tables, plots and `--subjects`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Subject::Agent => "agent",
+            Subject::FdRelay => "fd-relay",
+        }
+    }
+
+    /// The subject named `s`.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Subject> {
+        [Subject::Agent, Subject::FdRelay]
+            .into_iter()
+            .find(|x| x.name() == s)
+    }
+}
+
+/// What every measurement shares.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The `doic-agent` binary.
+    pub agent_bin: PathBuf,
+    /// The relay's share of one CPU.
+    pub cpu_share: f64,
+    /// The cgroup's bandwidth period, µs.
+    pub period_us: u64,
+    /// Load clients; the first half announce DOIC (and ignore reports).
+    pub clients: usize,
+    /// The client's timeout T: later answers are not goodput.
+    pub timeout: Duration,
+    /// Seconds of the same load before each measurement.
+    pub warmup: f64,
+    /// Seconds of offered load per measurement.
+    pub seconds: f64,
+    /// How long after the load the clients wait for the last answers.
+    pub drain: Duration,
+    /// The agent's `protect` mode for the server ([`agent_toml`]).
+    pub server_protect: String,
+}
+
+impl Setup {
+    /// Clients that announce DOIC.
+    #[must_use]
+    pub fn doic_clients(&self) -> usize {
+        self.clients / 2
+    }
+}
+
+/// One relay held to the CPU share, with its upstream server; stopped on
+/// drop (the relay first).
+#[derive(Debug)]
+pub struct Rig {
+    /// The agent, for [`Subject::Agent`].
+    pub agent: Option<AgentProcess>,
+    fd: Option<FdNode>,
+    /// Where the clients connect.
+    pub entry: SocketAddr,
+    /// The relay's process id.
+    pub pid: u32,
+    /// The upstream server (outside the cgroup).
+    pub server: Server,
+    // Declared last: removed once the relay has left it.
+    _limit: CpuLimit,
+}
+
+impl Rig {
+    /// Starts `subject` in a fresh cgroup held to the setup's share, in
+    /// front of a fresh server on `peers`.
+    ///
+    /// # Errors
+    /// No cgroup cpu controller, a relay that does not start.
+    pub fn start(
+        peers: &tokio::runtime::Runtime,
+        setup: &Setup,
+        subject: Subject,
+    ) -> anyhow::Result<Self> {
+        let server = peers.block_on(Server::spawn(
+            "127.0.0.1:0".parse()?,
+            Identity::new(SERVER.0, SERVER.1),
+            ServerBehaviour::default(),
+        ))?;
+        let name = format!(
+            "doic-bench-own-{}-{}",
+            std::process::id(),
+            server.addr.port()
+        );
+        let limit = CpuLimit::new(&name, setup.cpu_share, setup.period_us)?;
+        match subject {
+            Subject::Agent => {
+                let a = AgentProcess::spawn(&setup.agent_bin, &limit.dir, |l, m| {
+                    agent_toml(
+                        (l, m),
+                        server.addr,
+                        setup.doic_clients(),
+                        &setup.server_protect,
+                    )
+                })?;
+                Ok(Self {
+                    entry: a.entry,
+                    pid: a.pid(),
+                    agent: Some(a),
+                    fd: None,
+                    server,
+                    _limit: limit,
+                })
+            }
+            Subject::FdRelay => {
+                let mut fd = FdRelay::builder(PeerTarget::new(SERVER.0, server.addr)?, SERVER.1)
+                    .start()
+                    .context("freeDiameter relay")?;
+                let pid = fd.daemon().pid();
+                move_to_cgroup(&limit.dir, pid)?;
+                Ok(Self {
+                    entry: fd.target().addr,
+                    pid,
+                    agent: None,
+                    fd: Some(fd),
+                    server,
+                    _limit: limit,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.agent.take();
+        self.fd.take();
+        self.server.stop();
+    }
+}
+
+/// What the clients received, summed over them.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The clients' reports merged: counts summed, latencies merged (sorted),
+    /// the longest elapsed.
+    pub report: Report,
+    /// CPU seconds the relay used during the measurement.
+    pub cpu: f64,
+    /// The relay's peak resident set at the end, KiB.
+    pub hwm_kib: u64,
+    /// The agent's [`AgentProcess::overload_digest`] at the end of the
+    /// load (empty for another relay).
+    pub digest: String,
+}
+
+impl Outcome {
+    /// Requests never answered by the end of the drain.
+    #[must_use]
+    pub fn unanswered(&self) -> u64 {
+        self.report.sent.saturating_sub(self.report.answered)
+    }
+
+    /// Answers with Result-Code `code`.
+    #[must_use]
+    pub fn count(&self, code: u32) -> u64 {
+        self.report.by_code.get(&code).copied().unwrap_or(0)
+    }
+
+    /// The relay's CPU µs per answer (NaN without answers).
+    #[must_use]
+    pub fn cpu_us_per_answer(&self) -> f64 {
+        if self.report.answered == 0 {
+            return f64::NAN;
+        }
+        self.cpu * 1e6 / self.report.answered as f64
+    }
+}
+
+fn merge(reports: Vec<Report>) -> Report {
+    let mut all = Report::default();
+    for r in reports {
+        all.sent += r.sent;
+        all.answered += r.answered;
+        all.unmatched += r.unmatched;
+        all.malformed += r.malformed;
+        for (code, n) in r.by_code {
+            *all.by_code.entry(code).or_default() += n;
+        }
+        all.latencies_us.extend(r.latencies_us);
+        all.ok_latencies_us.extend(r.ok_latencies_us);
+        all.elapsed = all.elapsed.max(r.elapsed);
+    }
+    all.latencies_us.sort_unstable();
+    all.ok_latencies_us.sort_unstable();
+    all
+}
+
+/// Runs the setup's clients against `rig` at `pace` each, after `warmup`
+/// seconds of the same pace (whose answers are not counted), for `seconds`;
+/// `during` runs on this thread meanwhile (sampling). The relay's CPU is
+/// taken over the measurement, its peak resident set at the end.
+///
+/// # Errors
+/// When a client cannot connect or its CER is refused.
+pub fn offer(
+    clients_rt: &tokio::runtime::Runtime,
+    setup: &Setup,
+    rig: &Rig,
+    pace: Pace,
+    seconds: f64,
+    during: impl FnOnce(),
+) -> anyhow::Result<Outcome> {
+    let mut tasks = Vec::new();
+    let (entry, warmup, drain) = (rig.entry, setup.warmup, setup.drain);
+    let t = Traffic {
+        destination_realm: SERVER.1.into(),
+        destination_host: None,
+    };
+    let mut connected = Vec::new();
+    for i in 0..setup.clients {
+        let id = Identity::new(&client_host(i), "example.org");
+        let mut c = clients_rt.block_on(Client::connect(entry, id, vec![TEST_APP]))?;
+        anyhow::ensure!(c.cea_result == 2001, "CEA {} from {entry}", c.cea_result);
+        if i < setup.doic_clients() {
+            c.announce_doic();
+        }
+        connected.push(c);
+    }
+    let warm = Duration::from_secs_f64(warmup);
+    for mut c in connected {
+        let t = t.clone();
+        tasks.push(clients_rt.spawn(async move {
+            let never = AtomicBool::new(false);
+            if !warm.is_zero() {
+                c.run(&t, pace, warm, Duration::ZERO, &never).await?;
+            }
+            c.run(&t, pace, Duration::from_secs_f64(seconds), drain, &never)
+                .await
+        }));
+    }
+    // The measurement's CPU starts after the warm-up.
+    std::thread::sleep(warm);
+    let cpu1 = cpu_secs(rig.pid).unwrap_or(0.0);
+    let measuring = Instant::now();
+    during();
+    // What the agent shows near the end of the load, before the drain.
+    std::thread::sleep(Duration::from_secs_f64(seconds * 0.9).saturating_sub(measuring.elapsed()));
+    let digest = rig
+        .agent
+        .as_ref()
+        .map(AgentProcess::overload_digest)
+        .unwrap_or_default();
+    let mut reports = Vec::new();
+    for task in tasks {
+        reports.push(clients_rt.block_on(task)??);
+    }
+    let cpu2 = cpu_secs(rig.pid).unwrap_or(cpu1);
+    Ok(Outcome {
+        report: merge(reports),
+        cpu: cpu2 - cpu1,
+        hwm_kib: status_kib(rig.pid, "VmHWM").unwrap_or(0),
+        digest,
+    })
+}
+
+/// Outstanding requests per client in the calibration run.
+pub const CALIBRATION_WINDOW: usize = 32;
+
+/// The relay's capacity C in its share: a closed-loop run (each client
+/// keeps [`CALIBRATION_WINDOW`] requests outstanding) of `seconds` on a
+/// fresh rig; C is its 2001 answers per second. The whole outcome is
+/// returned with it.
+///
+/// # Errors
+/// As [`Rig::start`] and [`offer`].
+pub fn calibrate(
+    peers: &tokio::runtime::Runtime,
+    clients_rt: &tokio::runtime::Runtime,
+    setup: &Setup,
+    subject: Subject,
+    seconds: f64,
+) -> anyhow::Result<(f64, Outcome)> {
+    let rig = Rig::start(peers, setup, subject)?;
+    let o = offer(
+        clients_rt,
+        setup,
+        &rig,
+        Pace::Closed(CALIBRATION_WINDOW),
+        seconds,
+        || {},
+    )?;
+    let c = o.count(2001) as f64 / o.report.elapsed.as_secs_f64().max(1e-3);
+    Ok((c, o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peak_resident_set_is_read_from_proc_and_is_at_least_the_current_one() {
+        let me = std::process::id();
+        let (hwm, rss) = (status_kib(me, "VmHWM"), status_kib(me, "VmRSS"));
+        assert!(
+            hwm.is_some_and(|h| h > 0 && h >= rss.unwrap_or(0)),
+            "{hwm:?} {rss:?}"
+        );
+        assert_eq!(status_kib(me, "NoSuchField"), None);
+    }
+
+    #[test]
+    fn cpu_seconds_grow_with_work() {
+        let me = std::process::id();
+        let before = cpu_secs(me).unwrap();
+        let t0 = Instant::now();
+        let mut x = 0u64;
+        while t0.elapsed() < Duration::from_millis(100) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        assert!(cpu_secs(me).unwrap() > before);
+    }
+
+    #[test]
+    fn reports_merge_into_sums_and_sorted_latencies() {
+        let a = Report {
+            sent: 3,
+            answered: 2,
+            by_code: [(2001, 1), (3004, 1)].into(),
+            ok_latencies_us: vec![5, 9],
+            latencies_us: vec![5, 9],
+            elapsed: Duration::from_secs(2),
+            ..Report::default()
+        };
+        let b = Report {
+            sent: 2,
+            answered: 2,
+            by_code: [(2001, 2)].into(),
+            ok_latencies_us: vec![1, 7],
+            latencies_us: vec![1, 7],
+            elapsed: Duration::from_secs(3),
+            ..Report::default()
+        };
+        let m = merge(vec![a, b]);
+        assert_eq!((m.sent, m.answered), (5, 4));
+        assert_eq!(m.by_code, [(2001, 3), (3004, 1)].into());
+        assert_eq!(m.ok_latencies_us, vec![1, 5, 7, 9]);
+        assert_eq!(m.elapsed, Duration::from_secs(3));
+        let o = Outcome {
+            report: m,
+            ..Outcome::default()
+        };
+        assert_eq!((o.unanswered(), o.count(2001), o.count(5012)), (1, 3, 0));
+    }
+
+    #[test]
+    fn the_agent_configuration_is_one_the_agent_accepts() {
+        let t = agent_toml((3868, 9090), "127.0.0.1:3869".parse().unwrap(), 2, "native");
+        let c = agent::config::Config::from_str_named(&t, Path::new("own.toml"));
+        assert!(c.is_ok(), "{t}\n{:?}", c.err());
+        assert!(t.contains("[doic.peers.\"client1.example.org\"]\ntrusted = true"));
+        assert!(!t.contains("client2.example.org") && !t.contains("own_capacity"));
+        let bad = agent_toml(
+            (3868, 9090),
+            "127.0.0.1:3869".parse().unwrap(),
+            0,
+            "sometimes",
+        );
+        assert!(agent::config::Config::from_str_named(&bad, Path::new("own.toml")).is_err());
+    }
+}
