@@ -339,3 +339,37 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod config_tests {
+    use std::path::Path;
+
+    use crate::config::{Config, DEMO_CONFIG};
+
+    #[test]
+    fn check_config_names_the_audit_key_it_refuses() {
+        let parse = |tail: &str| {
+            Config::from_str_named(&format!("{DEMO_CONFIG}{tail}"), Path::new("t.toml"))
+                .map_err(|e| e.to_string())
+        };
+        let on = parse("[doic]\n[audit]\ndir = \"/var/log/doic\"\nmax_files = 4\n").unwrap();
+        assert_eq!(on.audit.max_files, 4);
+        assert_eq!(on.audit.flush_ms, 1000, "the default");
+        assert!(parse("").unwrap().audit.dir.is_none(), "off by default");
+        for (tail, key) in [
+            ("[audit]\ndir = \"/var/log/doic\"\n", "audit.dir"),
+            (
+                "[doic]\n[audit]\ndir = \"/x\"\nflush_ms = 0\n",
+                "audit.flush_ms",
+            ),
+            (
+                "[doic]\n[audit]\ndir = \"/x\"\nmax_files = 1\n",
+                "audit.max_files",
+            ),
+            ("[doic]\n[audit]\ndir = \"/x\"\nsize = 1\n", "size"),
+        ] {
+            let e = parse(tail).unwrap_err();
+            assert!(e.contains(key), "{tail}: {e}");
+        }
+    }
+}

@@ -108,6 +108,30 @@ async fn one(c: &mut tools::loadgen::Client, counted: &mut Counted) {
     burst(c, counted, 1).await;
 }
 
+/// Scripts `s1`'s next answer with a host report `(sequence, percent,
+/// validity)`, sends single requests until one has carried it, then `n`
+/// more; returns the 2001s counted before the report came back.
+async fn report_then(
+    c: &mut tools::loadgen::Client,
+    counted: &mut Counted,
+    s1: &Reporter,
+    (seq, percent, validity): (u64, u32, u32),
+    n: u32,
+) -> u64 {
+    report_once(
+        s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(seq, ReportType::Host, percent, Some(validity))],
+    );
+    let before = counted.ok;
+    while s1.script.lock().unwrap().once {
+        one(c, counted).await;
+    }
+    let carried = counted.ok - before;
+    burst(c, counted, n).await;
+    carried
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_matches_what_the_client_counted_through_an_episode() {
     let dir = fresh_dir("episode");
@@ -120,44 +144,15 @@ async fn explain_matches_what_the_client_counted_through_an_episode() {
         hbh: 1,
     };
     // Host report 50 % (sequence 1), in the answer to the first request.
-    report_once(
-        &s1,
-        OLR_DEFAULT_ALGO,
-        vec![olr(1, ReportType::Host, 50, Some(60))],
-    );
-    one(&mut c, &mut n).await;
-    let before_ocs = n.ok;
-    burst(&mut c, &mut n, 1600).await;
+    let before_ocs = report_then(&mut c, &mut n, &s1, (1, 50, 60), 1600).await;
+    assert_eq!(before_ocs, 1, "the request whose answer brought the report");
     // Update to 80 % (sequence 2), carried by the next passed request.
-    report_once(
-        &s1,
-        OLR_DEFAULT_ALGO,
-        vec![olr(2, ReportType::Host, 80, Some(60))],
-    );
-    while s1.script.lock().unwrap().once {
-        one(&mut c, &mut n).await;
-    }
-    burst(&mut c, &mut n, 1600).await;
+    report_then(&mut c, &mut n, &s1, (2, 80, 60), 1600).await;
     // A stale report: sequence 1 again, ignored (RFC 7683 §5.2.1.1).
-    report_once(
-        &s1,
-        OLR_DEFAULT_ALGO,
-        vec![olr(1, ReportType::Host, 10, Some(60))],
-    );
-    while s1.script.lock().unwrap().once {
-        one(&mut c, &mut n).await;
-    }
-    burst(&mut c, &mut n, 800).await;
-    // The end: sequence 3, validity 0; the ramp of 4 s follows (the requests below take about 1 s).
-    report_once(
-        &s1,
-        OLR_DEFAULT_ALGO,
-        vec![olr(3, ReportType::Host, 0, Some(0))],
-    );
-    while s1.script.lock().unwrap().once {
-        one(&mut c, &mut n).await;
-    }
-    burst(&mut c, &mut n, 800).await;
+    report_then(&mut c, &mut n, &s1, (1, 10, 60), 800).await;
+    // The end: sequence 3, validity 0; the ramp of 4 s follows (the
+    // requests below take about 1 s).
+    report_then(&mut c, &mut n, &s1, (3, 0, 0), 800).await;
     let sent = u64::from(n.hbh - 1);
     assert_eq!(n.ok + n.throttled, sent);
     assert!(n.throttled > 300, "{} throttled", n.throttled);
@@ -295,13 +290,7 @@ async fn a_restart_in_the_middle_reads_as_one_timeline() {
     for seq in [7, 8] {
         let agent = agent_logging(&s1, &dir).await;
         let mut c = connect(agent.local_addrs()[0]).await;
-        report_once(
-            &s1,
-            OLR_DEFAULT_ALGO,
-            vec![olr(seq, ReportType::Host, 50, Some(60))],
-        );
-        one(&mut c, &mut n).await;
-        burst(&mut c, &mut n, 100).await;
+        report_then(&mut c, &mut n, &s1, (seq, 50, 60), 100).await;
         let sent = u64::from(n.hbh - 1);
         log_when(&dir, |l| {
             l.versions.len() == usize::try_from(seq - 6).unwrap() && totals(l).requests == sent

@@ -144,6 +144,11 @@ pub fn run(args: &AuditArgs) -> Result<Output, AuditError> {
     Ok(Output { text, warnings })
 }
 
+/// A reduction (`50 %`) or a rate (`200/s`).
+fn abatement(loss: Option<u32>, rate: Option<u32>) -> String {
+    rate.map_or_else(|| format!("{} %", loss.unwrap_or(0)), |r| format!("{r}/s"))
+}
+
 fn name(v: &Version) -> String {
     format!("{} {} #{}", v.report_type, v.target, v.sequence)
 }
@@ -193,10 +198,7 @@ pub fn timeline_text(log: &Log) -> String {
             i.report_type,
             i.sequence,
             i.to,
-            i.max_rate.map_or_else(
-                || format!("{} %", i.loss_percent.unwrap_or(0)),
-                |r| format!("{r}/s")
-            ),
+            abatement(i.loss_percent, i.max_rate),
             i.inputs.capacity,
             i.inputs.offered,
             i.validity
@@ -233,10 +235,7 @@ pub fn explain_text(e: &Explain) -> String {
                 r.peer,
                 r.report_type,
                 r.algorithm,
-                r.maximum_rate.map_or_else(
-                    || format!("{} %", r.reduction_percentage.unwrap_or(0)),
-                    |m| format!("{m}/s")
-                ),
+                abatement(r.reduction_percentage, r.maximum_rate),
                 r.validity
                     .map_or_else(|| "default".into(), |d| d.to_string())
             );
