@@ -44,6 +44,9 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// The audit log could not be opened.
+    #[error("cannot open the audit log")]
+    Audit(#[source] crate::audit::writer::WriteError),
     /// A worker thread or its runtime could not be created.
     #[error("cannot start worker {index}")]
     Worker {
@@ -53,6 +56,13 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The audit log could not be opened (`[audit] dir`).
+impl From<crate::audit::writer::WriteError> for StartError {
+    fn from(e: crate::audit::writer::WriteError) -> Self {
+        StartError::Audit(e)
+    }
 }
 
 impl From<WorkerError> for StartError {
@@ -65,6 +75,8 @@ impl From<WorkerError> for StartError {
 #[derive(Debug)]
 pub struct Agent {
     config: Arc<Config>,
+    /// The audit log's writer (`[audit] dir`).
+    audit: Option<crate::audit::writer::Writer>,
     runtime: Runtime,
     sources: Arc<Sources>,
     ebpf: Arc<Live>,
@@ -144,6 +156,13 @@ impl Agent {
                 runtime.clock(),
             ))
         });
+        let audit = match (&overload, &config.audit.dir) {
+            (Some(ov), Some(_)) => ov
+                .start_audit_log()
+                .map(|log| crate::audit::writer::Writer::spawn(log, &config.audit, n)),
+            _ => None,
+        }
+        .transpose()?;
         let retry = Arc::new(RetryGate::new(&config.retry));
         let admission = Arc::new(Admission::new(
             config.node.max_pending_cer,
@@ -201,6 +220,7 @@ impl Agent {
         tracing::info!(workers = n, listen = ?listen, metrics = %crate::net::OrNone(metrics), "agent started");
         Ok(Agent {
             config,
+            audit,
             runtime,
             sources,
             ebpf,
@@ -308,6 +328,15 @@ impl Agent {
     pub fn join(mut self) {
         self.runtime.join();
         self.detach_kernel_telemetry();
+        self.stop_audit_log();
+    }
+
+    /// Writes what the audit log was fed, flushes and closes it
+    /// (idempotent; [`Agent::join`] and [`Agent::wait`] call it last).
+    pub fn stop_audit_log(&mut self) {
+        if let Some(w) = self.audit.as_mut() {
+            w.stop();
+        }
     }
 
     /// [`Agent::join`] for async callers: on a caller's runtime, waits for
@@ -321,6 +350,7 @@ impl Agent {
         }
         self.runtime.wait().await;
         self.detach_kernel_telemetry();
+        self.stop_audit_log();
     }
 }
 

@@ -91,6 +91,9 @@ pub struct Config {
     /// The retry budget (`[retry]`); absent means its defaults.
     #[serde(default)]
     pub retry: RetryConfig,
+    /// The durable audit log (`[audit]`); without `dir`, none.
+    #[serde(default)]
+    pub audit: crate::audit::Section,
 }
 
 /// `[node]`: the agent itself.
@@ -478,6 +481,9 @@ impl Config {
             }
         }
         self.retry.check().map_err(|e| bad(e.key.into(), e.why))?;
+        self.audit
+            .check(self.doic_effective().is_some())
+            .map_err(|e| bad(e.key.into(), e.why))?;
         if let Some(section) = &self.ebpf {
             let connect = self.connect_addrs();
             section

@@ -24,6 +24,7 @@
 //! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O driving the relay; each connection's bounded queues between workers (`link`); close reasons with their side; each connection's `ConnCtx` |
 //! | [`overload`] | DOIC in the relay: per-worker cores (thread-local, or hosted on a caller's runtime), the bounded replica inbox, request/answer glue between the relay and the `doic` core, the snapshots the control tick reads, the protection of upstream servers without DOIC (docs/protect.md) |
 //! | [`relay`] | the sans-io relay (RFC 6733 §6.1-6.2): checks, loop detection, routing, hop-by-hop table, failover with the T flag, 3004 retries within the budget, local answers, 3002 timeouts |
+//! | [`audit`] | the durable audit log (`[audit]`): the workers' and the control thread's records over one bounded feed, one writer thread with rotation and retention, reading a log directory back |
 //! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix): renders, holds no state |
 //!
 //! The modules form no cycle: `config` gathers the sections of `ebpf` and
@@ -38,6 +39,7 @@
 
 pub mod admission;
 pub mod agent;
+pub mod audit;
 pub mod clock;
 pub mod config;
 pub mod ebpf;

@@ -105,6 +105,8 @@ pub struct Overload {
     protect: protect::ProtectState,
     /// The AVPs of the idle fast path, encoded once ([`IdleAvps`]).
     avps: IdleAvps,
+    /// The durable audit log (`[audit] dir`), fed at the control ticks.
+    audit_log: std::sync::OnceLock<Arc<crate::audit::AuditLog>>,
 }
 
 impl Overload {
@@ -145,6 +147,7 @@ impl Overload {
             inboxes: inbox::Inboxes::new(workers, inbox::CAPACITY),
             snapshots: (0..workers).map(|_| Mutex::default()).collect(),
             snapshot_feed: Feed::new("snapshots", SNAPSHOTS_PER_WORKER * workers.max(1)),
+            audit_log: std::sync::OnceLock::new(),
         }
     }
 
@@ -195,6 +198,24 @@ impl Overload {
     #[must_use]
     pub fn own_enforcing(&self) -> bool {
         self.own.limits.enforcing()
+    }
+
+    /// Starts feeding the durable audit log (`[audit] dir`): a log whose
+    /// times are this overload control's clock. Once; `None` if already
+    /// set.
+    pub fn start_audit_log(&self) -> Option<Arc<crate::audit::AuditLog>> {
+        let log = Arc::new(crate::audit::AuditLog::new(
+            &self.identity,
+            self.origin,
+            crate::audit::FEED_CAPACITY,
+        ));
+        self.audit_log.set(log.clone()).ok().map(|()| log)
+    }
+
+    /// The durable audit log, when `[audit] dir` is set.
+    #[must_use]
+    pub fn audit_log(&self) -> Option<&Arc<crate::audit::AuditLog>> {
+        self.audit_log.get()
     }
 
     /// Replicas dropped because a worker's inbox was full ([`inbox`]).

@@ -40,6 +40,9 @@ pub enum Subject {
     /// active, no overload: the servers send no report), one without; the
     /// load client is pointed at one or the other.
     Doic,
+    /// The durable audit log: two agents with `[doic]` in the side, one
+    /// writing the audit log (`[audit] dir`), one not.
+    Audit,
 }
 
 impl std::str::FromStr for Subject {
@@ -49,7 +52,8 @@ impl std::str::FromStr for Subject {
         match s {
             "ebpf" => Ok(Self::Program),
             "doic" => Ok(Self::Doic),
-            other => anyhow::bail!("subject {other:?}: expected ebpf or doic"),
+            "audit" => Ok(Self::Audit),
+            other => anyhow::bail!("subject {other:?}: expected ebpf, doic or audit"),
         }
     }
 }
@@ -59,6 +63,7 @@ impl std::fmt::Display for Subject {
         f.write_str(match self {
             Self::Program => "ebpf",
             Self::Doic => "doic",
+            Self::Audit => "audit",
         })
     }
 }
@@ -419,12 +424,36 @@ pub fn serve_side(
             ],
             1,
         ),
+        Subject::Audit => {
+            let dir = std::env::temp_dir().join(format!("doic-ab-audit-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let logging = format!("[doic]\n[audit]\ndir = \"{}\"\n", dir.display());
+            (
+                vec![
+                    crate::relay::start_agent(&agent_toml(server.addr, "[doic]\n"))?,
+                    crate::relay::start_agent(&agent_toml(server.addr, &logging))?,
+                ],
+                1,
+            )
+        }
     };
-    anyhow::ensure!(
-        agents[0].overload().is_none()
-            && agents[on].overload().is_some() == (subject == Subject::Doic),
-        "overload control is not on exactly in the measured DOIC agent"
-    );
+    if subject == Subject::Audit {
+        anyhow::ensure!(
+            agents[0]
+                .overload()
+                .is_some_and(|o| o.audit_log().is_none())
+                && agents[1]
+                    .overload()
+                    .is_some_and(|o| o.audit_log().is_some()),
+            "the audit log is not on exactly in the measured agent"
+        );
+    } else {
+        anyhow::ensure!(
+            agents[0].overload().is_none()
+                && agents[on].overload().is_some() == (subject == Subject::Doic),
+            "overload control is not on exactly in the measured DOIC agent"
+        );
+    }
     let agent = &agents[0];
     let mut current = 0;
     let mut extra = Vec::new();
@@ -442,7 +471,7 @@ pub fn serve_side(
                         );
                         extra = extra_copies(agent, k as usize)?;
                     }
-                    Subject::Doic => {
+                    Subject::Doic | Subject::Audit => {
                         anyhow::ensure!(k == 0, "no extra copies of DOIC");
                         current = on;
                     }

@@ -5,6 +5,12 @@
 //! throttled + delegated).
 //!
 //! Bounded: the newest records are kept, older ones are counted as dropped.
+//! The durable form of the same records, one JSON line each, is [`record`];
+//! the questions an operator asks of it (timeline, what was active at a
+//! moment, the receipt chain of one version) are [`query`].
+
+pub mod query;
+pub mod record;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -13,7 +19,7 @@ use crate::report::{Abatement, OcsKey};
 use diameter::codec::doic::OcOlr;
 
 /// Treatment counts for one OCS version.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     /// Requests that matched the OCS while it was in force.
     pub matched: u64,
@@ -114,10 +120,13 @@ pub struct VersionRecord {
     /// Treatment counts of the version that this event closes (zero for
     /// `Created`).
     pub closed_counts: Counters,
+    /// The DOIC clients that were sent the version this event closes
+    /// (sorted).
+    pub delegated: Vec<String>,
 }
 
 /// Agent-wide treatment totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Totals {
     /// Requests treated.
     pub requests: u64,
@@ -142,6 +151,10 @@ pub struct Audit {
     pub dropped: u64,
     /// Agent-wide totals.
     pub totals: Totals,
+    /// Records of each kind ever kept, and of those already taken by
+    /// [`Audit::take_new`].
+    pushed: (u64, u64),
+    taken: (u64, u64),
 }
 
 impl Audit {
@@ -154,6 +167,8 @@ impl Audit {
             versions: VecDeque::new(),
             dropped: 0,
             totals: Totals::default(),
+            pushed: (0, 0),
+            taken: (0, 0),
         }
     }
 
@@ -165,6 +180,7 @@ impl Audit {
             self.dropped += 1;
         }
         self.reports.push_back(r);
+        self.pushed.0 += 1;
     }
 
     /// Records an OCS version event.
@@ -175,6 +191,24 @@ impl Audit {
             self.dropped += 1;
         }
         self.versions.push_back(v);
+        self.pushed.1 += 1;
+    }
+
+    /// The records kept since the last call, oldest first: what the durable
+    /// log has not been given yet (records evicted meanwhile are in
+    /// [`Audit::dropped`]).
+    pub fn take_new(&mut self) -> (Vec<ReportRecord>, Vec<VersionRecord>) {
+        fn newer<T: Clone>(q: &VecDeque<T>, pushed: u64, taken: &mut u64) -> Vec<T> {
+            let fresh = usize::try_from(pushed - *taken)
+                .unwrap_or(usize::MAX)
+                .min(q.len());
+            *taken = pushed;
+            q.iter().skip(q.len() - fresh).cloned().collect()
+        }
+        (
+            newer(&self.reports, self.pushed.0, &mut self.taken.0),
+            newer(&self.versions, self.pushed.1, &mut self.taken.1),
+        )
     }
 
     /// The report records, oldest first.
@@ -281,8 +315,19 @@ mod tests {
                 abatement: Abatement::Loss { percent: 1 },
                 validity: Duration::ZERO,
                 closed_counts: Counters::default(),
+                delegated: Vec::new(),
             });
+            if seq == 1 {
+                assert_eq!(a.take_new().1.len(), 2, "both kept so far");
+            }
         }
+        let (_, fresh) = a.take_new();
+        assert_eq!(
+            fresh.iter().map(|v| v.sequence).collect::<Vec<_>>(),
+            [3, 4],
+            "what is still kept of what came since"
+        );
+        assert!(a.take_new().1.is_empty());
         assert_eq!(a.versions().count(), 2);
         assert_eq!(a.versions().next().unwrap().sequence, 3);
         assert_eq!(a.dropped, 3);

@@ -215,6 +215,12 @@ impl Doic {
         &self.audit
     }
 
+    /// The evidence trail, to take what is new for the durable log
+    /// ([`Audit::take_new`]).
+    pub fn audit_mut(&mut self) -> &mut Audit {
+        &mut self.audit
+    }
+
     /// The reacting-node OCS tables.
     #[must_use]
     pub fn ocs(&self) -> &OcsTable {

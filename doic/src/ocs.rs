@@ -101,6 +101,11 @@ impl Ocs {
             abatement: self.abatement,
             validity: self.validity,
             closed_counts: closed,
+            delegated: {
+                let mut d: Vec<String> = self.delivered.iter().cloned().collect();
+                d.sort();
+                d
+            },
         }
     }
 
@@ -346,8 +351,8 @@ impl OcsTable {
                 o.received_at = now;
                 o.expires_at = now;
                 o.counts = Counters::default();
-                o.delivered.clear();
                 audit.version(o.record(now, OcsEvent::Ended, closed));
+                o.delivered.clear();
                 if !keep {
                     audit.version(o.record(now, OcsEvent::Removed, Counters::default()));
                     inner.remove(id);
@@ -362,7 +367,6 @@ impl OcsTable {
             o.received_at = now;
             o.expires_at = now + report.validity;
             o.counts = Counters::default();
-            o.delivered.clear();
             o.seen_first_step = 0;
             o.throttled_first_step = 0;
             o.phase = Phase::Active;
@@ -379,6 +383,7 @@ impl OcsTable {
                 (Abatement::Loss { .. }, _) => None,
             };
             audit.version(o.record(now, OcsEvent::Updated, closed));
+            o.delivered.clear();
             return if rollover {
                 Verdict::Rollover
             } else {

@@ -147,7 +147,8 @@ impl RealmState {
         self.sequence = v.sequence;
         self.ending_until = v.ending_until;
         self.made_at = Some(v.at);
-        self.delivered.clear();
+        let mut delegated: Vec<String> = self.delivered.drain().collect();
+        delegated.sort();
         audit.version(VersionRecord {
             at: v.at,
             key,
@@ -161,6 +162,7 @@ impl RealmState {
                 validity
             },
             closed_counts: std::mem::take(&mut self.counts),
+            delegated,
         });
     }
 }

@@ -11,6 +11,8 @@ use clap::{Parser, Subcommand};
 
 use crate::logging::LogFormat;
 
+pub mod audit;
+
 /// Diameter edge agent with DOIC overload control (RFC 7683, RFC 8581, RFC 8582).
 #[derive(Debug, Parser)]
 #[command(name = "doic-agent", version, about, arg_required_else_help = true)]
@@ -72,6 +74,8 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 32, requires = "relay")]
         outstanding: usize,
     },
+    /// Ask the audit log (`[audit] dir`): timeline, at, explain, plot.
+    Audit(audit::AuditArgs),
     /// Decode one Diameter message and print it as JSON.
     Decode(DecodeArgs),
     /// Encode the JSON form of a message (as `decode` prints it) to hex.

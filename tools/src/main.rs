@@ -38,6 +38,16 @@ fn main() -> ExitCode {
             args.file.as_deref(),
             &mut std::io::stdin(),
         )),
+        Command::Audit(args) => match tools::audit::run(&args) {
+            Ok(out) => {
+                for w in &out.warnings {
+                    eprintln!("{w}");
+                }
+                print!("{}", out.text);
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
         Command::CheckConfig { config } => report(check_config(config.path())),
         Command::Run { config, log } => run_logged(config.path(), &log),
         Command::Demo {

@@ -45,20 +45,26 @@ async fn respond(sources: &Sources, mut stream: TcpStream) -> std::io::Result<()
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, body) = if method != "GET" {
-        ("405 Method Not Allowed", String::from("only GET\n"))
+    const TEXT: &str = "text/plain; version=0.0.4";
+    const JSON: &str = "application/json";
+    let (status, kind, body) = if method != "GET" {
+        ("405 Method Not Allowed", TEXT, String::from("only GET\n"))
     } else if path == "/metrics" {
-        ("200 OK", super::render(sources))
+        ("200 OK", TEXT, super::render(sources))
     } else if path == "/audit" {
         match &sources.overload {
-            Some(ov) => ("200 OK", crate::overload::audit_json(ov).to_string()),
-            None => ("404 Not Found", String::from("overload control is off\n")),
+            Some(ov) => ("200 OK", JSON, crate::overload::audit_json(ov).to_string()),
+            None => (
+                "404 Not Found",
+                JSON,
+                String::from("{\"error\":\"overload control is off\"}"),
+            ),
         }
     } else {
-        ("404 Not Found", String::from("try /metrics\n"))
+        ("404 Not Found", TEXT, String::from("try /metrics\n"))
     };
     let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await?;

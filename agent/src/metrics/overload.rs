@@ -69,6 +69,14 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
         "# HELP doic_replicas_dropped_total Accepted reports not handed to another worker: its inbox was full.\n# TYPE doic_replicas_dropped_total counter\ndoic_replicas_dropped_total {}",
         ov.replicas_dropped()
     );
+    if let Some(log) = ov.audit_log() {
+        let _ = writeln!(
+            o,
+            "# HELP doic_audit_dropped_total Audit log lines lost: the writer's feed was full.\n# TYPE doic_audit_dropped_total counter\ndoic_audit_dropped_total {}\n# HELP doic_audit_lines_total Audit log lines written.\n# TYPE doic_audit_lines_total counter\ndoic_audit_lines_total {}",
+            log.dropped(),
+            log.written()
+        );
+    }
     crate::overload::own::render(ov, o);
     crate::overload::protect::render(ov, o);
 }

@@ -281,6 +281,16 @@ pub(crate) fn control_tick(
         },
     );
     if ctl.load.generation() != before {
+        if let Some(log) = ov.audit_log() {
+            let inputs = doic::audit::record::IssuedInputs {
+                capacity: ctl.load.capacity().unwrap_or(0),
+                offered: ctl.load.total_rate(),
+                utilisation: utilisation.iter().copied().fold(0.0, f64::max),
+                queue_delay_ms: queue_delay.as_secs_f64() * 1000.0,
+                pending,
+            };
+            crate::audit::feed_issued(log, now, ctl.load.reports(), &inputs);
+        }
         let reports: Arc<[OwnReport]> = ctl.load.reports().cloned().collect();
         *own.published.lock().unwrap_or_else(PoisonError::into_inner) = reports;
         own.generation

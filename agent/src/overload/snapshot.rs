@@ -31,6 +31,8 @@ pub struct OcsRow {
     pub abatement: Abatement,
     /// OC-Sequence-Number in force.
     pub sequence: u64,
+    /// Treatment counts of the version in force.
+    pub counts: doic::audit::Counters,
 }
 
 /// What one worker's core looked like at the last tick.
@@ -55,6 +57,9 @@ pub(crate) fn tick(ov: &Overload, full: bool) {
         super::own::apply(ov, core, now);
         super::protect::apply(ov, core, now);
         core.handle_timeout(now);
+        if let Some(log) = ov.audit_log() {
+            crate::audit::feed_worker(log, worker, core.audit_mut());
+        }
         let audit = core.audit();
         let mut verdicts = BTreeMap::new();
         for r in audit.reports() {
@@ -76,6 +81,7 @@ pub(crate) fn tick(ov: &Overload, full: bool) {
                 target: o.key.id.clone(),
                 abatement: o.abatement,
                 sequence: o.sequence,
+                counts: o.counts,
             })
             .collect();
         (
@@ -114,6 +120,16 @@ impl Overload {
                 snap.audit = std::mem::take(&mut slot.audit);
             }
             *slot = snap;
+        }
+    }
+
+    /// Calls `f` with each worker's last snapshot in turn, without copying
+    /// it (the audit log's second, [`crate::audit`]).
+    pub(crate) fn each_snapshot(&self, mut f: impl FnMut(&Snapshot)) {
+        for slot in &self.snapshots {
+            f(&slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner));
         }
     }
 

@@ -3,7 +3,8 @@
 //! the workers sent back collected; once a second the workers' busy share,
 //! the kernel program's counters ([`crate::ebpf::live::Live::handle_tick`],
 //! published in [`crate::telemetry::Kernel`]) and the agent's own load
-//! (`crate::overload::own`).
+//! (`crate::overload::own`), and the second's counts to the audit log
+//! ([`crate::audit`]).
 //!
 //! The workers feed it over bounded crossbeam channels ([`crate::feed`]),
 //! never waiting and never unbounded: the connections' open and close
@@ -116,6 +117,9 @@ impl Ticking {
         }
         if let Some(ov) = &c.overload {
             crate::overload::own::control_tick(&c.table, &c.kernel, ov, now, &utilisation);
+            if let Some(log) = ov.audit_log() {
+                crate::audit::feed_second(log, ov, ov.now());
+            }
         }
     }
 }

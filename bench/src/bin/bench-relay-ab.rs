@@ -3,7 +3,8 @@
 //! kernel telemetry program (`ebpf`, the default: attached as the agent does)
 //! or overload control (`doic`: an agent with `[doic]` and no overload,
 //! against its twin without; both are in each side and the load client is
-//! pointed at one or the other). With `--doic-client` the load client is a
+//! pointed at one or the other), or the durable audit log (`audit`: two
+//! agents with `[doic]`, one writing the log to a directory). With `--doic-client` the load client is a
 //! DOIC reacting node (OC-Supported-Features in every request, trusted by
 //! the DOIC agent): the relay's DOIC client path, which the agent without
 //! `[doic]` relays untouched.
@@ -53,7 +54,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Relay throughput with the kernel program or DOIC on vs off, side by side"
 )]
 struct Args {
-    /// What is turned on and off: `ebpf` (the kernel program) or `doic`.
+    /// What is turned on and off: `ebpf` (the kernel program), `doic`, or
+    /// `audit` (the audit log, `[doic]` on both sides).
     #[arg(long, default_value = "ebpf")]
     subject: Subject,
     /// Seconds per round.
@@ -308,7 +310,7 @@ fn main() -> anyhow::Result<()> {
         args.subject,
         args.tolerance * 100.0
     );
-    if args.subject == Subject::Doic {
+    if matches!(args.subject, Subject::Doic | Subject::Audit) {
         // The relay's own capacity: what a saturated relay would lose.
         let capacity_loss = (1.0 - 1.0 / relay) * 100.0;
         let bound = args.capacity_tolerance.unwrap_or(args.tolerance);

@@ -1,0 +1,348 @@
+//! The durable audit log over TCP (seed 003, docs/operations.md): the
+//! scripted episode of a reporting server (host report 50 %, update 80 %,
+//! a stale report, the end with validity 0) through an agent with two
+//! workers, `doic-agent audit explain` checked against what the client
+//! itself counted; a restart in the middle read as one timeline; the plot.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use agent::agent::Agent;
+use clap::Parser as _;
+use diameter::codec::doic::ReportType;
+use diameter::dictionary::doic::OLR_DEFAULT_ALGO;
+use doic::audit::query::Log;
+use support::*;
+use tools::cli::{Cli, Command};
+
+const S1: &str = "server1.example.net";
+
+fn fresh_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("doic-audit-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// An agent with two workers, `[doic]` with a 4 s ramp, the audit log in
+/// `dir` flushed every 100 ms, in front of `s1` (trusted).
+async fn agent_logging(s1: &Reporter, dir: &Path) -> Agent {
+    let mut config = agent_config(&[(s1, true)], Some("ramp = 4.0"), 2);
+    config.audit.dir = Some(dir.to_owned());
+    config.audit.flush_ms = 100;
+    start_agent(config, 1).await
+}
+
+/// `doic-agent audit --dir DIR ARGS...` as the binary runs it.
+fn audit(dir: &Path, args: &[&str]) -> tools::audit::Output {
+    let d = dir.to_str().unwrap();
+    let argv = ["doic-agent", "audit", "--dir", d]
+        .into_iter()
+        .chain(args.iter().copied());
+    let Some(Command::Audit(a)) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("not an audit command")
+    };
+    tools::audit::run(&a).unwrap()
+}
+
+/// The log of `dir` once `done` holds of it (the writer flushes every
+/// 100 ms; the control thread writes each second's counts).
+async fn log_when(dir: &Path, done: impl Fn(&Log) -> bool) -> Log {
+    let t0 = Instant::now();
+    loop {
+        let (lines, bad) = agent::audit::read::read_dir(dir).unwrap();
+        assert!(bad.is_empty(), "{bad:?}");
+        let log = Log::read(&lines);
+        if done(&log) {
+            return log;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{log:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn totals(log: &Log) -> doic::audit::Totals {
+    let mut t = doic::audit::Totals::default();
+    for (_, s) in &log.seconds {
+        t.requests += s.totals.requests;
+        t.forwarded += s.totals.forwarded;
+        t.throttled += s.totals.throttled;
+        t.diverted += s.totals.diverted;
+        t.no_route += s.totals.no_route;
+    }
+    t
+}
+
+struct Counted {
+    ok: u64,
+    throttled: u64,
+    hbh: u32,
+}
+
+/// Sends `n` host-routed requests to `S1`, a burst of up to 20 in one
+/// write every 25 ms, and counts the answers by Result-Code (exactly one
+/// per request).
+async fn burst(c: &mut tools::loadgen::Client, counted: &mut Counted, n: u32) {
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(20);
+        let answers = exchange_to(c, counted.hbh, k, k, None, Some(S1)).await;
+        counted.hbh += k;
+        left -= k;
+        for a in &answers {
+            match code_of(a) {
+                2001 => counted.ok += 1,
+                3004 | 5012 => counted.throttled += 1,
+                other => panic!("unexpected Result-Code {other}"),
+            }
+        }
+        if left > 0 {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+/// One request alone, its answer carrying what `s1` was scripted to add.
+async fn one(c: &mut tools::loadgen::Client, counted: &mut Counted) {
+    burst(c, counted, 1).await;
+}
+
+/// Scripts `s1`'s next answer with a host report `(sequence, percent,
+/// validity)`, sends single requests until one has carried it, then `n`
+/// more; returns the 2001s counted before the report came back.
+async fn report_then(
+    c: &mut tools::loadgen::Client,
+    counted: &mut Counted,
+    s1: &Reporter,
+    (seq, percent, validity): (u64, u32, u32),
+    n: u32,
+) -> u64 {
+    report_once(
+        s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(seq, ReportType::Host, percent, Some(validity))],
+    );
+    let before = counted.ok;
+    while s1.script.lock().unwrap().once {
+        one(c, counted).await;
+    }
+    let carried = counted.ok - before;
+    burst(c, counted, n).await;
+    carried
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_matches_what_the_client_counted_through_an_episode() {
+    let dir = fresh_dir("episode");
+    let s1 = Reporter::spawn(S1).await;
+    let agent = agent_logging(&s1, &dir).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let mut n = Counted {
+        ok: 0,
+        throttled: 0,
+        hbh: 1,
+    };
+    // Host report 50 % (sequence 1), in the answer to the first request.
+    let before_ocs = report_then(&mut c, &mut n, &s1, (1, 50, 60), 1600).await;
+    assert_eq!(before_ocs, 1, "the request whose answer brought the report");
+    // Update to 80 % (sequence 2), carried by the next passed request.
+    report_then(&mut c, &mut n, &s1, (2, 80, 60), 1600).await;
+    // A stale report: sequence 1 again, ignored (RFC 7683 §5.2.1.1).
+    report_then(&mut c, &mut n, &s1, (1, 10, 60), 800).await;
+    // The end: sequence 3, validity 0; the ramp of 4 s follows (the
+    // requests below take about 1 s).
+    report_then(&mut c, &mut n, &s1, (3, 0, 0), 800).await;
+    let sent = u64::from(n.hbh - 1);
+    assert_eq!(n.ok + n.throttled, sent);
+    assert!(n.throttled > 300, "{} throttled", n.throttled);
+    // Every version closed on both workers, every second counted.
+    let log = log_when(&dir, |l| {
+        l.versions.len() == 3
+            && l.versions
+                .iter()
+                .all(|v| v.counts_closed && v.removed.is_some())
+            && totals(l).requests == sent
+    })
+    .await;
+    let metrics = agent::metrics::render(agent.metrics());
+    assert!(metrics.contains("doic_audit_dropped_total 0"), "{metrics}");
+    stop(agent);
+
+    let seqs: Vec<u64> = log.versions.iter().map(|v| v.sequence).collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    assert_eq!(log.versions[0].until_by.as_deref(), Some("updated"));
+    assert_eq!(log.versions[1].until_by.as_deref(), Some("ended"));
+    assert_eq!(log.versions[0].workers.len(), 2, "both workers held it");
+    // The client's own counts, exactly: every 3004 is a throttle of one
+    // of the versions, every 2001 a pass of one of them but the first
+    // request's, whose answer brought the report.
+    let sum = |f: fn(&doic::audit::Counters) -> u64| -> u64 {
+        log.versions.iter().map(|v| f(&v.counts)).sum()
+    };
+    assert_eq!(sum(|c| c.throttled), n.throttled);
+    assert_eq!(sum(|c| c.passed) + before_ocs, n.ok);
+    assert_eq!(sum(|c| c.matched) + before_ocs, sent);
+    let t = totals(&log);
+    assert_eq!(
+        (t.requests, t.forwarded, t.throttled, t.diverted, t.no_route),
+        (sent, n.ok, n.throttled, 0, 0),
+        "agent-wide requests = forwarded + diverted + throttled + no_route"
+    );
+
+    // `audit explain 2`: the 80 % version, the stale report listed.
+    let e = audit(&dir, &["explain", "2"]);
+    if std::env::var_os("DOIC_AUDIT_PLOT_OUT").is_some() {
+        eprintln!("{}\n{}", audit(&dir, &["timeline"]).text, e.text);
+    }
+    assert!(e.warnings.is_empty());
+    let v2 = &log.versions[1].counts;
+    for needle in [
+        "OC-OLR received".to_owned(),
+        "loss 80 %".to_owned(),
+        "(stale)".to_owned(),
+        format!(
+            "matched {} = passed {} + diverted 0 + throttled {} + delegated 0",
+            v2.matched, v2.passed, v2.throttled
+        ),
+        "claim: A received HOST report (80 % reduction, sequence 2) for server1.example.net"
+            .to_owned(),
+        "arrivals at server1.example.net from other paths".to_owned(),
+        "the application outcome".to_owned(),
+    ] {
+        assert!(e.text.contains(&needle), "{needle} not in:\n{}", e.text);
+    }
+    let j: serde_json::Value =
+        serde_json::from_str(&audit(&dir, &["--json", "explain", "2"]).text).unwrap();
+    assert_eq!(j["version"]["counts"]["throttled"], v2.throttled);
+    assert_eq!(j["ignored"][0]["report"]["verdict"], "stale");
+    assert_eq!(j["ignored"][0]["report"]["sequence"], 1);
+
+    // `audit at`: in the middle of version 2, only it.
+    let v = &log.versions[1];
+    let at = audit(&dir, &["at", v.until.as_deref().unwrap()]).text;
+    assert!(at.contains("host server1.example.net #3"), "{at}");
+    let mid = audit(&dir, &["--json", "at", &v.from]).text;
+    let mid: serde_json::Value = serde_json::from_str(&mid).unwrap();
+    assert_eq!(mid["ocs"].as_array().map(Vec::len), Some(1), "{mid}");
+    assert_eq!(mid["ocs"][0][1]["sequence"], 2);
+    assert_eq!(mid["ocs"][0][1]["loss_percent"], 80);
+
+    // `audit plot`: one SVG document with the four series, a band per
+    // version and the requested reduction.
+    let out = dir.join("episode.svg");
+    audit(&dir, &["plot", "--out", out.to_str().unwrap()]);
+    let svg = std::fs::read_to_string(&out).unwrap();
+    check_svg(&svg);
+    for name in [
+        "offered",
+        "forwarded",
+        "diverted",
+        "throttled",
+        "requested reduction",
+    ] {
+        assert!(svg.contains(&format!(">{name}</text>")), "series {name}");
+    }
+    assert_eq!(svg.matches("<polyline").count(), 5);
+    assert_eq!(svg.matches("<rect class=\"band\"").count(), 3);
+    if let Ok(keep) = std::env::var("DOIC_AUDIT_PLOT_OUT") {
+        std::fs::copy(&out, keep).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The SVG is one well-formed XML document: every element closed in order.
+fn check_svg(svg: &str) {
+    let mut open: Vec<String> = Vec::new();
+    let mut rest = svg;
+    while let Some(i) = rest.find('<') {
+        let j = rest[i..].find('>').expect("a tag is closed") + i;
+        let tag = &rest[i + 1..j];
+        rest = &rest[j + 1..];
+        let name: String = tag
+            .trim_start_matches('/')
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect();
+        if tag.starts_with('/') {
+            assert_eq!(
+                open.pop().as_deref(),
+                Some(name.as_str()),
+                "misnested </{name}>"
+            );
+        } else if !tag.ends_with('/') {
+            open.push(name);
+        }
+    }
+    assert!(open.is_empty(), "unclosed {open:?}");
+    assert!(svg.starts_with("<svg "));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_in_the_middle_reads_as_one_timeline() {
+    let dir = fresh_dir("restart");
+    let s1 = Reporter::spawn(S1).await;
+    let mut n = Counted {
+        ok: 0,
+        throttled: 0,
+        hbh: 1,
+    };
+    for seq in [7, 8] {
+        let agent = agent_logging(&s1, &dir).await;
+        let mut c = connect(agent.local_addrs()[0]).await;
+        report_then(&mut c, &mut n, &s1, (seq, 50, 60), 100).await;
+        let sent = u64::from(n.hbh - 1);
+        log_when(&dir, |l| {
+            l.versions.len() == usize::try_from(seq - 6).unwrap() && totals(l).requests == sent
+        })
+        .await;
+        drop(c);
+        agent.shutdown();
+        agent.wait().await;
+    }
+    let files = agent::audit::writer::files(&dir).unwrap();
+    assert_eq!(files.len(), 2, "one file per run: {files:?}");
+    let (lines, bad) = agent::audit::read::read_dir(&dir).unwrap();
+    assert!(bad.is_empty());
+    let log = Log::read(&lines);
+    assert_eq!(log.starts.len(), 2);
+    assert_eq!(log.versions.len(), 2);
+    let (first, second) = (&log.versions[0], &log.versions[1]);
+    assert_eq!((first.sequence, second.sequence), (7, 8));
+    assert_eq!(
+        first.until_by.as_deref(),
+        Some("restart"),
+        "the state died with the agent"
+    );
+    assert!(first.until.as_deref().unwrap() <= second.from.as_str());
+    assert_eq!(
+        log.versions.iter().map(|v| v.counts.throttled).sum::<u64>(),
+        n.throttled,
+        "the counts of both runs"
+    );
+    assert_eq!(totals(&log).requests, u64::from(n.hbh - 1));
+    let t = audit(&dir, &["timeline"]).text;
+    assert_eq!(t.matches("started").count(), 2, "{t}");
+    assert!(t.contains("host server1.example.net #7") && t.contains("host server1.example.net #8"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_is_json_and_absent_without_doic() {
+    let s1 = Reporter::spawn(S1).await;
+    let agent = start_agent(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let m = agent.metrics_addr().unwrap();
+    let on = http_get(m, "/audit").await;
+    assert!(
+        on.starts_with("HTTP/1.1 200") && on.contains("Content-Type: application/json\r\n"),
+        "{on}"
+    );
+    stop(agent);
+    let agent = start_agent(agent_config(&[(&s1, true)], None, 2), 1).await;
+    let off = http_get(agent.metrics_addr().unwrap(), "/audit").await;
+    assert!(
+        off.starts_with("HTTP/1.1 404") && off.contains("Content-Type: application/json\r\n"),
+        "{off}"
+    );
+    stop(agent);
+}

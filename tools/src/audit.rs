@@ -1,0 +1,371 @@
+//! `doic-agent audit`: the questions of seed 003 asked of an audit log
+//! directory ([`agent::audit::read`]; the answers are
+//! [`doic::audit::query`]): `timeline`, `at`, `explain`, `plot`, as text or
+//! `--json`. Lines that cannot be read come back as warnings
+//! `FILE:LINE: cause`; the rest of the log is still read.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use doic::audit::query::{AtView, Explain, Log, Version};
+use doic::audit::record::{parse_rfc3339, rfc3339};
+
+use crate::cli::audit::{AuditArgs, AuditQuery};
+use crate::svg::{Band, Chart, Series};
+
+/// Why a question could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The directory cannot be read.
+    #[error("{}: cannot read the audit log", dir.display())]
+    Read {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A time argument is not RFC 3339.
+    #[error("`{0}` is not an RFC 3339 time (2026-12-01T19:18:00Z)")]
+    Time(String),
+    /// No version has that sequence.
+    #[error("no OCS version with sequence {0} in the log (see `audit timeline`)")]
+    NoVersion(u64),
+    /// More than one version has that sequence.
+    #[error("sequence {seq} names several OCS ({targets}): add --target")]
+    Ambiguous {
+        /// The sequence.
+        seq: u64,
+        /// Their targets.
+        targets: String,
+    },
+    /// The plot could not be written.
+    #[error("{}: cannot write the plot", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// An answer, and the lines of the log that could not be read.
+#[derive(Debug)]
+pub struct Output {
+    /// What to print on stdout.
+    pub text: String,
+    /// `FILE:LINE: cause`, one per unreadable line.
+    pub warnings: Vec<String>,
+}
+
+/// Answers `args`.
+///
+/// # Errors
+/// The directory is unreadable, an argument is wrong, the plot cannot be
+/// written.
+pub fn run(args: &AuditArgs) -> Result<Output, AuditError> {
+    let (lines, bad) =
+        agent::audit::read::read_dir(&args.dir).map_err(|source| AuditError::Read {
+            dir: args.dir.clone(),
+            source,
+        })?;
+    let warnings = bad.iter().map(ToString::to_string).collect();
+    let log = Log::read(&lines);
+    let time = |t: &str| parse_rfc3339(t).ok_or_else(|| AuditError::Time(t.to_owned()));
+    let json = |v: serde_json::Result<String>| v.unwrap_or_default() + "\n";
+    let text = match &args.query {
+        AuditQuery::Timeline { from, to } => {
+            let from = from.as_deref().map(time).transpose()?;
+            let to = to.as_deref().map(time).transpose()?;
+            let t = log.timeline(from, to);
+            if args.json {
+                json(serde_json::to_string_pretty(&t))
+            } else {
+                timeline_text(&t)
+            }
+        }
+        AuditQuery::At { time: t } => {
+            let at = log.at(time(t)?);
+            if args.json {
+                json(serde_json::to_string_pretty(&at))
+            } else {
+                at_text(&at)
+            }
+        }
+        AuditQuery::Explain {
+            sequence,
+            report,
+            target,
+        } => {
+            let seq = sequence.or(*report).unwrap_or_default();
+            let found: Vec<&Version> = log.find(seq, target.as_deref()).collect();
+            let v = match found.as_slice() {
+                [] => return Err(AuditError::NoVersion(seq)),
+                [v] => *v,
+                many => {
+                    return Err(AuditError::Ambiguous {
+                        seq,
+                        targets: many
+                            .iter()
+                            .map(|v| format!("{} {}", v.report_type, v.target))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                }
+            };
+            let e = log.explain(v);
+            if args.json {
+                json(serde_json::to_string_pretty(&e))
+            } else {
+                explain_text(&e)
+            }
+        }
+        AuditQuery::Plot { out } => {
+            let svg = plot(&log);
+            std::fs::write(out, &svg).map_err(|source| AuditError::Write {
+                path: out.clone(),
+                source,
+            })?;
+            if args.json {
+                json(serde_json::to_string(&serde_json::json!({
+                    "out": out, "seconds": log.seconds.len(), "versions": log.versions.len(),
+                })))
+            } else {
+                format!(
+                    "{}: {} seconds, {} OCS versions\n",
+                    out.display(),
+                    log.seconds.len(),
+                    log.versions.len()
+                )
+            }
+        }
+    };
+    Ok(Output { text, warnings })
+}
+
+/// A reduction (`50 %`) or a rate (`200/s`).
+fn abatement(loss: Option<u32>, rate: Option<u32>) -> String {
+    rate.map_or_else(|| format!("{} %", loss.unwrap_or(0)), |r| format!("{r}/s"))
+}
+
+fn name(v: &Version) -> String {
+    format!("{} {} #{}", v.report_type, v.target, v.sequence)
+}
+
+/// The timeline as a table.
+#[must_use]
+pub fn timeline_text(log: &Log) -> String {
+    let mut s = String::new();
+    for t in &log.starts {
+        let _ = writeln!(s, "{t}  agent {} started", log.agent);
+    }
+    let _ = writeln!(
+        s,
+        "{:<24}  {:<24}  {:<8}  {:<34}  {:<22}  {:>8}  {:>9}  {:>8}",
+        "from", "until", "by", "ocs", "asks", "matched", "throttled", "diverted"
+    );
+    for v in &log.versions {
+        let _ = writeln!(
+            s,
+            "{:<24}  {:<24}  {:<8}  {:<34}  {:<22}  {:>8}  {:>9}  {:>8}",
+            v.from,
+            v.until.as_deref().unwrap_or("-"),
+            v.until_by.as_deref().unwrap_or("-"),
+            format!("{}{}", name(v), if v.own { " (issued)" } else { "" }),
+            v.asks(),
+            v.counts.matched,
+            v.counts.throttled,
+            v.counts.diverted
+        );
+    }
+    for (t, r) in &log.received {
+        if !matches!(
+            r.verdict.as_str(),
+            "created" | "updated" | "rollover" | "ended"
+        ) {
+            let _ = writeln!(
+                s,
+                "{t}  ignored: {} report #{} from {} ({}): {}",
+                r.report_type, r.sequence, r.peer, r.target, r.verdict
+            );
+        }
+    }
+    for (t, i) in &log.issued {
+        let _ = writeln!(
+            s,
+            "{t}  issued: {} report #{} to {}: {} (capacity {}/s, offered {:.0}/s, validity {} s)",
+            i.report_type,
+            i.sequence,
+            i.to,
+            abatement(i.loss_percent, i.max_rate),
+            i.inputs.capacity,
+            i.inputs.offered,
+            i.validity
+        );
+    }
+    s
+}
+
+/// What was in force at a moment.
+#[must_use]
+pub fn at_text(at: &AtView) -> String {
+    let mut s = format!("at {}:\n", at.time);
+    if at.ocs.is_empty() {
+        s += "  no OCS in force\n";
+    }
+    for (phase, v) in &at.ocs {
+        let _ = writeln!(s, "  {} ({phase}, since {}): {}", name(v), v.from, v.asks());
+    }
+    s
+}
+
+/// The receipt chain.
+#[must_use]
+pub fn explain_text(e: &Explain) -> String {
+    let v = &e.version;
+    let c = v.counts;
+    let mut s = format!("OCS {} (application {})\n", name(v), v.app_id);
+    s += "1. requested: ";
+    match &e.requested {
+        Some((t, r)) => {
+            let _ = writeln!(
+                s,
+                "OC-OLR received {t} from peer {}: {} report, {} {}, validity {} s",
+                r.peer,
+                r.report_type,
+                r.algorithm,
+                abatement(r.reduction_percentage, r.maximum_rate),
+                r.validity
+                    .map_or_else(|| "default".into(), |d| d.to_string())
+            );
+        }
+        None if v.own => s += "issued by this agent\n",
+        None => s += "no received report in the log\n",
+    }
+    let _ = writeln!(
+        s,
+        "2. accepted: {} by workers {:?}; ignored while in force: {}",
+        v.from,
+        v.workers,
+        if e.ignored.is_empty() {
+            "none".into()
+        } else {
+            e.ignored
+                .iter()
+                .map(|i| {
+                    format!(
+                        "#{} at {} ({})",
+                        i.report.sequence, i.time, i.report.verdict
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    let _ = writeln!(
+        s,
+        "3. in force: from {} until {} ({}), state gone {}",
+        v.from,
+        v.until.as_deref().unwrap_or("the end of the log"),
+        v.until_by.as_deref().unwrap_or("-"),
+        v.removed.as_deref().unwrap_or("-")
+    );
+    let _ = writeln!(
+        s,
+        "4. treatment: matched {} = passed {} + diverted {} + throttled {} + delegated {}{}",
+        c.matched,
+        c.passed,
+        c.diverted,
+        c.throttled,
+        c.delegated,
+        if v.delegated.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (delegated to {})",
+                v.delegated.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        }
+    );
+    let w = e.agent_wide;
+    let _ = writeln!(
+        s,
+        "5. agent-wide over those seconds: requests {} = forwarded {} + diverted {} + throttled {} + no_route {}",
+        w.requests, w.forwarded, w.diverted, w.throttled, w.no_route
+    );
+    let _ = writeln!(s, "claim: {}", e.claim);
+    s += "the records cannot show:\n";
+    for c in &e.cannot_show {
+        let _ = writeln!(s, "  - {c}");
+    }
+    s
+}
+
+/// The per-second plot: offered (requests), forwarded, diverted, throttled;
+/// each version a band; the requested reduction (%) on the right axis.
+#[must_use]
+pub fn plot(log: &Log) -> String {
+    let t0 = log
+        .seconds
+        .first()
+        .map(|(t, _)| *t)
+        .into_iter()
+        .chain(log.versions.iter().filter_map(|v| parse_rfc3339(&v.from)))
+        .min()
+        .unwrap_or(0);
+    #[expect(clippy::cast_precision_loss, reason = "seconds and counts on a chart")]
+    let x = |t: u64| t.saturating_sub(t0) as f64 / 1000.0;
+    #[expect(clippy::cast_precision_loss, reason = "counts on a chart")]
+    let series = |n: &str, f: fn(&doic::audit::Totals) -> u64| Series {
+        name: n.into(),
+        points: log
+            .seconds
+            .iter()
+            .map(|(t, s)| (x(*t), f(&s.totals) as f64))
+            .collect(),
+    };
+    let end = log.seconds.last().map_or(t0, |(t, _)| *t);
+    let until = |v: &Version| {
+        v.removed
+            .as_deref()
+            .or(v.until.as_deref())
+            .and_then(parse_rfc3339)
+            .unwrap_or(end)
+    };
+    let bands: Vec<Band> = log
+        .versions
+        .iter()
+        .map(|v| Band {
+            label: format!("{} {}", name(v), v.asks()),
+            from: x(parse_rfc3339(&v.from).unwrap_or(t0)),
+            to: x(until(v)),
+        })
+        .collect();
+    let mut reduction = Vec::new();
+    for v in log.versions.iter().filter(|v| v.loss_percent.is_some()) {
+        let p = f64::from(v.loss_percent.unwrap_or(0));
+        let (a, b) = (x(parse_rfc3339(&v.from).unwrap_or(t0)), x(until(v)));
+        reduction.extend([(a, 0.0), (a, p), (b, p), (b, 0.0)]);
+    }
+    let chart = Chart {
+        title: format!("Audit log of {}", log.agent),
+        x_label: format!("seconds since {}", rfc3339(t0)),
+        y_label: "requests per second".into(),
+        left: vec![
+            series("offered", |t| t.requests),
+            series("forwarded", |t| t.forwarded),
+            series("diverted", |t| t.diverted),
+            series("throttled", |t| t.throttled),
+        ],
+        right: Some((
+            "requested reduction (%)".into(),
+            vec![Series {
+                name: "requested reduction".into(),
+                points: reduction,
+            }],
+        )),
+        note: "bands: OCS versions in force (and ending)".into(),
+    };
+    chart.render_with_bands(&bands)
+}
