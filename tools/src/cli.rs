@@ -23,7 +23,8 @@ pub struct Cli {
 /// The agent's subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the agent with a configuration file until SIGTERM or Ctrl-C.
+    /// Run the agent with a configuration file until SIGTERM or Ctrl-C;
+    /// SIGHUP re-reads the file (docs/reload.md).
     Run {
         /// The configuration file.
         #[command(flatten)]
@@ -71,6 +72,14 @@ pub enum Command {
         /// Relay demo: requests the client keeps outstanding.
         #[arg(long, value_name = "N", default_value_t = 32, requires = "relay")]
         outstanding: usize,
+    },
+    /// Make a running agent re-read its configuration file: sends SIGHUP
+    /// to the `run` process `--pid` (what it changes and what it refuses
+    /// are in that agent's log, docs/reload.md).
+    Reload {
+        /// The process id of the running `doic-agent run`.
+        #[arg(long, value_name = "PID")]
+        pid: i32,
     },
     /// Decode one Diameter message and print it as JSON.
     Decode(DecodeArgs),

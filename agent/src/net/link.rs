@@ -11,9 +11,10 @@
 //!   exactly one answer, through this queue), and the connection relays a
 //!   request only while fewer than `node.max_pending_per_connection` are
 //!   pending; a request stays pending until its answer is taken off the
-//!   queue, so no more than that many answers are ever queued. The one
-//!   notice ([`ToConn::Close`] or [`ToConn::Replaced`]) a connection can get
-//!   makes the capacity that plus one. Should it fill all the same, the
+//!   queue, so no more than that many answers are ever queued. The
+//!   notices a connection can get, each at most once ([`ToConn::Close`] or
+//!   [`ToConn::Replaced`], and [`ToConn::Retire`] from a reload), make the
+//!   capacity that plus two. Should it fill all the same, the
 //!   message is not dropped: a task waits for room, counted in
 //!   [`IoStats::answer_queue_full`].
 //!
@@ -47,14 +48,14 @@ pub(crate) struct Inbox {
 }
 
 /// A connection's queues: `upstream` requests, `max_pending` answers (and
-/// its one notice).
+/// its two notices).
 pub(crate) fn link(
     upstream: usize,
     max_pending: usize,
     io: Arc<IoStats>,
 ) -> (Arc<ConnLink>, Inbox) {
     let (requests, req_rx) = channel(upstream.max(1));
-    let (msgs, msg_rx) = channel(max_pending.saturating_add(1).max(1));
+    let (msgs, msg_rx) = channel(max_pending.saturating_add(2));
     (
         Arc::new(ConnLink { requests, msgs, io }),
         Inbox {
