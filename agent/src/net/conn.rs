@@ -131,6 +131,9 @@ struct Conn {
     /// The routing table this connection relays with, brought up to date
     /// at each wake-up ([`crate::routing::live`]).
     routes: Held,
+    /// Its peer left the configuration ([`ToConn::Retire`]): what is
+    /// pending at the end of the drain fails over instead of 3002.
+    retired: bool,
 }
 
 /// Runs one connection to the end. `expect` is the peer an initiator
@@ -203,6 +206,7 @@ pub(crate) async fn run(
         malformed_warn: relaying::WarnLimit::default(),
         undeliverable_warn: relaying::WarnLimit::default(),
         routes: ctx_routes,
+        retired: false,
     };
     async move {
         c.pump_fsm();
@@ -579,6 +583,7 @@ impl Conn {
     #[cold]
     fn retire(&mut self) {
         tracing::info!(peer = %self.peer_host(), "peer removed from the configuration: DPR, then close once drained");
+        self.retired = true;
         self.disconnect(DisconnectCause::DoNotWantToTalkToYou);
     }
 
@@ -665,23 +670,28 @@ impl Conn {
             );
         }
         // Near the end of the drain, pending requests are answered locally
-        // so that downstream peers still receive them before closing.
+        // so that downstream peers still receive them before closing; those
+        // of a peer removed by a reload go to the peers that remain.
         if let Some(since) = self.closing_since
             && !self.flushed_pending
             && now >= since + self.ctx.config.drain().mul_f64(0.8)
         {
             self.flushed_pending = true;
-            self.answer_all_pending(relay::Error::ShuttingDown);
+            self.leave_pending();
         }
         self.check_drained();
     }
 
-    fn answer_all_pending(&mut self, why: relay::Error) {
+    /// What is still pending at the end of a drain: answered 3002 when the
+    /// agent stops, failed over (RFC 6733 §5.5.4) when only this peer was
+    /// removed.
+    fn leave_pending(&mut self) {
+        if self.retired {
+            return self.fail_over_all();
+        }
         let slot = self.peer.as_ref().map(|(_, s)| &**s);
-        self.ctx
-            .relay
-            .relay(self.routes.router())
-            .answer_all(&mut self.upstream, slot, why);
+        let relay = self.ctx.relay.relay(self.routes.router());
+        relay.answer_all(&mut self.upstream, slot, relay::Error::ShuttingDown);
     }
 
     fn fail_over_all(&mut self) {
@@ -764,7 +774,7 @@ impl Conn {
             }
         }
         if self.closing_since.is_some() {
-            self.answer_all_pending(relay::Error::ShuttingDown);
+            self.leave_pending();
         } else {
             self.fail_over_all();
         }

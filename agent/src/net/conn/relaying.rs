@@ -142,9 +142,15 @@ impl Conn {
             Err(why) => return self.refuse(&msg, why),
         };
         if self.closing_since.is_some() {
-            // The agent is stopping (RFC 6733 §5.4): after its DPR nothing
-            // new goes upstream; the request is answered at once.
-            return self.refuse(&msg, relay::Error::ShuttingDown);
+            // The agent is stopping, or this peer was removed (RFC 6733
+            // §5.4): after its DPR nothing new goes upstream; the request is
+            // answered at once.
+            let why = if self.retired {
+                relay::Error::ConnectionClosing
+            } else {
+                relay::Error::ShuttingDown
+            };
+            return self.refuse(&msg, why);
         }
         if self.fsm.owes_dpa() {
             // The peer sent DPR and waits for its DPA: a request it still
