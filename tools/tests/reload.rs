@@ -206,14 +206,18 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
         "the removed peer was dialled again"
     );
 
-    // A broken file: one ERROR line naming it and the cause; the running
-    // configuration stays.
+    // A broken file, reloaded by `doic-agent reload --pid`: one ERROR line
+    // naming it and the cause; the running configuration stays.
     write(&config(
         listen,
         &[("a.example.net", "example.net", port(&kept))],
         &[("example.net", &["ghost.example.net"])],
     ));
-    agent.signal(libc::SIGHUP);
+    let out = std::process::Command::new(bin)
+        .args(["reload", "--pid", &agent.pid().to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
     let refused = "reload refused: the running configuration stays";
     agent.wait_for("refused", |l| l.contains(refused));
     let lines = agent.lines();
@@ -235,6 +239,18 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
     }
     assert_eq!(count(&added), (1, 0));
     assert_eq!(count(&kept), (1, 0));
+    // A process that is not there: one line, exit 1.
+    let out = std::process::Command::new(bin)
+        .args(["reload", "--pid", "999999999"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("doic-agent: reload: cannot signal process 999999999: ")
+            && err.lines().count() == 1,
+        "{err}"
+    );
     assert!(agent.stop().success());
     for s in [&kept, &removed, &added] {
         s.stop();

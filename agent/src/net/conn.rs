@@ -582,7 +582,7 @@ impl Conn {
     /// capabilities exchange closes at once.
     #[cold]
     fn retire(&mut self) {
-        tracing::info!(peer = %self.peer_host(), "peer removed from the configuration: DPR, then close once drained");
+        tracing::debug!(peer = %self.peer_host(), "retired: DPR");
         self.retired = true;
         self.disconnect(DisconnectCause::DoNotWantToTalkToYou);
     }
