@@ -108,26 +108,8 @@ mod tests {
 
     use super::*;
 
-    const BASE: &str = r#"
-[node]
-origin_host = "agent.example.com"
-origin_realm = "example.com"
-listen = ["127.0.0.1:3868"]
-
-[[peer]]
-host = "a.example.net"
-realm = "example.net"
-connect = "127.0.0.1:3869"
-
-[[peer]]
-host = "b.example.net"
-realm = "example.net"
-connect = "127.0.0.1:3870"
-
-[[route]]
-realm = "example.net"
-peers = ["a.example.net", "b.example.net"]
-"#;
+    /// Two servers, both routed for example.net, clients `*.example.org`.
+    const BASE: &str = crate::config::DEMO_CONFIG;
 
     fn parse(text: &str) -> Config {
         Config::from_str_named(text, Path::new("t.toml")).unwrap()
@@ -146,17 +128,18 @@ peers = ["a.example.net", "b.example.net"]
 
     #[test]
     fn a_peer_and_a_route_added_another_peer_removed() {
-        let new = BASE.replace(
-            "[[peer]]\nhost = \"b.example.net\"\nrealm = \"example.net\"\nconnect = \"127.0.0.1:3870\"\n",
-            "[[peer]]\nhost = \"c.example.org\"\nrealm = \"example.org\"\nconnect = \"127.0.0.1:3871\"\n",
-        )
-        .replace(
-            "peers = [\"a.example.net\", \"b.example.net\"]\n",
-            "peers = [\"a.example.net\"]\n[[route]]\nrealm = \"example.org\"\npeers = [\"c.example.org\"]\n",
-        );
+        let new = BASE
+            .replace(
+                "host = \"server2.example.net\"\nrealm = \"example.net\"\nconnect = \"127.0.0.1:3870\"",
+                "host = \"n.new.example\"\nrealm = \"new.example\"\nconnect = \"127.0.0.1:3871\"",
+            )
+            .replace(
+                "peers = [\"server1.example.net\", \"server2.example.net\"]\n",
+                "peers = [\"server1.example.net\"]\n[[route]]\nrealm = \"new.example\"\npeers = [\"n.new.example\"]\n",
+            );
         let plan = Plan::between(&parse(BASE), &parse(&new));
-        assert_eq!(hosts(&plan.add), ["c.example.org"]);
-        assert_eq!(plan.remove, ["b.example.net"]);
+        assert_eq!(hosts(&plan.add), ["n.new.example"]);
+        assert_eq!(plan.remove, ["server2.example.net"]);
         assert!(plan.routes);
         assert!(!plan.accept);
         assert!(plan.needs_restart.is_empty(), "{:?}", plan.needs_restart);
@@ -166,13 +149,13 @@ peers = ["a.example.net", "b.example.net"]
     fn a_changed_address_is_a_removal_and_an_addition() {
         let new = BASE.replace("127.0.0.1:3870", "127.0.0.1:3880");
         let plan = Plan::between(&parse(BASE), &parse(&new));
-        assert_eq!(hosts(&plan.add), ["b.example.net"]);
+        assert_eq!(hosts(&plan.add), ["server2.example.net"]);
         assert_eq!(plan.add[0].connect, "127.0.0.1:3880".parse().ok());
-        assert_eq!(plan.remove, ["b.example.net"]);
+        assert_eq!(plan.remove, ["server2.example.net"]);
         // The host's case is not a change (DiameterIdentity, RFC 6733 §4.3.1).
         let plan = Plan::between(
             &parse(BASE),
-            &parse(&BASE.replace("a.example", "A.Example")),
+            &parse(&BASE.replace("server1.example", "Server1.Example")),
         );
         assert!(plan.add.is_empty() && plan.remove.is_empty(), "{plan:?}");
     }
@@ -180,9 +163,10 @@ peers = ["a.example.net", "b.example.net"]
     #[test]
     fn routes_and_accept_change_live() {
         let new = BASE.replace(
-            "peers = [\"a.example.net\", \"b.example.net\"]",
-            "peers = [{ host = \"a.example.net\", priority = 1 }, \"b.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]",
-        );
+            "peers = [\"server1.example.net\", \"server2.example.net\"]",
+            "peers = [{ host = \"server1.example.net\", priority = 1 }, \"server2.example.net\"]",
+        )
+        .replace("*.example.org", "*.example.edu");
         let plan = Plan::between(&parse(BASE), &parse(&new));
         assert!(plan.add.is_empty() && plan.remove.is_empty());
         assert!(plan.routes && plan.accept);
@@ -193,8 +177,9 @@ peers = ["a.example.net", "b.example.net"]
     fn what_is_read_at_start_only_needs_a_restart() {
         let new = BASE
             .replace("127.0.0.1:3868", "127.0.0.1:3999")
-            .replace("listen = [", "workers = 3\ntw_seconds = 12\nlisten = [")
-            + "[metrics]\nlisten = \"127.0.0.1:9464\"\n[ebpf]\nmode = \"off\"\n[retry]\nbudget_percent = 5\n[doic]\n";
+            .replace("127.0.0.1:9464", "127.0.0.1:9465")
+            .replace("tw_seconds = 6", "workers = 3\ntw_seconds = 12")
+            + "[ebpf]\nmode = \"off\"\n[retry]\nbudget_percent = 5\n[doic]\n";
         let plan = Plan::between(&parse(BASE), &parse(&new));
         assert!(plan.is_empty(), "{plan:?}");
         assert_eq!(
