@@ -117,8 +117,9 @@ mod tests {
     #[tokio::test]
     async fn an_answer_that_finds_the_queue_full_is_not_dropped_but_counted() {
         let io = Arc::new(IoStats::default());
+        // Room for one answer and the two notices.
         let (tx, mut rx) = link(1, 1, io.clone());
-        for hbh in 0..3 {
+        for hbh in 0..4 {
             tx.send(answer(hbh));
         }
         assert_eq!(
@@ -127,12 +128,12 @@ mod tests {
             1
         );
         let mut got = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..4 {
             let Some(ToConn::Answer { hbh, .. }) = rx.msgs.recv().await else {
                 panic!("an answer")
             };
             got.push(hbh);
         }
-        assert_eq!(got, [0, 1, 2]);
+        assert_eq!(got, [0, 1, 2, 3]);
     }
 }
