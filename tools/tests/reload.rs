@@ -23,11 +23,15 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-/// The agent's file: listening on `listen`, the `peers` (host, realm,
-/// port) and the `routes` (realm, hosts).
-fn config(listen: u16, peers: &[(&str, &str, u16)], routes: &[(&str, &[&str])]) -> String {
+/// The agent's file: listening on `listen` (Diameter, metrics), the
+/// `peers` (host, realm, port) and the `routes` (realm, hosts).
+fn config(
+    (listen, metrics): (u16, u16),
+    peers: &[(&str, &str, u16)],
+    routes: &[(&str, &[&str])],
+) -> String {
     let mut s = format!(
-        "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\nworkers = 2\ntc_seconds = 0.2\n[accept]\nhosts = [\"*.example.org\"]\n"
+        "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\nworkers = 2\ntc_seconds = 0.2\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n[accept]\nhosts = [\"*.example.org\"]\n"
     );
     for (host, realm, port) in peers {
         s += &format!(
@@ -116,7 +120,7 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
     let removed = server("b.example.net", "example.net");
     let added = server("n.new.example", "new.example");
     let port = |s: &Server| s.addr.port();
-    let listen = free_port();
+    let (listen, metrics) = (free_port(), free_port());
     let dir = std::env::temp_dir().join(format!("doic-reload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("agent.toml");
@@ -127,7 +131,7 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
         std::fs::rename(&tmp, &file).unwrap();
     };
     write(&config(
-        listen,
+        (listen, metrics),
         &[
             ("a.example.net", "example.net", port(&kept)),
             ("b.example.net", "example.net", port(&removed)),
@@ -163,7 +167,7 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
     let under_load = rt.spawn(load(addr, "example.net", Pace::Open(1000), 4.0));
     std::thread::sleep(Duration::from_millis(1500));
     write(&config(
-        listen,
+        (listen, metrics),
         &[
             ("a.example.net", "example.net", port(&kept)),
             ("n.new.example", "new.example", port(&added)),
@@ -196,6 +200,12 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
         added.stats.requests.load(Ordering::Relaxed) - before,
         fresh.sent
     );
+    // The removed peer's series leave /metrics, the added one's come.
+    let endpoint: SocketAddr = format!("127.0.0.1:{metrics}").parse().unwrap();
+    let body = rt.block_on(support::node::http_get(endpoint, "/metrics"));
+    let series = |host: &str| body.contains(&format!("doic_peer_state{{peer=\"{host}\"}}"));
+    assert!(series("a.example.net") && series("n.new.example"), "{body}");
+    assert!(!series("b.example.net"), "{body}");
     // The kept peer's one connection throughout; the removed one is not
     // dialled again (Tc is 0.2 s).
     std::thread::sleep(Duration::from_millis(600));
@@ -209,7 +219,7 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
     // A broken file, reloaded by `doic-agent reload --pid`: one ERROR line
     // naming it and the cause; the running configuration stays.
     write(&config(
-        listen,
+        (listen, metrics),
         &[("a.example.net", "example.net", port(&kept))],
         &[("example.net", &["ghost.example.net"])],
     ));

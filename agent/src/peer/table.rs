@@ -548,7 +548,10 @@ impl PeerTable {
             .cloned()
     }
 
-    /// Every slot with its id.
+    /// Every slot with its id, but those of peers a reload removed
+    /// ([`PeerSlot::retire`]: their series leave `/metrics`, and a peer
+    /// configured again under the same name is listed once, by its new
+    /// slot).
     #[must_use]
     pub fn all(&self) -> Vec<(PeerId, Arc<PeerSlot>)> {
         self.slots
@@ -557,6 +560,7 @@ impl PeerTable {
             .iter()
             .cloned()
             .enumerate()
+            .filter(|(_, s)| !s.is_retired())
             .collect()
     }
 
@@ -783,6 +787,8 @@ mod tests {
         let new = t.add_configured(&cfg);
         assert_ne!(new, old);
         assert_eq!(t.by_host("b.example.net"), Some(new));
+        let listed: Vec<PeerId> = t.all().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(listed, [new], "listed once, by its new slot");
         assert!(slot.is_open(), "the old connection drains on its own");
     }
 }
