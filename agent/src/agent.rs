@@ -4,7 +4,8 @@
 //! [`crate::runtime::control::Control`], the metrics endpoint's
 //! [`crate::metrics::Sources`]), started on the threads of
 //! [`crate::runtime`]. The shutdown of RFC 6733 §5.4 (DPR to every peer,
-//! drain, answer every pending request) starts with [`Agent::shutdown`].
+//! drain, answer every pending request) starts with [`Agent::shutdown`];
+//! [`Agent::reload`] changes peers, routes and `[accept]` while it runs.
 //!
 //! [`Agent::start_on`] runs the same agent as tasks on a runtime the caller
 //! passes in ([`Runtime::hosted`]): a test that pauses tokio's clock then
@@ -12,19 +13,20 @@
 //! validity, probes and ramps included.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::Notify;
 
 use crate::admission::Admission;
-use crate::config::Config;
+use crate::config::{Config, Plan};
 use crate::ebpf::live::Live;
 use crate::metrics::Sources;
 use crate::net::{ConnCtx, IoStats, RelayCtx};
 use crate::overload::Overload;
 use crate::peer::table::PeerTable;
 use crate::relay::budget::RetryGate;
+use crate::routing::live::LiveRoutes;
 use crate::routing::{PeerView, Router};
 use crate::runtime::{Runtime, WorkerError, Workers, control::Control};
 use crate::telemetry::Kernel;
@@ -77,6 +79,11 @@ pub struct Agent {
     config: Arc<Config>,
     /// The audit log's writer (`[audit] dir`).
     audit: Option<crate::audit::writer::Writer>,
+    /// The configuration running now: the one started, then each reload's
+    /// ([`Agent::reload`]; what needs a restart keeps its started value).
+    running: Mutex<Config>,
+    /// What the connections share, for a reload.
+    conn: Arc<ConnCtx>,
     runtime: Runtime,
     sources: Arc<Sources>,
     ebpf: Arc<Live>,
@@ -178,7 +185,7 @@ impl Agent {
                 origin_host: config.node.origin_host.clone(),
                 origin_realm: config.node.origin_realm.clone(),
                 table: table.clone(),
-                router,
+                routes: LiveRoutes::new(router),
                 overload: overload.clone(),
                 retry: retry.clone(),
                 upstream_backlog: config.node.upstream_backlog_bytes,
@@ -188,6 +195,7 @@ impl Agent {
             kernel: kernel.clone(),
             stop: runtime.stop_signal().clone(),
             next_conn: AtomicU64::new(1),
+            accept: Mutex::new(config.accept.clone()),
         });
         let sources = Arc::new(Sources {
             table: table.clone(),
@@ -219,8 +227,10 @@ impl Agent {
         });
         tracing::info!(workers = n, listen = ?listen, metrics = %crate::net::OrNone(metrics), "agent started");
         Ok(Agent {
+            running: Mutex::new((*config).clone()),
             config,
             audit,
+            conn,
             runtime,
             sources,
             ebpf,
@@ -241,10 +251,29 @@ impl Agent {
         self.metrics
     }
 
-    /// The configuration the agent runs.
+    /// The configuration the agent started with.
     #[must_use]
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Reloads the configuration (SIGHUP, `doic-agent reload`): `new` (read
+    /// and checked by the caller, [`Config::check_runnable`]) against the
+    /// running one, [`Plan::between`]. Peers, routes and `[accept]` change
+    /// live: an added peer is dialled, a removed one is sent DPR (RFC 6733
+    /// §5.4) and closed once its pending requests are answered or the drain
+    /// ends, the peers that stay keep their connections and state. What is
+    /// read only at start (listen addresses, workers, `[ebpf]`, ...) is
+    /// logged at WARN as needing a restart and keeps its running value.
+    /// Returns the plan carried out.
+    pub fn reload(&self, new: Config) -> Plan {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let plan = Plan::between(&running, &new);
+        crate::runtime::reload::apply(&self.conn, self.runtime.workers(), &plan, &new);
+        running.peers = new.peers;
+        running.routes = new.routes;
+        running.accept = new.accept;
+        plan
     }
 
     /// The peer table (states, counters).

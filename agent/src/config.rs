@@ -23,11 +23,13 @@ use serde::Deserialize;
 mod identity;
 mod listen;
 mod parse_error;
+pub mod reload;
 mod retry;
 
 pub use identity::IdentityError;
 use identity::check_identity;
 use parse_error::one_line;
+pub use reload::Plan;
 pub use retry::{RetryConfig, RetryConfigError};
 
 /// A configuration that could not be read or is not valid. The message names
@@ -97,7 +99,7 @@ pub struct Config {
 }
 
 /// `[node]`: the agent itself.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Node {
     /// Origin-Host of the agent (RFC 6733 §6.3).
@@ -220,7 +222,7 @@ pub struct Metrics {
 }
 
 /// `[[peer]]`: one known peer.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeerConfig {
     /// The peer's DiameterIdentity (its Origin-Host).
@@ -243,7 +245,7 @@ pub struct PeerConfig {
 }
 
 /// `[[route]]`: a realm route.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// The Destination-Realm routed by this entry.
@@ -257,7 +259,7 @@ pub struct RouteConfig {
 
 /// One next hop of a route: a bare host name, or a table with priority and
 /// weight.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
 pub enum RoutePeer {
     /// `"server1.example.net"`: priority 0, weight 1.
@@ -296,7 +298,7 @@ impl RoutePeer {
 }
 
 /// `[accept]`: inbound peers accepted without a `[[peer]]` entry.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Accept {
     /// Host name patterns: an exact name, or `*.suffix` matching any name

@@ -176,7 +176,13 @@ pub(crate) enum Decision {
 /// new next hop (RFC 8581 §5) before the relay routes it.
 pub(crate) trait Treat {
     /// The decision for `r` on its way to a new next hop.
-    fn retreat(&self, r: &Relayed, destination_host: Option<&str>, rotate: usize) -> Decision;
+    fn retreat(
+        &self,
+        router: &Router,
+        r: &Relayed,
+        destination_host: Option<&str>,
+        rotate: usize,
+    ) -> Decision;
 }
 
 /// The relay of one agent, as a connection sees it: the agent's identity,
@@ -308,7 +314,7 @@ impl<'a> Relay<'a> {
         if let Some(treat) = self.treat
             && r.doic.is_some()
         {
-            match treat.retreat(&r, destination_host, rotate) {
+            match treat.retreat(self.router, &r, destination_host, rotate) {
                 Decision::Forward {
                     peer,
                     slot,

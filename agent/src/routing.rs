@@ -4,9 +4,13 @@
 //! candidate choice of this agent: lowest priority first, then least
 //! outstanding requests per unit of weight. Route-Record loop detection is
 //! §6.1.3. Sans-io: the live state of the peers is read through [`PeerView`].
+//! A reload replaces the table without a lock on the request path
+//! ([`live`]).
 
 use crate::config::Config;
 use diameter::dictionary::app::RELAY as RELAY_APPLICATION_ID;
+
+pub mod live;
 
 /// Index of a peer in the agent's peer table.
 pub type PeerId = usize;

@@ -5,7 +5,8 @@
 //! [`Runtime::join`]: the workers end once every connection has sent its DPR,
 //! drained and closed, then the control thread). [`Runtime::hosted`] builds
 //! the same workers as groups of tasks on a runtime the caller passes in,
-//! with the control tick as a task ([`hosted`]).
+//! with the control tick as a task ([`hosted`]). A reload of the
+//! configuration is carried out on the running workers by [`reload`].
 //!
 //! Threads talk through atomics and bounded channels, never an unbounded
 //! queue: the feeds of the workers to the control thread are in
@@ -22,6 +23,7 @@ use tokio::sync::{Notify, watch};
 
 pub mod control;
 mod hosted;
+pub(crate) mod reload;
 
 use crate::clock::Clock;
 use crate::overload::hosted::HostedCore;

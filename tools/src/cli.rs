@@ -25,7 +25,8 @@ pub struct Cli {
 /// The agent's subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the agent with a configuration file until SIGTERM or Ctrl-C.
+    /// Run the agent with a configuration file until SIGTERM or Ctrl-C;
+    /// SIGHUP re-reads the file (docs/reload.md).
     Run {
         /// The configuration file.
         #[command(flatten)]
@@ -76,6 +77,14 @@ pub enum Command {
     },
     /// Ask the audit log (`[audit] dir`): timeline, at, explain, plot.
     Audit(audit::AuditArgs),
+    /// Make a running agent re-read its configuration file: sends SIGHUP
+    /// to the `run` process `--pid` (what it changes and what it refuses
+    /// are in that agent's log, docs/reload.md).
+    Reload {
+        /// The process id of the running `doic-agent run`.
+        #[arg(long, value_name = "PID")]
+        pid: i32,
+    },
     /// Decode one Diameter message and print it as JSON.
     Decode(DecodeArgs),
     /// Encode the JSON form of a message (as `decode` prints it) to hex.

@@ -2,7 +2,7 @@
 //!
 //! What goes to stderr: `run` writes only `tracing` lines there (text or
 //! JSON, [`tools::logging`]), its fatal error included; the one-shot
-//! subcommands (`check-config`, `decode`, `encode`, `demo`) print their
+//! subcommands (`check-config`, `reload`, `decode`, `encode`, `demo`) print their
 //! error as one plain line `doic-agent: ...`; a bad command line is clap's
 //! message. Exit status: 0 ok, 1 failure, 2 bad command line.
 
@@ -50,6 +50,7 @@ fn main() -> ExitCode {
         },
         Command::CheckConfig { config } => report(check_config(config.path())),
         Command::Run { config, log } => run_logged(config.path(), &log),
+        Command::Reload { pid } => report(send_reload(pid)),
         Command::Demo {
             relay,
             capacity,
@@ -140,7 +141,7 @@ fn run(file: &std::path::Path) -> anyhow::Result<()> {
     let config = load(file)?;
     // Before anything slow (loading the kernel program): a SIGTERM from
     // then on stops the agent cleanly.
-    let signals = Signals::install()?;
+    let mut signals = Signals::install()?;
     let agent = Agent::start(config)?;
     agent.start_kernel_telemetry();
     let listen = agent.local_addrs();
@@ -152,13 +153,45 @@ fn run(file: &std::path::Path) -> anyhow::Result<()> {
         ),
         None => tracing::info!(listen = ?listen, "listening"),
     }
-    signals.wait();
+    while signals.wait() == Wake::Reload {
+        reload(file, &agent);
+    }
     tracing::info!("stopping: DPR to every peer, draining");
     agent.shutdown();
     // The program stays attached until every connection has closed.
     agent.join();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// SIGHUP: re-reads `file`; a file that `run` would refuse is refused in
+/// one ERROR line naming the file and the cause, and the running
+/// configuration stays.
+fn reload(file: &std::path::Path, agent: &Agent) {
+    tracing::info!(file = %file.display(), "SIGHUP: reloading the configuration");
+    match load(file) {
+        Ok(config) => {
+            agent.reload(config);
+        }
+        Err(e) => tracing::error!(
+            file = %file.display(),
+            cause = %e,
+            "reload refused: the running configuration stays"
+        ),
+    }
+}
+
+/// `reload --pid PID`: SIGHUP to a running agent.
+fn send_reload(pid: i32) -> anyhow::Result<String> {
+    anyhow::ensure!(pid > 0, "reload: --pid {pid} is not a process id");
+    // SAFETY: kill(2) has no memory preconditions; a wrong pid is an error.
+    if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
+        let e = std::io::Error::last_os_error();
+        anyhow::bail!("reload: cannot signal process {pid}: {e}");
+    }
+    Ok(format!(
+        "sent SIGHUP to process {pid}: its log says what changed"
+    ))
 }
 
 /// `demo` (the default): an overload episode with and without `[doic]`.
@@ -193,11 +226,21 @@ fn demo(
     Ok(())
 }
 
-/// SIGTERM and SIGINT handlers, installed up front.
+/// SIGTERM, SIGINT and SIGHUP handlers, installed up front.
 struct Signals {
     rt: tokio::runtime::Runtime,
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+/// What woke [`Signals::wait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// SIGTERM or SIGINT: stop.
+    Stop,
+    /// SIGHUP: reload the configuration.
+    Reload,
 }
 
 impl Signals {
@@ -206,24 +249,26 @@ impl Signals {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (term, int) = {
+        let (term, int, hup) = {
             let _guard = rt.enter();
             (
                 signal(SignalKind::terminate())?,
                 signal(SignalKind::interrupt())?,
+                signal(SignalKind::hangup())?,
             )
         };
-        Ok(Self { rt, term, int })
+        Ok(Self { rt, term, int, hup })
     }
 
-    /// Blocks until SIGTERM or SIGINT.
-    fn wait(mut self) {
+    /// Blocks until SIGTERM, SIGINT or SIGHUP.
+    fn wait(&mut self) -> Wake {
         self.rt.block_on(async {
             tokio::select! {
-                _ = self.term.recv() => {}
-                _ = self.int.recv() => {}
+                _ = self.term.recv() => Wake::Stop,
+                _ = self.int.recv() => Wake::Stop,
+                _ = self.hup.recv() => Wake::Reload,
             }
-        });
+        })
     }
 }
 

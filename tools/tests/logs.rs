@@ -7,8 +7,6 @@
 //! DIAMETER_UNABLE_TO_DELIVER).
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -19,7 +17,7 @@ use tools::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, Traffi
 
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
-use support::process::rt;
+use support::process::{AgentProcess, events, rt};
 
 /// A free loopback port: bound, then released (nothing listens there).
 fn free_port() -> u16 {
@@ -27,96 +25,22 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-/// The agent process with its stderr collected line by line; SIGTERM on
-/// drop.
-struct Agent {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Agent {
-    fn spawn(listen: u16, upstream: u16, args: &[&str]) -> Agent {
-        let dir = std::env::temp_dir().join(format!("doic-logs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cfg = dir.join(format!("agent-{listen}.toml"));
-        std::fs::write(
+/// The agent: `run` with a configuration dialling `upstream`, listening
+/// on `listen`, and `args`; SIGTERM with `stop`, killed on drop.
+fn spawn_agent(listen: u16, upstream: u16, args: &[&str]) -> AgentProcess {
+    let dir = std::env::temp_dir().join(format!("doic-logs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join(format!("agent-{listen}.toml"));
+    std::fs::write(
             &cfg,
             format!(
                 "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\ntc_seconds = 0.2\nrequest_timeout_seconds = 0.5\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"127.0.0.1:{upstream}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n"
             ),
         )
         .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_doic-agent"))
-            .arg("run")
-            .arg(&cfg)
-            .args(args)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, reader) = support::process::collect_lines(&mut child);
-        Agent {
-            child,
-            lines,
-            reader: Some(reader),
-        }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
-    }
-
-    /// Waits (10 s at most) for a line `ok` accepts.
-    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let t0 = Instant::now();
-        loop {
-            if let Some(l) = self.lines().into_iter().find(|l| ok(l)) {
-                return l;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "no {what} line in:\n{}",
-                self.lines().join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGTERM, then the exit status once every line is read.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        let pid = i32::try_from(self.child.id()).unwrap();
-        // SAFETY: signals the child this test started.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let t0 = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                if let Some(r) = self.reader.take() {
-                    r.join().unwrap();
-                }
-                return s;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(15), "no exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The JSON lines whose message is `message`.
-fn events(lines: &[String], message: &str) -> Vec<serde_json::Value> {
-    lines
-        .iter()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|j| j["fields"]["message"] == message)
-        .collect()
+    let mut all: Vec<&std::ffi::OsStr> = vec!["run".as_ref(), cfg.as_os_str()];
+    all.extend(args.iter().map(std::ffi::OsStr::new));
+    AgentProcess::spawn(env!("CARGO_BIN_EXE_doic-agent"), &all)
 }
 
 const DOWN: &str =
@@ -166,7 +90,7 @@ async fn burst(agent: SocketAddr, n: u32) -> Vec<(u32, String)> {
 #[test]
 fn json_lines_name_the_down_peer_its_cause_the_route_and_each_3002() {
     let (listen, upstream) = (free_port(), free_port());
-    let mut agent = Agent::spawn(listen, upstream, &["--log-format", "json"]);
+    let mut agent = spawn_agent(listen, upstream, &["--log-format", "json"]);
     agent.wait_for("listening", |l| l.contains("\"listening\""));
     // The first failed dial: one WARN naming the peer, its address and the
     // cause; the route with no peer up: one WARN.
@@ -265,7 +189,7 @@ fn json_lines_name_the_down_peer_its_cause_the_route_and_each_3002() {
 #[test]
 fn text_lines_have_no_colour_codes_on_a_pipe_and_the_level_option_filters() {
     let (listen, upstream) = (free_port(), free_port());
-    let mut agent = Agent::spawn(listen, upstream, &[]);
+    let mut agent = spawn_agent(listen, upstream, &[]);
     let dial = agent.wait_for("dial", |l| l.contains("cannot connect to peer"));
     assert!(
         dial.contains(&format!(
@@ -281,7 +205,7 @@ fn text_lines_have_no_colour_codes_on_a_pipe_and_the_level_option_filters() {
     assert!(lines.iter().any(|l| l.contains("INFO doic_agent: stopped")));
 
     // --log-level error: nothing at all for the same story.
-    let mut quiet = Agent::spawn(free_port(), upstream, &["--log-level", "error"]);
+    let mut quiet = spawn_agent(free_port(), upstream, &["--log-level", "error"]);
     std::thread::sleep(Duration::from_millis(800));
     assert!(quiet.stop().success());
     assert_eq!(quiet.lines(), Vec::<String>::new());
@@ -305,7 +229,7 @@ fn an_upstream_that_does_not_answer_is_named_in_one_warning_per_burst() {
         .unwrap()
     });
     let listen = free_port();
-    let mut agent = Agent::spawn(listen, server.addr.port(), &["--log-format", "json"]);
+    let mut agent = spawn_agent(listen, server.addr.port(), &["--log-format", "json"]);
     agent.wait_for("listening", |l| l.contains("\"listening\""));
     let agent_addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
     // Until the upstream is up the burst gets `no peer up`; once it is, the

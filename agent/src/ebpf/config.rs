@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 /// The `[ebpf]` section as written: every key optional. [`Section::resolve`]
 /// fills the defaults that depend on the rest of the configuration.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Section {
     /// Interfaces to attach to; default `["lo"]`.

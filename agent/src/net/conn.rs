@@ -44,6 +44,7 @@ use crate::net::link::{ConnLink, Inbox, link};
 use crate::peer::table::{LinkRef, PeerSlot, PeerStats, Relayed, ToConn, state};
 use crate::relay::{self, pending::Upstream};
 use crate::routing::PeerId;
+use crate::routing::live::Held;
 use diameter::codec::Capabilities;
 use diameter::codec::answer::put_base;
 use diameter::codec::header::{HEADER_LEN, Header, finish, frame_len_max, set_hop_by_hop};
@@ -127,6 +128,12 @@ struct Conn {
     malformed_warn: relaying::WarnLimit,
     /// Rate limit of the warning that a request was answered 3002.
     undeliverable_warn: relaying::WarnLimit,
+    /// The routing table this connection relays with, brought up to date
+    /// at each wake-up ([`crate::routing::live`]).
+    routes: Held,
+    /// Its peer left the configuration ([`ToConn::Retire`]): what is
+    /// pending at the end of the drain fails over instead of 3002.
+    retired: bool,
 }
 
 /// Runs one connection to the end. `expect` is the peer an initiator
@@ -171,6 +178,7 @@ pub(crate) async fn run(
     }
     let span = tracing::debug_span!("conn", id, remote = %crate::net::OrNone(remote), ?role);
     let request_timeout = ctx.config.request_timeout();
+    let ctx_routes = ctx.relay.routes.held();
     let mut c = Conn {
         ctx,
         id,
@@ -197,6 +205,8 @@ pub(crate) async fn run(
         waiting,
         malformed_warn: relaying::WarnLimit::default(),
         undeliverable_warn: relaying::WarnLimit::default(),
+        routes: ctx_routes,
+        retired: false,
     };
     async move {
         c.pump_fsm();
@@ -249,6 +259,7 @@ impl Conn {
                 ready = self.stream.ready(interest) => match ready {
                     Ok(r) => {
                         if r.is_readable() {
+                            self.ctx.relay.routes.refresh(&mut self.routes);
                             self.read_and_handle();
                         }
                     }
@@ -288,6 +299,7 @@ impl Conn {
     /// Hands each message of the batch `slot` (kept for its capacity) to
     /// `handle`.
     fn take_batch<T>(&mut self, slot: fn(&mut Self) -> &mut Vec<T>, handle: fn(&mut Self, T)) {
+        self.ctx.relay.routes.refresh(&mut self.routes);
         let mut batch = std::mem::take(slot(self));
         for m in batch.drain(..) {
             handle(self, m);
@@ -561,6 +573,23 @@ impl Conn {
 
     /// The agent is stopping: DPR, then drain (RFC 6733 §5.4).
     fn stop(&mut self) {
+        self.disconnect(DisconnectCause::Rebooting);
+    }
+
+    /// The peer left the configuration (a reload, [`ToConn::Retire`]): DPR
+    /// with DO_NOT_WANT_TO_TALK_TO_YOU (RFC 6733 §5.4.3: the peer is not to
+    /// reconnect), then the drain of a stop; a connection still in its
+    /// capabilities exchange closes at once.
+    #[cold]
+    fn retire(&mut self) {
+        tracing::debug!(peer = %self.peer_host(), "retired: DPR");
+        self.retired = true;
+        self.disconnect(DisconnectCause::DoNotWantToTalkToYou);
+    }
+
+    /// DPR with `cause`, then drain: pending requests are answered by the
+    /// peer or, at 80 % of the drain, locally (RFC 6733 §5.4).
+    fn disconnect(&mut self, cause: DisconnectCause) {
         if self.closing_since.is_some() {
             return;
         }
@@ -571,11 +600,8 @@ impl Conn {
         {
             slot.set_state(state::CLOSING);
         }
-        self.fsm.handle_stop(
-            now.into_std(),
-            DisconnectCause::Rebooting,
-            self.ctx.config.drain(),
-        );
+        self.fsm
+            .handle_stop(now.into_std(), cause, self.ctx.config.drain());
         self.check_drained();
     }
 
@@ -614,6 +640,7 @@ impl Conn {
     }
 
     fn handle_timers(&mut self) {
+        self.ctx.relay.routes.refresh(&mut self.routes);
         let now = Instant::now();
         let waiting_cer = self.fsm.state() == State::WaitCer;
         self.fsm.handle_timeout(now.into_std());
@@ -626,11 +653,11 @@ impl Conn {
         self.pump_watchdog();
         // Requests whose upstream answer is overdue get the agent's 3002.
         let slot = self.peer.as_ref().map(|(_, s)| &**s);
-        let expired =
-            self.ctx
-                .relay
-                .relay()
-                .handle_timeout(&mut self.upstream, slot, now.into_std());
+        let expired = self.ctx.relay.relay(self.routes.router()).handle_timeout(
+            &mut self.upstream,
+            slot,
+            now.into_std(),
+        );
         if expired > 0
             && let Some(suppressed) = self.undeliverable_warn.allow(now)
         {
@@ -643,32 +670,39 @@ impl Conn {
             );
         }
         // Near the end of the drain, pending requests are answered locally
-        // so that downstream peers still receive them before closing.
+        // so that downstream peers still receive them before closing; those
+        // of a peer removed by a reload go to the peers that remain.
         if let Some(since) = self.closing_since
             && !self.flushed_pending
             && now >= since + self.ctx.config.drain().mul_f64(0.8)
         {
             self.flushed_pending = true;
-            self.answer_all_pending(relay::Error::ShuttingDown);
+            self.leave_pending();
         }
         self.check_drained();
     }
 
-    fn answer_all_pending(&mut self, why: relay::Error) {
+    /// What is still pending at the end of a drain: answered 3002 when the
+    /// agent stops, failed over (RFC 6733 §5.5.4) when only this peer was
+    /// removed.
+    fn leave_pending(&mut self) {
+        if self.retired {
+            return self.fail_over_all();
+        }
         let slot = self.peer.as_ref().map(|(_, s)| &**s);
-        self.ctx
-            .relay
-            .relay()
-            .answer_all(&mut self.upstream, slot, why);
+        let relay = self.ctx.relay.relay(self.routes.router());
+        relay.answer_all(&mut self.upstream, slot, relay::Error::ShuttingDown);
     }
 
     fn fail_over_all(&mut self) {
         let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
         let now = Instant::now().into_std();
-        self.ctx
-            .relay
-            .relay()
-            .fail_over_all(&mut self.upstream, from, now, &mut self.rotate);
+        self.ctx.relay.relay(self.routes.router()).fail_over_all(
+            &mut self.upstream,
+            from,
+            now,
+            &mut self.rotate,
+        );
     }
 
     fn handle_to_conn(&mut self, m: ToConn) {
@@ -691,6 +725,7 @@ impl Conn {
             } => self.write_answer_with(&msg, features, hbh, code),
             ToConn::Close => self.close_internal(Cause::ElectionLost),
             ToConn::Replaced => self.close_internal(Cause::Replaced),
+            ToConn::Retire => self.retire(),
         }
     }
 
@@ -739,7 +774,7 @@ impl Conn {
             }
         }
         if self.closing_since.is_some() {
-            self.answer_all_pending(relay::Error::ShuttingDown);
+            self.leave_pending();
         } else {
             self.fail_over_all();
         }
@@ -748,10 +783,12 @@ impl Conn {
         self.rx.requests.close();
         while let Ok(r) = self.rx.requests.try_recv() {
             let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
-            self.ctx
-                .relay
-                .relay()
-                .reroute(from, r, self.rotate, relay::Error::ConnectionLost);
+            self.ctx.relay.relay(self.routes.router()).reroute(
+                from,
+                r,
+                self.rotate,
+                relay::Error::ConnectionLost,
+            );
         }
         self.rx.msgs.close();
         while let Ok(m) = self.rx.msgs.try_recv() {

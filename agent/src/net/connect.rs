@@ -119,7 +119,8 @@ impl DialFailures {
 /// §6.1.5: its requests are answered 3002).
 fn warn_routes_without_peer_up(ctx: &ConnCtx, peer: PeerId) {
     let table = &ctx.relay.table;
-    for (realm, peers) in ctx.relay.router.realms_of(peer) {
+    let routes = ctx.relay.routes.held();
+    for (realm, peers) in routes.router().realms_of(peer) {
         if peers
             .iter()
             .all(|&p| table.get(p).is_none_or(|s| !s.is_open()))
@@ -205,6 +206,10 @@ pub(crate) async fn dial_loop(ctx: Arc<ConnCtx>, peer: PeerId, addr: SocketAddr)
             break;
         }
         let slot = ctx.relay.table.get(peer);
+        if slot.as_ref().is_none_or(|s| s.is_retired()) {
+            // Removed by a reload: its connection (if any) says DPR.
+            break;
+        }
         let busy = slot.as_ref().is_none_or(|s| s.has_connection());
         if let (false, Some(slot)) = (busy, slot) {
             let cause = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await

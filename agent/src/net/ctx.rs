@@ -2,18 +2,19 @@
 //! connection (and the listener and dialler that start one), the socket
 //! call counters they keep ([`IoStats`]).
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::Notify;
 
 use crate::admission::Admission;
-use crate::config::Config;
+use crate::config::{Accept, Config};
 use crate::overload::Overload;
 use crate::peer::table::{PeerTable, Relayed};
 use crate::relay::budget::RetryGate;
 use crate::relay::{Decision, Relay, Treat};
 use crate::routing::Router;
+use crate::routing::live::LiveRoutes;
 use crate::runtime::Stop;
 use crate::telemetry::Kernel;
 
@@ -47,8 +48,9 @@ pub struct RelayCtx {
     pub(crate) origin_realm: String,
     /// The peer table.
     pub(crate) table: Arc<PeerTable>,
-    /// The routing table.
-    pub(crate) router: Router,
+    /// The routing table, replaced by a reload; each connection relays
+    /// with the one it holds ([`LiveRoutes`]).
+    pub(crate) routes: LiveRoutes,
     /// DOIC state shared by the workers; `None` when overload control is off.
     pub(crate) overload: Option<Arc<Overload>>,
     /// The retry budget of 3004 retries and failovers (`[retry]`).
@@ -58,11 +60,12 @@ pub struct RelayCtx {
 }
 
 impl RelayCtx {
-    /// The relay as the connections drive it.
-    pub(crate) fn relay(&self) -> Relay<'_> {
+    /// The relay as the connections drive it, routing with `router` (the
+    /// connection's [`crate::routing::live::Held`] table).
+    pub(crate) fn relay<'a>(&'a self, router: &'a Router) -> Relay<'a> {
         Relay {
             origin: (&self.origin_host, &self.origin_realm),
-            router: &self.router,
+            router,
             table: &self.table,
             retry: &self.retry,
             upstream_backlog: self.upstream_backlog,
@@ -70,10 +73,11 @@ impl RelayCtx {
         }
     }
 
-    /// What overload control's treatment reads of the relay.
-    pub(crate) fn doic_route(&self) -> crate::overload::Route<'_> {
+    /// What overload control's treatment reads of the relay, routing with
+    /// `router`.
+    pub(crate) fn doic_route<'a>(&'a self, router: &'a Router) -> crate::overload::Route<'a> {
         crate::overload::Route {
-            router: &self.router,
+            router,
             table: &self.table,
             origin: (&self.origin_host, &self.origin_realm),
         }
@@ -83,9 +87,17 @@ impl RelayCtx {
 /// The relay's seam to overload control (RFC 8581 §5): a request treated
 /// before is treated again for its new next hop.
 impl Treat for RelayCtx {
-    fn retreat(&self, r: &Relayed, dest_host: Option<&str>, rotate: usize) -> Decision {
+    fn retreat(
+        &self,
+        router: &Router,
+        r: &Relayed,
+        dest_host: Option<&str>,
+        rotate: usize,
+    ) -> Decision {
         match &self.overload {
-            Some(ov) => crate::overload::retreat(&self.doic_route(), ov, r, dest_host, rotate),
+            Some(ov) => {
+                crate::overload::retreat(&self.doic_route(router), ov, r, dest_host, rotate)
+            }
             None => Decision::Relay,
         }
     }
@@ -111,4 +123,22 @@ pub(crate) struct ConnCtx {
     pub(crate) stop: Stop,
     /// The next connection's number.
     pub(crate) next_conn: AtomicU64,
+    /// `[accept]` as last loaded (a reload replaces it): read once per CER,
+    /// off the request path.
+    pub(crate) accept: Mutex<Accept>,
+}
+
+impl ConnCtx {
+    /// True when `[accept]` admits the unconfigured peer `host`.
+    pub(crate) fn accepts(&self, host: &str) -> bool {
+        self.accept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .matches(host)
+    }
+
+    /// A reload's `[accept]`, for the CERs from now on.
+    pub(crate) fn set_accept(&self, accept: Accept) {
+        *self.accept.lock().unwrap_or_else(PoisonError::into_inner) = accept;
+    }
 }

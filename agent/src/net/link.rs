@@ -11,9 +11,10 @@
 //!   exactly one answer, through this queue), and the connection relays a
 //!   request only while fewer than `node.max_pending_per_connection` are
 //!   pending; a request stays pending until its answer is taken off the
-//!   queue, so no more than that many answers are ever queued. The one
-//!   notice ([`ToConn::Close`] or [`ToConn::Replaced`]) a connection can get
-//!   makes the capacity that plus one. Should it fill all the same, the
+//!   queue, so no more than that many answers are ever queued. The
+//!   notices a connection can get, each at most once ([`ToConn::Close`] or
+//!   [`ToConn::Replaced`], and [`ToConn::Retire`] from a reload), make the
+//!   capacity that plus two. Should it fill all the same, the
 //!   message is not dropped: a task waits for room, counted in
 //!   [`IoStats::answer_queue_full`].
 //!
@@ -47,14 +48,14 @@ pub(crate) struct Inbox {
 }
 
 /// A connection's queues: `upstream` requests, `max_pending` answers (and
-/// its one notice).
+/// its two notices).
 pub(crate) fn link(
     upstream: usize,
     max_pending: usize,
     io: Arc<IoStats>,
 ) -> (Arc<ConnLink>, Inbox) {
     let (requests, req_rx) = channel(upstream.max(1));
-    let (msgs, msg_rx) = channel(max_pending.saturating_add(1).max(1));
+    let (msgs, msg_rx) = channel(max_pending.saturating_add(2));
     (
         Arc::new(ConnLink { requests, msgs, io }),
         Inbox {
@@ -116,8 +117,9 @@ mod tests {
     #[tokio::test]
     async fn an_answer_that_finds_the_queue_full_is_not_dropped_but_counted() {
         let io = Arc::new(IoStats::default());
+        // Room for one answer and the two notices.
         let (tx, mut rx) = link(1, 1, io.clone());
-        for hbh in 0..3 {
+        for hbh in 0..4 {
             tx.send(answer(hbh));
         }
         assert_eq!(
@@ -126,12 +128,12 @@ mod tests {
             1
         );
         let mut got = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..4 {
             let Some(ToConn::Answer { hbh, .. }) = rx.msgs.recv().await else {
                 panic!("an answer")
             };
             got.push(hbh);
         }
-        assert_eq!(got, [0, 1, 2]);
+        assert_eq!(got, [0, 1, 2, 3]);
     }
 }

@@ -39,7 +39,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use bytes::Bytes;
@@ -82,6 +82,11 @@ pub enum ToConn {
     /// Close the connection now: its transport already ended and a new
     /// connection of the same peer replaced it (see the module docs).
     Replaced,
+    /// The peer was removed from the configuration (a reload): DPR
+    /// (DO_NOT_WANT_TO_TALK_TO_YOU, RFC 6733 §5.4), then close once the
+    /// pending requests are answered or the drain ends
+    /// ([`PeerSlot::retire`]).
+    Retire,
 }
 
 /// Whether a registered connection's transport has already ended (the peer
@@ -245,6 +250,9 @@ pub struct PeerSlot {
     /// connection), for the agent's 3002 Error-Message: written and read
     /// off the relay's path only.
     down_cause: Mutex<Option<String>>,
+    /// Removed from the configuration by a reload: not found by name, not
+    /// dialled, its connection told to close ([`PeerSlot::retire`]).
+    retired: AtomicBool,
 }
 
 impl PeerSlot {
@@ -263,7 +271,31 @@ impl PeerSlot {
             remote: Mutex::new(None),
             own_limit: crate::overload::own::ClientLimit::default(),
             down_cause: Mutex::new(None),
+            retired: AtomicBool::new(false),
         }
+    }
+
+    /// The peer leaves the configuration (a reload, RFC 6733 §5.4): from
+    /// now on it is not found by name ([`PeerView::by_host`]) nor dialled,
+    /// and its connection, if any, is told once ([`ToConn::Retire`]) to
+    /// send DPR, answer or drain what is pending, and close. The slot
+    /// stays (peer ids do not move); a peer of the same name configured
+    /// again gets a new one.
+    pub fn retire(&self) {
+        if self.retired.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let reg = self.reg.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*reg {
+            ConnReg::Connecting(_, link) | ConnReg::Open(_, link, _) => link.send(ToConn::Retire),
+            ConnReg::Idle => {}
+        }
+    }
+
+    /// True once the peer has left the configuration ([`PeerSlot::retire`]).
+    #[must_use]
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     /// Records why the peer is not reachable (cold path: a dial failed, a
@@ -516,7 +548,10 @@ impl PeerTable {
             .cloned()
     }
 
-    /// Every slot with its id.
+    /// Every slot with its id, but those of peers a reload removed
+    /// ([`PeerSlot::retire`]: their series leave `/metrics`, and a peer
+    /// configured again under the same name is listed once, by its new
+    /// slot).
     #[must_use]
     pub fn all(&self) -> Vec<(PeerId, Arc<PeerSlot>)> {
         self.slots
@@ -525,6 +560,7 @@ impl PeerTable {
             .iter()
             .cloned()
             .enumerate()
+            .filter(|(_, s)| !s.is_retired())
             .collect()
     }
 
@@ -539,12 +575,34 @@ impl PeerTable {
             .slots
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(id) = slots.iter().position(|s| s.host.eq_ignore_ascii_case(host)) {
+        if let Some(id) = position(&slots, host) {
             return Some(id);
         }
         slots.push(Arc::new(PeerSlot::new(host, realm, None)));
         Some(slots.len() - 1)
     }
+
+    /// A `[[peer]]` entry a reload added: a new slot at the end (ids of the
+    /// others do not move). Its id.
+    pub fn add_configured(&self, peer: &crate::config::PeerConfig) -> PeerId {
+        let mut slots = self
+            .slots
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slots.push(Arc::new(PeerSlot::new(
+            &peer.host,
+            &peer.realm,
+            peer.connect,
+        )));
+        slots.len() - 1
+    }
+}
+
+/// The slot of `host` among those not retired.
+fn position(slots: &[Arc<PeerSlot>], host: &str) -> Option<PeerId> {
+    slots
+        .iter()
+        .position(|s| s.host.eq_ignore_ascii_case(host) && !s.is_retired())
 }
 
 impl PeerTable {
@@ -576,11 +634,13 @@ impl PeerTable {
 
 impl PeerView for PeerTable {
     fn by_host(&self, host: &str) -> Option<PeerId> {
-        self.slots
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .iter()
-            .position(|s| s.host.eq_ignore_ascii_case(host))
+        position(
+            &self
+                .slots
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            host,
+        )
     }
 
     fn usable(&self, id: PeerId) -> bool {
@@ -701,5 +761,34 @@ mod tests {
         assert!(!t.usable(id));
         t.get(id).unwrap().set_state(state::OKAY);
         assert!(t.usable(id));
+    }
+
+    #[test]
+    fn a_retired_peer_is_told_once_and_its_name_goes_to_the_new_slot() {
+        let t = PeerTable::default();
+        let old = t
+            .lookup_or_add("b.example.net", Some("example.net"))
+            .unwrap();
+        let rx = Queue::new();
+        let slot = t.get(old).unwrap();
+        assert!(slot.try_open(1, rx.link(), true, "agent.example.com", None));
+        slot.retire();
+        slot.retire();
+        assert!(matches!(rx.try_recv(), Some(ToConn::Retire)));
+        assert!(rx.try_recv().is_none(), "one notice");
+        assert_eq!(t.by_host("b.example.net"), None, "gone by name");
+        let cfg = crate::config::PeerConfig {
+            host: "B.example.net".into(),
+            realm: "example.net".into(),
+            connect: "127.0.0.1:3870".parse().ok(),
+            trusted: false,
+            doic: doic::protect::Mode::Auto,
+        };
+        let new = t.add_configured(&cfg);
+        assert_ne!(new, old);
+        assert_eq!(t.by_host("b.example.net"), Some(new));
+        let listed: Vec<PeerId> = t.all().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(listed, [new], "listed once, by its new slot");
+        assert!(slot.is_open(), "the old connection drains on its own");
     }
 }

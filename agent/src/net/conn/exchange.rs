@@ -79,7 +79,7 @@ impl Conn {
         let configured = self.ctx.relay.table.by_host(&host);
         let id = match configured {
             Some(id) => Some(id),
-            None if cfg.accept.matches(&host) => self
+            None if self.ctx.accepts(&host) => self
                 .ctx
                 .relay
                 .table

@@ -73,7 +73,7 @@ impl Conn {
             _ => None,
         };
         let now = Instant::now().into_std();
-        self.ctx.relay.relay().send_upstream(
+        self.ctx.relay.relay(self.routes.router()).send_upstream(
             &mut self.upstream,
             self.peer.as_ref().map(|(id, s)| (*id, &**s)),
             usable,
@@ -136,15 +136,21 @@ impl Conn {
             Ok(r) => r,
             Err(e) => return self.answer_defect(&msg, &e),
         };
-        let relay = self.ctx.relay.relay();
+        let relay = self.ctx.relay.relay(self.routes.router());
         let realm = match relay.check_request(head, &routing) {
             Ok(realm) => realm,
             Err(why) => return self.refuse(&msg, why),
         };
         if self.closing_since.is_some() {
-            // The agent is stopping (RFC 6733 §5.4): after its DPR nothing
-            // new goes upstream; the request is answered at once.
-            return self.refuse(&msg, relay::Error::ShuttingDown);
+            // The agent is stopping, or this peer was removed (RFC 6733
+            // §5.4): after its DPR nothing new goes upstream; the request is
+            // answered at once.
+            let why = if self.retired {
+                relay::Error::ConnectionClosing
+            } else {
+                relay::Error::ShuttingDown
+            };
+            return self.refuse(&msg, why);
         }
         if self.fsm.owes_dpa() {
             // The peer sent DPR and waits for its DPA: a request it still
@@ -164,7 +170,7 @@ impl Conn {
             && let Some((_, slot)) = &self.peer
             && let Some((answer, code)) = crate::overload::own::enforce(
                 ov,
-                &self.ctx.relay.doic_route(),
+                &self.ctx.relay.doic_route(self.routes.router()),
                 slot,
                 &msg,
                 head,
@@ -200,7 +206,7 @@ impl Conn {
                 {
                     Some(d) => d,
                     None => crate::overload::treat_request(
-                        &self.ctx.relay.doic_route(),
+                        &self.ctx.relay.doic_route(self.routes.router()),
                         ov,
                         &crate::overload::RequestIn {
                             msg: &msg,
@@ -260,7 +266,7 @@ impl Conn {
             doic,
             cut,
         };
-        let relay = self.ctx.relay.relay();
+        let relay = self.ctx.relay.relay(self.routes.router());
         let sent = match to {
             Some((to, pinned)) => relay.dispatch_to(r, to, pinned, self.rotate),
             None => relay.route(r, dest_host.as_deref(), self.rotate),
@@ -282,7 +288,11 @@ impl Conn {
     #[cold]
     #[inline(never)]
     fn refuse_undeliverable(&mut self, r: &Relayed) {
-        let why = self.ctx.relay.relay().no_route_why(&r.realm, r.app);
+        let why = self
+            .ctx
+            .relay
+            .relay(self.routes.router())
+            .no_route_why(&r.realm, r.app);
         self.answer_error(&r.msg, relay::UNABLE_TO_DELIVER, None, &why);
     }
 
@@ -349,12 +359,11 @@ impl Conn {
             }
             if retry_ok && relay::answer_fate(rc, erc, r.pinned) == AnswerFate::Retry {
                 self.rotate = self.rotate.wrapping_add(1);
-                match self
-                    .ctx
-                    .relay
-                    .relay()
-                    .retry_too_busy(r, *id, (now, self.rotate))
-                {
+                match self.ctx.relay.relay(self.routes.router()).retry_too_busy(
+                    r,
+                    *id,
+                    (now, self.rotate),
+                ) {
                     Ok(()) => return,
                     Err(r) => {
                         if let Some(f) = append
@@ -413,7 +422,7 @@ impl Conn {
         );
         self.ctx
             .relay
-            .relay()
+            .relay(self.routes.router())
             .answer_locally_with(r, relay::UNABLE_TO_DELIVER, &why);
         self.check_drained();
     }

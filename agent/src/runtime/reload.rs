@@ -1,0 +1,67 @@
+//! A reload applied to the running agent ([`crate::agent::Agent::reload`]):
+//! the [`Plan`] of [`crate::config::reload`] carried out on the peer table,
+//! the routing table and `[accept]`, while every connection that stays
+//! configured keeps running.
+//!
+//! In this order: the removed peers are retired (their connections send
+//! DPR, RFC 6733 §5.4, and close once their pending requests are answered
+//! or the drain ends; no new request is routed to them); the added peers
+//! get slots; the new routing table is published, which each connection
+//! takes at its next wake-up ([`crate::routing::live`]); then the added
+//! peers are dialled. A request routed meanwhile with the previous table
+//! reaches a peer that is still open or is rerouted as on any peer's
+//! closing: none is lost.
+
+use std::sync::Arc;
+
+use crate::config::{Config, Plan};
+use crate::net::ConnCtx;
+use crate::routing::{PeerView, Router};
+use crate::runtime::Workers;
+
+/// Applies `plan` (from the running configuration to `new`).
+pub(crate) fn apply(ctx: &Arc<ConnCtx>, workers: &Workers, plan: &Plan, new: &Config) {
+    let table = &ctx.relay.table;
+    for host in &plan.remove {
+        if let Some(slot) = table.by_host(host).and_then(|id| table.get(id)) {
+            tracing::info!(peer = %host, "peer removed: DPR, then close once drained");
+            slot.retire();
+        }
+    }
+    let mut dial = Vec::new();
+    for p in &plan.add {
+        let id = table.add_configured(p);
+        tracing::info!(peer = %p.host, connect = %crate::net::OrNone(p.connect), "peer added");
+        if let Some(addr) = p.connect {
+            dial.push((id, addr));
+        }
+    }
+    if plan.routes {
+        ctx.relay
+            .routes
+            .publish(Router::from_config(new, |h| table.by_host(h)));
+    }
+    if plan.accept {
+        ctx.set_accept(new.accept.clone());
+    }
+    reload_tls(ctx, new);
+    for (id, addr) in dial {
+        workers.spawn_on(id, crate::net::connect::dial_loop(ctx.clone(), id, addr));
+    }
+    for key in &plan.needs_restart {
+        tracing::warn!(%key, "changed in the file but read only at start: needs restart; the running value stays");
+    }
+    tracing::info!(
+        added = plan.add.len(),
+        removed = plan.remove.len(),
+        routes = plan.routes,
+        accept = plan.accept,
+        needs_restart = plan.needs_restart.len(),
+        "configuration reloaded"
+    );
+}
+
+/// The hook for TLS material (certificates, keys, CAs of the listeners and
+/// the `[[peer]]` entries): the TLS module's reload is called here. The
+/// agent has no TLS material yet, so there is nothing to re-read.
+fn reload_tls(_ctx: &ConnCtx, _new: &Config) {}
