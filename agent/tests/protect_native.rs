@@ -26,11 +26,7 @@ const PLAIN: &str = "client2.example.org";
 const OTHER: &str = "client3.example.org";
 
 fn host_reports(answers: &[bytes::Bytes]) -> Vec<OcOlr> {
-    answers
-        .iter()
-        .flat_map(|a| olrs_of(a))
-        .filter(|o| o.report_type == ReportType::Host)
-        .collect()
+    reports_in(answers, ReportType::Host)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

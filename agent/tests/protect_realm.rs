@@ -74,11 +74,7 @@ async fn two_servers(busy: Busy) -> Setup {
 }
 
 fn realm_reports(answers: &[bytes::Bytes]) -> Vec<OcOlr> {
-    answers
-        .iter()
-        .flat_map(|a| olrs_of(a))
-        .filter(|o| o.report_type == ReportType::Realm)
-        .collect()
+    reports_in(answers, ReportType::Realm)
 }
 
 /// Offers `rate` realm-routed requests per second for `secs`; returns the

@@ -162,24 +162,52 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_version_throttles_through_the_shared_bucket_and_goes_to_doic_clients_until_it_ends() {
-        let t0 = Instant::now();
-        let ms = |n: u64| t0 + Duration::from_millis(n);
+    /// A core with `clients` (and `s1`) trusted, a first version of the
+    /// report on s1's behalf (10/s, 75 %) put in it with its shared bucket.
+    struct Fixture {
+        core: Doic,
+        behalf: OnBehalf,
+        version: BehalfReport,
+        rate: RateControl,
+        cfg: DoicConfig,
+    }
+
+    fn fixture(t0: Instant, trusted_peers: &[&str]) -> Fixture {
         let mut cfg = DoicConfig::default();
         let trusted = PeerPolicy {
             trusted: true,
             ..PeerPolicy::default()
         };
-        cfg.peers.insert("c".into(), trusted);
-        cfg.peers.insert("l".into(), trusted);
-        let mut core = Doic::new("agent", cfg.clone(), 1, 1).unwrap();
-        let mut other = Doic::new("agent", cfg.clone(), 2, 1).unwrap();
+        for p in trusted_peers {
+            cfg.peers.insert((*p).into(), trusted);
+        }
+        let core = Doic::new("agent", cfg.clone(), 1, 1).unwrap();
         let mut behalf = OnBehalf::new(t0, 1_700_000_000_000, Duration::from_secs(10));
         assert!(behalf.handle_limit(t0, Some(10), 75));
         let version = behalf.current().unwrap().clone();
         let bucket = cfg.rate.bucket_config().unwrap();
         let rate = RateControl::new(t0, t0, 10, &bucket);
+        Fixture {
+            core,
+            behalf,
+            version,
+            rate,
+            cfg,
+        }
+    }
+
+    #[test]
+    fn a_version_throttles_through_the_shared_bucket_and_goes_to_doic_clients_until_it_ends() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let Fixture {
+            mut core,
+            mut behalf,
+            version,
+            rate,
+            cfg,
+        } = fixture(t0, &["c", "l"]);
+        let mut other = Doic::new("agent", cfg, 2, 1).unwrap();
         let shares = Arc::new(BTreeMap::from([("c".to_owned(), 4), ("n".to_owned(), 6)]));
         for c in [&mut core, &mut other] {
             c.put_behalf_report(t0, (APP, "s1"), &version, &shares, Some(&rate));
@@ -264,19 +292,13 @@ mod tests {
     fn a_server_that_reports_itself_replaces_the_report_made_on_its_behalf() {
         let t0 = Instant::now();
         let ms = |n: u64| t0 + Duration::from_millis(n);
-        let mut cfg = DoicConfig::default();
-        let trusted = PeerPolicy {
-            trusted: true,
-            ..PeerPolicy::default()
-        };
-        cfg.peers.insert("c".into(), trusted);
-        cfg.peers.insert("s1".into(), trusted);
-        let mut core = Doic::new("agent", cfg.clone(), 1, 1).unwrap();
-        let mut behalf = OnBehalf::new(t0, 1_700_000_000_000, Duration::from_secs(10));
-        assert!(behalf.handle_limit(t0, Some(10), 75));
-        let version = behalf.current().unwrap().clone();
-        let bucket = cfg.rate.bucket_config().unwrap();
-        let rate = RateControl::new(t0, t0, 10, &bucket);
+        let Fixture {
+            mut core,
+            mut behalf,
+            version,
+            rate,
+            ..
+        } = fixture(t0, &["c", "s1"]);
         let shares = Arc::new(BTreeMap::from([("c".to_owned(), 10)]));
         core.put_behalf_report(t0, (APP, "s1"), &version, &shares, Some(&rate));
         let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
