@@ -163,11 +163,7 @@ async fn a_server_answering_3004_above_its_capacity_is_held_to_it() {
 
 /// The HOST OC-OLRs of `answers` (RFC 7683 §7.6).
 fn host_reports(answers: &[bytes::Bytes]) -> Vec<OcOlr> {
-    answers
-        .iter()
-        .flat_map(|a| olrs_of(a))
-        .filter(|o| o.report_type == ReportType::Host)
-        .collect()
+    reports_in(answers, ReportType::Host)
 }
 
 async fn probe(addr: std::net::SocketAddr, host: &str) -> Client {

@@ -335,6 +335,26 @@ impl OcsTable {
         let rate = self.rate.clone();
         let epoch = *self.epoch.get_or_insert(now);
         let inner = self.map.entry((app_id, report.report_type)).or_default();
+        // One sequence space per reporting node (RFC 7683 §5.2.1.1, §7.3):
+        // the agent's own reports for a server and the server's reports are
+        // never compared. A server that reports for itself replaces the
+        // report the agent made on its behalf (RFC 7683 §5.1.3 covers only
+        // servers that do not support DOIC); the agent's versions, its end
+        // among them, never touch the server's.
+        if let Some(o) = inner.get(id)
+            && o.own != own
+        {
+            if own {
+                return Verdict::Stale;
+            }
+            if report.validity.is_zero() {
+                return Verdict::NoState;
+            }
+            if let Some(o) = inner.remove(id) {
+                audit.version(o.record(now, OcsEvent::Removed, o.counts));
+                self.len -= 1;
+            }
+        }
         if let Some(o) = inner.get_mut(id) {
             let (newer, rollover) = sequence_is_newer(o.sequence, report.sequence);
             if !newer {

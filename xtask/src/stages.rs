@@ -355,6 +355,14 @@ fn bench_relay() -> anyhow::Result<()> {
 /// a share of the capacity: the efficacy gate (docs/overload.md).
 const OVERLOAD_GATE_GOODPUT: f64 = 0.95;
 
+/// The most the median 2001 latency p99 through the agent with `[doic]`
+/// may be at 5x, ms. Issue 12's target is 4x the unloaded p99 + 20 ms; the
+/// FIFO server's queue is held near the estimator's target (twice its
+/// unloaded latency + 20 ms), measured at 36.7 ms (3004 server: 0.4 ms)
+/// with the gate's command on the shared 2-core machine: twice that, for
+/// a busy machine.
+const OVERLOAD_GATE_P99_MS: f64 = 75.0;
+
 /// Whether a miss of [`OVERLOAD_GATE_GOODPUT`] fails the stage (it does
 /// since the agent protects servers without DOIC, docs/protect.md; before,
 /// the agent with `[doic]` collapsed like direct: 0.00 of C with the FIFO
@@ -368,6 +376,7 @@ const OVERLOAD_GATE_ENFORCED: bool = true;
 fn bench_overload() -> anyhow::Result<()> {
     let bin = bench_bin("bench-overload")?;
     let require = OVERLOAD_GATE_GOODPUT.to_string();
+    let max_p99 = OVERLOAD_GATE_P99_MS.to_string();
     let make = || {
         let mut cmd = std::process::Command::new(&bin);
         // A drain of 1 s: the gate counts goodput, not the stragglers.
@@ -382,6 +391,7 @@ fn bench_overload() -> anyhow::Result<()> {
             "1",
         ]);
         cmd.args(["--paths", "direct,agent-doic", "--require", &require]);
+        cmd.args(["--max-p99-ms", &max_p99]);
         cmd
     };
     gated_run("bench-overload", OVERLOAD_GATE_ENFORCED, make)

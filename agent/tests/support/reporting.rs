@@ -254,6 +254,15 @@ pub fn olrs_of(m: &[u8]) -> Vec<OcOlr> {
     DoicAvps::read(&Routing::scan(m).unwrap()).unwrap().olrs
 }
 
+/// The OC-OLRs of type `rt` in `answers` (RFC 7683 §7.6), in order.
+pub fn reports_in(answers: &[Bytes], rt: ReportType) -> Vec<OcOlr> {
+    answers
+        .iter()
+        .flat_map(|a| olrs_of(a))
+        .filter(|o| o.report_type == rt)
+        .collect()
+}
+
 fn scripted_answer(req: &[u8], o: (&str, &str), s: &Script) -> Bytes {
     let mut a = BytesMut::new();
     let rc = if s.experimental.is_some() {

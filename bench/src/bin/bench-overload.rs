@@ -6,7 +6,9 @@
 //! time series of one 5x episode through the agent with `[doic]`.
 //!
 //! With `--require F` it fails unless every gated path (`--gated`, default
-//! `agent-doic`) reaches goodput >= F x C at every load measured.
+//! `agent-doic`) reaches goodput >= F x C at every load measured, and with
+//! `--max-p99-ms M` unless the median p99 of its 2001 answers' latency is
+//! at most M ms there.
 
 use std::time::Duration;
 
@@ -61,7 +63,11 @@ struct Args {
     /// Fail unless every gated path reaches this share of C at every load.
     #[arg(long)]
     require: Option<f64>,
-    /// The paths `--require` applies to.
+    /// Fail unless every gated path's 2001 latency p99 (median over the
+    /// rounds) is at most this many milliseconds at every load.
+    #[arg(long, value_name = "MS")]
+    max_p99_ms: Option<f64>,
+    /// The paths `--require` and `--max-p99-ms` apply to.
     #[arg(long, value_delimiter = ',', default_value = "agent-doic")]
     gated: Vec<String>,
     /// Write the table into DIR/overload.md and the plots into DIR.
@@ -157,6 +163,34 @@ fn main() -> anyhow::Result<()> {
     chain_summary(&cells);
     if let Some(dir) = &args.docs {
         write_docs(dir, &setup, &cells, &t)?;
+    }
+    if let Some(max) = args.max_p99_ms {
+        let slow: Vec<String> = cells
+            .iter()
+            .filter(|x| gated.contains(&x.spec.path))
+            .filter_map(|cell| {
+                let p99 = cell.ok_latency_ms().1;
+                eprintln!(
+                    "gate: {} {} {}x 2001 p99 {p99:.1} ms (at most {max:.1})",
+                    cell.spec.server.name(),
+                    cell.spec.path.name(),
+                    cell.spec.load
+                );
+                (p99 > max).then(|| {
+                    format!(
+                        "{} {} {}x: {p99:.1} ms",
+                        cell.spec.server.name(),
+                        cell.spec.path.name(),
+                        cell.spec.load
+                    )
+                })
+            })
+            .collect();
+        anyhow::ensure!(
+            slow.is_empty(),
+            "2001 latency p99 above {max:.1} ms: {}",
+            slow.join("; ")
+        );
     }
     if let Some(req) = args.require {
         let c = f64::from(args.capacity);

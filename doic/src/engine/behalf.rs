@@ -135,7 +135,7 @@ mod tests {
     use crate::audit::OcsEvent;
     use crate::engine::AnswerView;
     use crate::protect::OnBehalf;
-    use crate::report::ReportType;
+    use crate::report::{OcOlr, ReportType};
     use crate::treatment::{Candidate, PendingTx, RequestView, Treatment};
     use crate::{DoicConfig, PeerPolicy};
     use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
@@ -162,24 +162,52 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_version_throttles_through_the_shared_bucket_and_goes_to_doic_clients_until_it_ends() {
-        let t0 = Instant::now();
-        let ms = |n: u64| t0 + Duration::from_millis(n);
+    /// A core with `clients` (and `s1`) trusted, a first version of the
+    /// report on s1's behalf (10/s, 75 %) put in it with its shared bucket.
+    struct Fixture {
+        core: Doic,
+        behalf: OnBehalf,
+        version: BehalfReport,
+        rate: RateControl,
+        cfg: DoicConfig,
+    }
+
+    fn fixture(t0: Instant, trusted_peers: &[&str]) -> Fixture {
         let mut cfg = DoicConfig::default();
         let trusted = PeerPolicy {
             trusted: true,
             ..PeerPolicy::default()
         };
-        cfg.peers.insert("c".into(), trusted);
-        cfg.peers.insert("l".into(), trusted);
-        let mut core = Doic::new("agent", cfg.clone(), 1, 1).unwrap();
-        let mut other = Doic::new("agent", cfg.clone(), 2, 1).unwrap();
+        for p in trusted_peers {
+            cfg.peers.insert((*p).into(), trusted);
+        }
+        let core = Doic::new("agent", cfg.clone(), 1, 1).unwrap();
         let mut behalf = OnBehalf::new(t0, 1_700_000_000_000, Duration::from_secs(10));
         assert!(behalf.handle_limit(t0, Some(10), 75));
         let version = behalf.current().unwrap().clone();
         let bucket = cfg.rate.bucket_config().unwrap();
         let rate = RateControl::new(t0, t0, 10, &bucket);
+        Fixture {
+            core,
+            behalf,
+            version,
+            rate,
+            cfg,
+        }
+    }
+
+    #[test]
+    fn a_version_throttles_through_the_shared_bucket_and_goes_to_doic_clients_until_it_ends() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let Fixture {
+            mut core,
+            mut behalf,
+            version,
+            rate,
+            cfg,
+        } = fixture(t0, &["c", "l"]);
+        let mut other = Doic::new("agent", cfg, 2, 1).unwrap();
         let shares = Arc::new(BTreeMap::from([("c".to_owned(), 4), ("n".to_owned(), 6)]));
         for c in [&mut core, &mut other] {
             c.put_behalf_report(t0, (APP, "s1"), &version, &shares, Some(&rate));
@@ -249,5 +277,103 @@ mod tests {
         core.handle_timeout(ms(13_000));
         assert!(core.behalf_olr(ms(13_000), (APP, "s1"), "c", &rf).is_none());
         assert!(core.is_idle());
+    }
+
+    /// RFC 7683 §5.2.1.1 (one OCS per host, its sequence numbers the
+    /// reporting node's) and §5.1.3 (the agent reports only for servers
+    /// that do not support DOIC): a protected server whose answers turn out
+    /// to carry OC-Supported-Features and its own HOST report governs at
+    /// once: its report, with its small sequence number, replaces the
+    /// agent's (no stale verdict against the agent's sequence space), is
+    /// relayed to the DOIC client instead of the agent's, and the agent's end
+    /// version (validity 0, the agent's sequence) ends only the agent's
+    /// report toward clients, never the server's OCS.
+    #[test]
+    fn a_server_that_reports_itself_replaces_the_report_made_on_its_behalf() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let Fixture {
+            mut core,
+            mut behalf,
+            version,
+            rate,
+            ..
+        } = fixture(t0, &["c", "s1"]);
+        let shares = Arc::new(BTreeMap::from([("c".to_owned(), 10)]));
+        core.put_behalf_report(t0, (APP, "s1"), &version, &shares, Some(&rate));
+        let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
+        let tx = PendingTx {
+            app_id: APP,
+            client: Cow::Borrowed("c"),
+            client_features: Some(Cow::Borrowed(&rf)),
+            client_peer_report: false,
+            dest_realm: Cow::Borrowed("realm"),
+            upstream: Cow::Borrowed("s1"),
+        };
+        // The server's own report: sequence 7, loss 30 %.
+        let sf = features(OLR_DEFAULT_ALGO);
+        let mut own = OcOlr::new(7, ReportType::Host);
+        own.reduction_percentage = Some(30);
+        own.validity_duration = Some(10);
+        let olrs = [own.clone()];
+        let ans = AnswerView {
+            app_id: APP,
+            origin_host: "s1",
+            origin_realm: "realm",
+            result_code: Some(2001),
+            experimental_result_code: None,
+            features: Some(&sf),
+            olrs: &olrs,
+        };
+        let act = core.on_answer(ms(100), &tx, "s1", &ans);
+        let host: Vec<_> = act
+            .forward_reports
+            .iter()
+            .filter(|o| o.report_type == ReportType::Host)
+            .collect();
+        assert_eq!(host, vec![&own], "the server's report, not the agent's");
+        let o = core.ocs.peek(APP, ReportType::Host, "s1").unwrap();
+        assert_eq!((o.sequence, o.own), (7, false));
+        // The agent stops reporting on the server's behalf: its end under
+        // its own sequence does not end the server's report.
+        assert!(behalf.handle_limit(ms(200), None, 0));
+        let end = behalf.current().unwrap().clone();
+        core.put_behalf_report(ms(200), (APP, "s1"), &end, &shares, None);
+        let o = core.ocs.peek(APP, ReportType::Host, "s1").unwrap();
+        assert_eq!(
+            (o.sequence, o.own, o.validity),
+            (7, false, Duration::from_secs(10))
+        );
+        // Nor does a late active version of the agent's.
+        core.put_behalf_report(ms(200), (APP, "s1"), &version, &shares, Some(&rate));
+        assert_eq!(
+            core.ocs.peek(APP, ReportType::Host, "s1").unwrap().sequence,
+            7
+        );
+        // An answer without the server's report carries the agent's end.
+        let bare = AnswerView { olrs: &[], ..ans };
+        let act = core.on_answer(ms(300), &tx, "s1", &bare);
+        let e = act
+            .forward_reports
+            .iter()
+            .find(|o| o.report_type == ReportType::Host)
+            .expect("the agent's end");
+        assert_eq!(e.validity_duration, Some(0));
+        assert_eq!(e.sequence_number, end.report.sequence);
+        // The server's 30 % governs a client without DOIC, not the agent's
+        // 10/s.
+        let cand = [Candidate {
+            peer: "s1",
+            server: Some("s1"),
+        }];
+        let passed = (0..200)
+            .filter(|i| {
+                matches!(
+                    core.treat(ms(400 + i * 5), &request("n", None), &cand),
+                    Treatment::Forward { .. }
+                )
+            })
+            .count();
+        assert!((110..=170).contains(&passed), "{passed} of 200 passed");
     }
 }

@@ -254,9 +254,17 @@ impl Doic {
                 if let Some(i) = alt {
                     self.ocs.count(key, Outcome::Diverted);
                     FirstStep::Divert(i)
-                } else if realm_abated {
+                } else if realm_abated
+                    && !self
+                        .ocs
+                        .peek(app, ReportType::Host, server)
+                        .is_some_and(|o| o.own)
+                {
                     // The realm report already abated the realm's deficit;
-                    // throttling again would abate twice.
+                    // throttling again would abate twice. Not past the limit
+                    // the agent holds a protected server to, though: the
+                    // realm's estimate is a share, the server's limit is
+                    // what it can serve (RFC 7683 §5.1.3, docs/protect.md).
                     self.ocs.count(key, Outcome::Passed);
                     FirstStep::Pass
                 } else {

@@ -35,8 +35,14 @@ struct Second {
     /// 2001 answers within the client timeout.
     goodput: u64,
     max_latency: Duration,
+    /// 2001 answers later than [`LATE`] (the steady state's bound).
+    late: u64,
     limit: Option<u32>,
 }
+
+/// Later than the steady state's queue allows (docs/protect.md: the queue
+/// is held near twice the unloaded latency + 20 ms).
+const LATE: Duration = Duration::from_millis(40);
 
 struct Sim {
     kind: Kind,
@@ -55,6 +61,74 @@ struct Sim {
     features: bool,
     offered_total: u64,
     answered_total: u64,
+    /// When the gate was first put in place, ms of simulated time.
+    first_limit_ms: Option<u64>,
+    /// A DOIC reacting node in front (an RFC 8581 chain), if any.
+    edge: Option<Edge>,
+    /// Requests admitted to the server in each tick.
+    per_tick: Vec<u64>,
+    tick_admitted: u64,
+}
+
+/// A reacting node in front of the agent (the chain's edge agent): it holds
+/// the report the agent makes on the server's behalf ([`OnBehalf`]) as the
+/// agent sends it, and abates at the source: with the rate algorithm
+/// through its own bucket at the version's rate (RFC 8582 §8.3, the phase
+/// kept across versions), with loss by dropping the version's percentage
+/// (RFC 7683 §6).
+struct Edge {
+    rate: bool,
+    behalf: OnBehalf,
+    bucket: Option<RateControl>,
+    percent: u32,
+    rng: crate::loss::Prng,
+}
+
+impl Edge {
+    fn new(rate: bool, origin: Instant) -> Self {
+        Self {
+            rate,
+            behalf: OnBehalf::new(origin, 1_700_000_000_000, Duration::from_secs(10)),
+            bucket: None,
+            percent: 0,
+            rng: crate::loss::Prng::new(7),
+        }
+    }
+
+    /// The agent's tick: a new version reaches the edge at once.
+    fn follow(&mut self, now: Instant, origin: Instant, est: &Estimator) {
+        if !self
+            .behalf
+            .handle_limit(now, est.limit(), est.loss_percent())
+        {
+            return;
+        }
+        match self.behalf.current() {
+            Some(v) if !v.is_end() => {
+                self.percent = v.loss_percent;
+                let r = v.rate();
+                match &self.bucket {
+                    Some(b) => b.set_rate(now, r),
+                    None => {
+                        let config = RateParams::default().bucket_config().unwrap();
+                        self.bucket = Some(RateControl::new(origin, now, r, &config));
+                    }
+                }
+            }
+            _ => (self.bucket, self.percent) = (None, 0),
+        }
+    }
+
+    /// Whether a request passes the edge.
+    fn passes(&mut self, now: Instant) -> bool {
+        if self.rate {
+            self.bucket
+                .as_ref()
+                .is_none_or(|b| b.admit(now, Priority::Normal))
+        } else {
+            !crate::loss::select_percent(&mut self.rng, self.percent)
+        }
+    }
 }
 
 impl Sim {
@@ -77,6 +151,10 @@ impl Sim {
             features: false,
             offered_total: 0,
             answered_total: 0,
+            first_limit_ms: None,
+            edge: None,
+            per_tick: Vec::new(),
+            tick_admitted: 0,
         }
     }
 
@@ -130,6 +208,7 @@ impl Sim {
                 match outcome {
                     Outcome::Answered => {
                         s.goodput += u64::from(latency <= CLIENT_TIMEOUT);
+                        s.late += u64::from(latency > LATE);
                         s.max_latency = s.max_latency.max(latency);
                     }
                     Outcome::Busy => s.busy += 1,
@@ -143,14 +222,24 @@ impl Sim {
                     throttled: self.tick_throttled,
                 };
                 (self.tick_offered, self.tick_throttled) = (0, 0);
+                self.per_tick.push(std::mem::take(&mut self.tick_admitted));
                 self.est.handle_tick(now, load);
                 self.apply(now);
+                if let Some(e) = &mut self.edge {
+                    e.follow(now, self.origin, &self.est);
+                }
                 self.seconds[sec].limit = self.est.limit();
             }
         }
     }
 
     fn arrive(&mut self, now: Instant, t: Duration, sec: usize, capacity: f64) {
+        if let Some(e) = &mut self.edge
+            && !e.passes(now)
+        {
+            // Abated at the source: never reaches the agent.
+            return;
+        }
         self.offered_total += 1;
         self.tick_offered += 1;
         self.seconds[sec].offered += 1;
@@ -164,6 +253,7 @@ impl Sim {
             return;
         }
         self.seconds[sec].admitted += 1;
+        self.tick_admitted += 1;
         match self.kind {
             Kind::Fifo => self.queue.push_back(t),
             Kind::Rejecting => {
@@ -187,6 +277,8 @@ impl Sim {
             (None, _) => self.gate = None,
             (Some(l), Some(g)) => g.set_rate(now, l),
             (Some(l), None) => {
+                let ms = now.saturating_duration_since(self.origin).as_millis() as u64;
+                self.first_limit_ms.get_or_insert(ms);
                 let config = RateParams::default().bucket_config().unwrap();
                 self.gate = Some(RateControl::new(self.origin, now, l, &config));
             }
@@ -401,4 +493,106 @@ fn the_baseline_forgets_when_not_limited_and_only_falls_when_limited() {
     assert_eq!(m.get(), Some(Duration::from_millis(5)));
     m.update(t0 + 4 * half, half, Duration::from_millis(9), false);
     assert_eq!(m.get(), Some(Duration::from_millis(5)));
+}
+
+/// The onset (RFC 7068 §3: what an overload costs before control binds):
+/// offered k x C after 5 s at C/2 to the FIFO server. The first limit
+/// comes at the first tick after the step; until then one tick admits
+/// k C x 0.1 s, a queue of (k - 1) C x 0.1 s, so the longest wait is
+/// (k - 1) x 100 ms (measured: 108, 216, 410, 907 ms at 2x, 3x, 5x, 10x)
+/// and nothing times out at the client (T = 2 s) up to 10x. The answers
+/// later than the steady state's 40 ms are those served while that queue
+/// drains: at most C x (2 (k - 1) x 100 ms + `drain`) (measured: 242,
+/// 430, 620, 971).
+#[test]
+fn the_onset_of_an_overload_costs_one_tick_of_excess_and_its_drain() {
+    let p = ProtectParams::default();
+    let tick = Duration::from_millis(TICK_MS).as_secs_f64();
+    for k in [2.0, 3.0, 5.0, 10.0] {
+        let mut sim = Sim::new(Kind::Fifo);
+        sim.run(12, |x| if x < 5.0 { C / 2.0 } else { k * C }, |_| C);
+        let what = format!("onset at {k}x");
+        let first = sim.first_limit_ms.expect("a limit");
+        let late: u64 = sim.seconds.iter().map(|s| s.late).sum();
+        let timeouts: u64 = sim.seconds.iter().map(|s| s.timeouts).sum();
+        let max = sim.seconds.iter().map(|s| s.max_latency).max().unwrap();
+        let goodput: u64 = sim.seconds.iter().map(|s| s.goodput).sum();
+        eprintln!(
+            "{what}: first limit at {first} ms, {late} later than {LATE:?}, max {max:?}, {timeouts} timeouts"
+        );
+        assert!(
+            (5_000..5_000 + TICK_MS).contains(&first),
+            "{what}: first limit at {first} ms"
+        );
+        assert_eq!(timeouts, 0, "{what}");
+        let longest = Duration::from_secs_f64((k - 1.0) * tick) + Duration::from_millis(20);
+        assert!(max <= longest, "{what}: {max:?} above {longest:?}");
+        let bound = C * (2.0 * (k - 1.0) * tick + p.drain.as_secs_f64());
+        assert!(
+            late as f64 <= bound,
+            "{what}: {late} answers later than {LATE:?}, bound {bound}: {:?}",
+            sim.secs(4, 8)
+        );
+        // Every answer was goodput: 5 s at C/2, 7 s at C.
+        assert!(
+            goodput as f64 >= 0.98 * (5.0 * C / 2.0 + 7.0 * C),
+            "{what}: goodput {goodput}"
+        );
+        assert!(sim.every_request_answered(), "{what}");
+    }
+}
+
+/// The standard deviation of the requests admitted to the server per tick
+/// from `from` seconds on.
+fn per_tick_sd(sim: &Sim, from: u64) -> f64 {
+    let v = &sim.per_tick[(from * 1000 / TICK_MS) as usize..];
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<u64>() as f64 / n;
+    (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt()
+}
+
+/// Smoothness with an RFC 8581 chain: a reacting node in front of the
+/// agent offering 5x C abates at the source on the report the agent makes
+/// on the server's behalf. Under rate (RFC 8582) its bucket at the
+/// version's rate shapes what reaches the server; under loss (RFC 7683 §6)
+/// it drops the version's percentage and the agent's own bucket at the
+/// limit shapes the rest. Either way the arrivals at the server per 100 ms
+/// vary by at most a tenth of their mean, and the goodput stays at C.
+///
+/// Measured here: sd 2.4 under rate, 1.2 under loss (of 50 per tick); a
+/// new bucket at every version instead of the kept phase: 2.5. So issue
+/// 12's bench target (rate <= 1/3 of loss) does not hold in the core
+/// either, and cannot: under loss the agent's bucket already smooths what
+/// passes; what rate adds is the estimator's probe and cut cycle (the limit
+/// between 490 and 529), which the edge follows version by version. The
+/// bench's much larger figures (sd 48.4 and 29.2 of 200 per tick) come from
+/// what this simulation does not model: the running agents' workers and
+/// the load client's writes.
+#[test]
+fn a_chain_reaches_the_server_smoothly_under_rate_and_loss() {
+    let mut sd = [0.0; 2];
+    for (i, rate) in [true, false].into_iter().enumerate() {
+        let mut sim = Sim::new(Kind::Fifo);
+        sim.edge = Some(Edge::new(rate, sim.origin));
+        sim.run(30, |x| if x < 5.0 { C / 2.0 } else { 5.0 * C }, |_| C);
+        sd[i] = per_tick_sd(&sim, 10);
+        let goodput: u64 = sim.secs(10, 30).iter().map(|s| s.goodput).sum();
+        eprintln!(
+            "chain {}: sd {:.1} per {TICK_MS} ms, goodput {:.2} C: {:?}",
+            if rate { "rate" } else { "loss" },
+            sd[i],
+            goodput as f64 / 20.0 / C,
+            sim.secs(10, 14)
+        );
+        assert!(
+            goodput as f64 >= 0.95 * 20.0 * C,
+            "goodput {goodput} in 20 s"
+        );
+    }
+    for (sd, what) in sd.iter().zip(["rate", "loss"]) {
+        assert!(
+            *sd <= 0.1 * C * TICK_MS as f64 / 1000.0,
+            "{what}: sd {sd:.1} per {TICK_MS} ms"
+        );
+    }
 }

@@ -1,0 +1,223 @@
+//! Protection of two servers without DOIC that share one realm, over real
+//! TCP with two workers (docs/protect.md): server 1 of capacity C1, server
+//! 2 of C2 = 3 C1, realm-routed requests from a client without DOIC.
+//!
+//! - Offered 2.5 C1 (0.625 of the realm's C1 + C2, more than C1 of it
+//!   routed to server 1 first): the agent's limit for server 1 binds and the excess is
+//!   diverted to server 2 (RFC 7683 §5.2.3 "diverted to another
+//!   candidate", RFC 8581 §5: diversion before abatement), so the client
+//!   sees 2001s, neither the server's 3004s nor the agent's throttle
+//!   answers, and a DOIC client's answers carry no REALM report: the realm
+//!   as a whole is not overloaded.
+//! - Offered 3 (C1 + C2): the realm is short; each server is held to its
+//!   own limit (a realm report the agent applies does not pass a request
+//!   over a protected server's limit), so the realm's goodput is C1 + C2
+//!   and the excess is answered by the agent at once.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
+use diameter::dictionary::doic::OLR_DEFAULT_ALGO;
+use doic::DoicConfig;
+use doic::config::PeerPolicy;
+use support::*;
+use tools::loadgen::{
+    Busy, Client, Identity, Pace, Report, Server, ServerBehaviour, TEST_APP, Traffic,
+};
+
+const C1: u32 = 100;
+const C2: u32 = 300;
+const S1: &str = "server1.example.net";
+const S2: &str = "server2.example.net";
+/// A DOIC client announcing loss only, trusted for reports.
+const LOSS: &str = "client3.example.org";
+
+/// One test at a time: each runs an agent on pinned workers, two servers
+/// and a client at up to 1,200 requests/s on a machine with few cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn behaviour(capacity: u32, busy: Busy) -> ServerBehaviour {
+    ServerBehaviour {
+        capacity: Some(capacity),
+        busy,
+        ..Default::default()
+    }
+}
+
+/// Server 1 (C1) and server 2 (C2) behaving as `busy`, behind an agent with
+/// two workers and `[doic]` (protection on by default), `LOSS` trusted.
+async fn two_servers(busy: Busy) -> Setup {
+    let mut servers = Vec::new();
+    for (host, c) in [(S1, C1), (S2, C2)] {
+        let id = Identity::new(host, "example.net");
+        let s = Server::spawn("127.0.0.1:0".parse().unwrap(), id, behaviour(c, busy))
+            .await
+            .unwrap();
+        servers.push(s);
+    }
+    let mut config = config_for(&servers, "");
+    config.node.workers = Some(2);
+    let mut d = DoicConfig::default();
+    let p = PeerPolicy {
+        trusted: true,
+        ..PeerPolicy::default()
+    };
+    d.peers.insert(LOSS.into(), p);
+    config.doic = Some(d);
+    let s = start(servers, config).await;
+    // A running agent has measured its servers before the load comes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s
+}
+
+fn realm_reports(answers: &[bytes::Bytes]) -> Vec<OcOlr> {
+    reports_in(answers, ReportType::Realm)
+}
+
+/// Offers `rate` realm-routed requests per second for `secs`; returns the
+/// client's report, the requests each server received per second between
+/// `from` and `secs`, and the answers to 20 requests of the DOIC loss
+/// client sent at `from + 1` s.
+async fn offer(
+    s: &Setup,
+    c: &mut Client,
+    probe: &mut Client,
+    rate: u64,
+    secs: u64,
+    from: u64,
+) -> (Report, [f64; 2], Vec<bytes::Bytes>) {
+    let stop = AtomicBool::new(false);
+    let t = Traffic {
+        destination_realm: "example.net".into(),
+        destination_host: None,
+    };
+    let run = c.run(
+        &t,
+        Pace::Open(rate),
+        Duration::from_secs(secs),
+        Duration::from_secs(6),
+        &stop,
+    );
+    let count = |i: usize| s.servers[i].stats.requests.load(Ordering::Relaxed);
+    let loss_f = OcSupportedFeatures {
+        feature_vector: Some(OLR_DEFAULT_ALGO),
+        source_id: Some(LOSS.into()),
+        peer_algo: None,
+    };
+    let sample = async {
+        tokio::time::sleep(Duration::from_secs(from)).await;
+        let a = [count(0), count(1)];
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let answers = exchange(probe, 1, 20, 5, Some(&loss_f)).await;
+        tokio::time::sleep(Duration::from_secs(secs - from - 1)).await;
+        let b = [count(0), count(1)];
+        let span = (secs - from) as f64;
+        let per_s = [0, 1].map(|i| (b[i] - a[i]) as f64 / span);
+        (per_s, answers)
+    };
+    let (r, (per_s, answers)) = tokio::join!(run, sample);
+    (r.unwrap(), per_s, answers)
+}
+
+fn refused(r: &Report) -> u64 {
+    [3002, 3004, 5012, 5198]
+        .iter()
+        .filter_map(|c| r.by_code.get(c))
+        .sum()
+}
+
+async fn diverted_then_held(busy: Busy) {
+    let _one = SERIAL.lock().await;
+    let s = two_servers(busy).await;
+    let mut c = s.client().await;
+    let mut probe = Client::connect(s.addr, Identity::new(LOSS, "example.org"), vec![TEST_APP])
+        .await
+        .unwrap();
+    // The realm has headroom: server 1's excess goes to server 2.
+    let (r, per_s, answers) = offer(&s, &mut c, &mut probe, u64::from(5 * C1 / 2), 10, 4).await;
+    eprintln!(
+        "{busy:?} at 2.5 C1: {per_s:?}/s at the servers, {:?}, limit {:?}",
+        r.by_code,
+        metric(s.agent(), &format!("doic_protect_limit{{peer=\"{S1}\"}}"))
+    );
+    assert_eq!(
+        r.sent, r.answered,
+        "every request answered: {:?}",
+        r.by_code
+    );
+    let ok = r.by_code.get(&2001).copied().unwrap_or(0);
+    // The onset (before the first limit) may cost a few, and a server
+    // starved of CPU on a busy machine serves less for a while: up to a
+    // tenth (measured: none on a quiet machine, 8 % with the machine's load
+    // at 12 on 2 cores).
+    assert!(
+        refused(&r) * 10 <= r.sent && ok + refused(&r) == r.sent,
+        "{:?}",
+        r.by_code
+    );
+    assert!(
+        per_s[0] <= 1.1 * f64::from(C1),
+        "server 1 received {}/s, its capacity {C1}/s",
+        per_s[0]
+    );
+    assert!(
+        per_s[0] + per_s[1] >= 0.9 * f64::from(5 * C1 / 2),
+        "{per_s:?}/s reached the servers of 2.5 C1 offered"
+    );
+    let served = answers.iter().filter(|a| code_of(a) == 2001).count();
+    assert!(served >= 18, "the DOIC client is served: {served} of 20");
+    // The realm has headroom: no REALM report in force. (The agent's realm
+    // estimate, seed 002, judges each server by its admitted share of the
+    // requests that chose it first; under least-outstanding routing the
+    // protected server is first choice of more than its fair share and
+    // reads as shorter than it is, so closer to the realm's capacity, at
+    // 3 C1, a small realm report may come and go: docs/protect.md.)
+    let rr = realm_reports(&answers);
+    assert!(
+        rr.iter().all(|o| o.validity_duration == Some(0)),
+        "no REALM report while the realm has headroom: {rr:?}"
+    );
+    // The realm as a whole is short: the agent reports for it (seed 002).
+    let (r, per_s, answers) = offer(&s, &mut c, &mut probe, u64::from(3 * (C1 + C2)), 8, 4).await;
+    eprintln!(
+        "{busy:?} at 3 (C1 + C2): {per_s:?}/s at the servers, {:?}",
+        r.by_code
+    );
+    assert_eq!(
+        r.sent, r.answered,
+        "every request answered: {:?}",
+        r.by_code
+    );
+    assert!(
+        per_s[0] <= 1.1 * f64::from(C1) && per_s[1] <= 1.1 * f64::from(C2),
+        "{per_s:?}/s reached the servers of {C1} and {C2}/s"
+    );
+    // Each server at its limit: the realm's goodput is the sum of both (a
+    // generous lower bound: on a shared machine the loopback servers are
+    // starved of CPU at times and serve less; the upper bounds above are
+    // not generous).
+    let ok = r.by_code.get(&2001).copied().unwrap_or(0) as f64 / 8.0;
+    assert!(
+        ok >= 0.65 * f64::from(C1 + C2),
+        "goodput {ok}/s, the realm's capacity {}/s: {:?}",
+        C1 + C2,
+        r.by_code
+    );
+    assert!(
+        answers.iter().all(|a| code_of(a) != 3002),
+        "the DOIC client is answered at once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_realm_of_two_3004_servers_diverts_then_holds_each_server_to_its_limit() {
+    diverted_then_held(Busy::Reject { cost: 0.1 }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_realm_of_two_fifo_servers_diverts_then_holds_each_server_to_its_limit() {
+    diverted_then_held(Busy::Queue).await;
+}
