@@ -539,26 +539,27 @@ impl Config {
     /// The first listener or peer whose files do not load, by key
     /// (`node.listen[1].tls`, `peer[0].tls`), and the file.
     pub fn tls_material(&self) -> Result<crate::tls::Material, crate::tls::ReloadError> {
-        use crate::tls::{ClientTls, Material, ReloadError, ServerTls};
+        use crate::tls::{ClientTls, Material, ReloadError, ServerTls, TlsError};
+        fn part<T>(
+            key: String,
+            load: Result<T, TlsError>,
+        ) -> Result<(String, std::sync::Arc<T>), ReloadError> {
+            match load {
+                Ok(t) => Ok((key, std::sync::Arc::new(t))),
+                Err(source) => Err(ReloadError { key, source }),
+            }
+        }
         let mut m = Material::default();
         for (i, l) in self.node.listen.iter().enumerate() {
             if let Some(files) = &l.tls {
                 let key = format!("node.listen[{i}].tls");
-                let s = ServerTls::load(files).map_err(|source| ReloadError {
-                    key: key.clone(),
-                    source,
-                })?;
-                m.servers.push((key, std::sync::Arc::new(s)));
+                m.servers.push(part(key, ServerTls::load(files))?);
             }
         }
         for (i, p) in self.peers.iter().enumerate() {
             if let Some(files) = &p.tls {
-                let key = format!("peer[{i}].tls");
-                let c = ClientTls::load(files).map_err(|source| ReloadError {
-                    key: key.clone(),
-                    source,
-                })?;
-                m.clients.push((key, std::sync::Arc::new(c)));
+                m.clients
+                    .push(part(format!("peer[{i}].tls"), ClientTls::load(files))?);
             }
         }
         Ok(m)

@@ -14,9 +14,9 @@
 //! | `load` | PEM files into [`rustls::ServerConfig`] / [`rustls::ClientConfig`], errors naming the file |
 //! | `names` | the certificate's DNS names (SAN dNSName, else the subject CN) and their match against an Origin-Host |
 //!
-//! **Reload.** A [`ServerTls`] or [`ClientTls`] holds its current
+//! **Reload.** A [`ServerTls`] or [`ClientTls`] ([`Swap`]) holds its current
 //! configuration behind a lock taken once per connection (never per
-//! message). [`ServerTls::reload`] / [`ClientTls::reload`] read the files
+//! message). [`Swap::reload`] reads the files
 //! again and swap the configuration in: connections opened after the swap
 //! use the new certificates, open connections keep theirs. A file that does
 //! not load leaves the old material in place. [`Material::reload`] does it
@@ -24,7 +24,7 @@
 //! `Agent::reload_tls`).
 
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use serde::Deserialize;
 
@@ -104,97 +104,69 @@ pub enum TlsError {
     NoVersion,
 }
 
-/// The TLS side of a listener: its current [`rustls::ServerConfig`],
-/// swappable ([`ServerTls::reload`]).
+/// TLS material loaded from its files, swappable: the configuration in use
+/// and the files to read it from again ([`Swap::reload`]).
 #[derive(Debug)]
-pub struct ServerTls {
+pub struct Swap<C> {
     files: TlsFiles,
-    current: RwLock<Arc<rustls::ServerConfig>>,
+    load: fn(&TlsFiles) -> Result<C, TlsError>,
+    current: RwLock<Arc<C>>,
+}
+
+/// The TLS side of a listener: its current [`rustls::ServerConfig`].
+pub type ServerTls = Swap<rustls::ServerConfig>;
+
+/// The TLS side of a `[[peer]]` the agent dials: its current
+/// [`rustls::ClientConfig`].
+pub type ClientTls = Swap<rustls::ClientConfig>;
+
+impl<C> Swap<C> {
+    fn new(files: &TlsFiles, load: fn(&TlsFiles) -> Result<C, TlsError>) -> Result<Self, TlsError> {
+        Ok(Self {
+            current: RwLock::new(Arc::new(load(files)?)),
+            files: files.clone(),
+            load,
+        })
+    }
+
+    /// Reads the files again and uses them for the connections made from
+    /// now on; on an error the material in use stays.
+    ///
+    /// # Errors
+    /// [`TlsError`] naming the file.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let fresh = Arc::new((self.load)(&self.files)?);
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = fresh;
+        Ok(())
+    }
+
+    /// The configuration for a connection made now.
+    #[must_use]
+    pub fn config(&self) -> Arc<C> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl ServerTls {
-    /// Loads the listener's material.
+    /// Loads a listener's material.
     ///
     /// # Errors
     /// [`TlsError`] naming the file.
     pub fn load(files: &TlsFiles) -> Result<Self, TlsError> {
-        Ok(Self {
-            current: RwLock::new(Arc::new(load::server(files)?)),
-            files: files.clone(),
-        })
+        Swap::new(files, load::server)
     }
-
-    /// Reads the files again and uses them for the connections accepted from
-    /// now on; on an error the material in use stays.
-    ///
-    /// # Errors
-    /// [`TlsError`] naming the file.
-    pub fn reload(&self) -> Result<(), TlsError> {
-        let fresh = Arc::new(load::server(&self.files)?);
-        *self
-            .current
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
-        Ok(())
-    }
-
-    /// The configuration for a connection accepted now.
-    #[must_use]
-    pub fn config(&self) -> Arc<rustls::ServerConfig> {
-        self.current
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Whether clients must present a certificate (`ca` is set).
-    #[must_use]
-    pub fn mutual(&self) -> bool {
-        self.files.ca.is_some()
-    }
-}
-
-/// The TLS side of a `[[peer]]` the agent dials: its current
-/// [`rustls::ClientConfig`], swappable ([`ClientTls::reload`]).
-#[derive(Debug)]
-pub struct ClientTls {
-    files: TlsFiles,
-    current: RwLock<Arc<rustls::ClientConfig>>,
 }
 
 impl ClientTls {
-    /// Loads the peer's material.
+    /// Loads a dialled peer's material.
     ///
     /// # Errors
     /// [`TlsError`] naming the file.
     pub fn load(files: &TlsFiles) -> Result<Self, TlsError> {
-        Ok(Self {
-            current: RwLock::new(Arc::new(load::client(files)?)),
-            files: files.clone(),
-        })
-    }
-
-    /// Reads the files again and uses them for the connections dialled from
-    /// now on; on an error the material in use stays.
-    ///
-    /// # Errors
-    /// [`TlsError`] naming the file.
-    pub fn reload(&self) -> Result<(), TlsError> {
-        let fresh = Arc::new(load::client(&self.files)?);
-        *self
-            .current
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
-        Ok(())
-    }
-
-    /// The configuration for a connection dialled now.
-    #[must_use]
-    pub fn config(&self) -> Arc<rustls::ClientConfig> {
-        self.current
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        Swap::new(files, load::client)
     }
 }
 
@@ -245,23 +217,17 @@ impl Material {
     /// # Errors
     /// The parts that did not reload.
     pub fn reload(&self) -> Result<(), Vec<ReloadError>> {
-        let mut failed = Vec::new();
-        for (key, s) in &self.servers {
-            if let Err(source) = s.reload() {
-                failed.push(ReloadError {
+        let servers = self.servers.iter().map(|(k, s)| (k, s.reload()));
+        let clients = self.clients.iter().map(|(k, c)| (k, c.reload()));
+        let failed: Vec<ReloadError> = servers
+            .chain(clients)
+            .filter_map(|(key, r)| {
+                r.err().map(|source| ReloadError {
                     key: key.clone(),
                     source,
-                });
-            }
-        }
-        for (key, c) in &self.clients {
-            if let Err(source) = c.reload() {
-                failed.push(ReloadError {
-                    key: key.clone(),
-                    source,
-                });
-            }
-        }
+                })
+            })
+            .collect();
         if failed.is_empty() {
             Ok(())
         } else {

@@ -18,7 +18,9 @@ use agent::peer::table::state;
 use agent::routing::PeerView;
 use bytes::BytesMut;
 use diameter::codec::Header;
-use support::tls::{ClientSide, Leaf, LeafKind, Pki, tls_exchange};
+use diameter::dictionary::code;
+use support::pki::{Leaf, LeafKind, Pki};
+use support::tls::{ClientSide, tls_exchange};
 use support::*;
 use tools::loadgen::ServerBehaviour;
 
@@ -118,6 +120,17 @@ async fn two_agents_relay_over_tls_with_mutual_authentication() {
     let a = start_agent(front_config(&front_leaf.toml(&pki.ca(), None), tls_addr), 1).await;
     wait_open(&b, 2).await;
     burst_through(a.local_addrs()[0], 1000, 50).await;
+    // Requests longer than a TLS record (16 KiB) cross the TLS hop whole.
+    let mut c = connect(a.local_addrs()[0]).await;
+    let long = vec![b'u'; 200 * 1024];
+    let mut out = BytesMut::new();
+    for hbh in 0..5 {
+        out.extend_from_slice(&request(hbh, "example.net", &[(code::USER_NAME, &long)]));
+    }
+    c.write_raw(&out).await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(result_code(&answer(&mut c).await), Some(2001));
+    }
     // The hop between the agents is TLS: a plain CER to the TLS listener
     // is no TLS ClientHello and gets no CEA.
     let plain = tools::loadgen::Client::connect(

@@ -83,7 +83,7 @@ mod close;
 mod exchange;
 mod relaying;
 
-pub(crate) use exchange::accept;
+pub(crate) use exchange::{TlsListener, accept};
 use exchange::{cer_timed_out, evicted, note_evicted};
 
 pub use close::{Cause, CloseReason, Side};

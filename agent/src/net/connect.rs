@@ -155,6 +155,7 @@ pub(crate) async fn listen(
     listener: std::net::TcpListener,
     tls: Option<Arc<ServerTls>>,
 ) {
+    let tls = tls.map(|m| Arc::new(conn::TlsListener::new(m)));
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {

@@ -224,6 +224,39 @@ impl Conn {
     }
 }
 
+/// A TLS listener's material and the rate limit of its warnings about
+/// refused handshakes (one line per [`super::relaying::WarnLimit`] interval,
+/// counting the others: a scanner cannot flood the log).
+#[derive(Debug)]
+pub(crate) struct TlsListener {
+    pub(crate) material: Arc<crate::tls::ServerTls>,
+    refused: std::sync::Mutex<super::relaying::WarnLimit>,
+}
+
+impl TlsListener {
+    pub(crate) fn new(material: Arc<crate::tls::ServerTls>) -> Self {
+        Self {
+            material,
+            refused: std::sync::Mutex::default(),
+        }
+    }
+
+    /// A handshake from `remote` failed (cold path).
+    #[cold]
+    fn note_refused(&self, remote: Option<std::net::SocketAddr>, cause: &dyn std::fmt::Display) {
+        let allowed = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .allow(Instant::now());
+        if let Some(suppressed) = allowed {
+            tracing::warn!(remote = %crate::net::OrNone(remote), %cause, suppressed, "TLS client refused, closing");
+        } else {
+            tracing::debug!(remote = %crate::net::OrNone(remote), %cause, "TLS client refused, closing");
+        }
+    }
+}
+
 /// Runs an accepted connection to the end: waits for its first bytes, runs
 /// the TLS handshake of a TLS listener (`tls`; RFC 6733 §13.1: at once on
 /// connect), both within the CER timeout, then the connection.
@@ -231,7 +264,7 @@ pub(crate) async fn accept(
     ctx: Arc<ConnCtx>,
     tcp: TcpStream,
     waiting: Waiting,
-    tls: Option<Arc<crate::tls::ServerTls>>,
+    tls: Option<Arc<TlsListener>>,
 ) {
     let accepted = Instant::now();
     let deadline = accepted + ctx.config.cer_timeout();
@@ -245,10 +278,10 @@ pub(crate) async fn accept(
             let remote = tcp.peer_addr().ok();
             let limit = deadline.saturating_duration_since(Instant::now());
             tokio::select! {
-                done = Stream::accept(tcp, &tls, limit) => match done {
+                done = Stream::accept(tcp, &tls.material, limit) => match done {
                     Ok(s) => s,
                     Err(e) => {
-                        tracing::warn!(remote = %crate::net::OrNone(remote), cause = %e, "TLS client refused, closing");
+                        tls.note_refused(remote, &e);
                         ctx.admission.release(&waiting.ticket);
                         return;
                     }
