@@ -81,8 +81,8 @@ fn fd_client_tls_agent_tls_fd_server_and_only_tls_on_5658() {
     let client_leaf = pki.leaf("client", "client1.example.org", LeafKind::default());
     let r = BenchSpec::new(PeerTarget::new(AGENT, listen).unwrap())
         .tls(fd_tls(&client_leaf, &pki))
-        .seconds(2)
-        .concurrency(20)
+        .seconds(1)
+        .concurrency(10)
         .run()
         .unwrap();
     eprintln!("{r}");
