@@ -49,6 +49,9 @@ pub enum StartError {
     /// The audit log could not be opened.
     #[error("cannot open the audit log")]
     Audit(#[source] crate::audit::writer::WriteError),
+    /// The TLS material of a listener or peer does not load (RFC 6733 §13).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::ReloadError),
     /// A worker thread or its runtime could not be created.
     #[error("cannot start worker {index}")]
     Worker {
@@ -89,6 +92,7 @@ pub struct Agent {
     ebpf: Arc<Live>,
     listen: Vec<SocketAddr>,
     metrics: Option<SocketAddr>,
+    tls: Arc<crate::tls::Material>,
 }
 
 impl Agent {
@@ -123,8 +127,9 @@ impl Agent {
 
     /// Starts the agent on pinned worker threads, or as tasks on `on`.
     fn launch(config: Config, on: Option<&tokio::runtime::Handle>) -> Result<Agent, StartError> {
+        let tls = Arc::new(config.tls_material()?);
         let mut listeners = Vec::new();
-        for (i, addr) in config.node.listen.iter().enumerate() {
+        for (i, addr) in config.listen_addrs().iter().enumerate() {
             let listener = || format!("node.listen[{i}]");
             let l = bind(*addr, listener)?;
             crate::net::connect::set_backlog(&l, config.node.listen_backlog).map_err(|source| {
@@ -207,12 +212,19 @@ impl Agent {
             overload: overload.clone(),
         });
         for (i, l) in listeners.into_iter().enumerate() {
-            let fut = crate::net::connect::listen(conn.clone(), workers.clone(), l);
+            let server = tls.server(&format!("node.listen[{i}].tls"));
+            let fut = crate::net::connect::listen(conn.clone(), workers.clone(), l, server);
             workers.spawn_on(i, fut);
         }
         for (id, slot) in table.all() {
             if let Some(addr) = slot.connect {
-                workers.spawn_on(id, crate::net::connect::dial_loop(conn.clone(), id, addr));
+                let client = config
+                    .peers
+                    .iter()
+                    .position(|p| p.host.eq_ignore_ascii_case(&slot.host))
+                    .and_then(|i| tls.client(&format!("peer[{i}].tls")));
+                let fut = crate::net::connect::dial_loop(conn.clone(), id, addr, client);
+                workers.spawn_on(id, fut);
             }
         }
         if let Some(l) = metrics_listener {
@@ -236,7 +248,32 @@ impl Agent {
             ebpf,
             listen,
             metrics,
+            tls,
         })
+    }
+
+    /// Reads the TLS files of every TLS listener and peer again (RFC 6733
+    /// §13; what a reload on SIGHUP calls): connections made from now on
+    /// use the new certificates, keys and CAs, open ones keep theirs. A part
+    /// whose files do not load keeps its old material, and is logged.
+    ///
+    /// # Errors
+    /// The listeners and peers whose files did not load.
+    pub fn reload_tls(&self) -> Result<(), Vec<crate::tls::ReloadError>> {
+        let done = self.tls.reload();
+        match &done {
+            Ok(()) => tracing::info!(
+                listeners = self.tls.servers.len(),
+                peers = self.tls.clients.len(),
+                "TLS material reloaded"
+            ),
+            Err(failed) => {
+                for e in failed {
+                    tracing::warn!(key = %e.key, cause = %e.source, "TLS material not reloaded; the old one stays");
+                }
+            }
+        }
+        done
     }
 
     /// The addresses the agent listens on (with the ports actually bound).
@@ -270,6 +307,11 @@ impl Agent {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let plan = Plan::between(&running, &new);
         crate::runtime::reload::apply(&self.conn, self.runtime.workers(), &plan, &new);
+        // The TLS files of the listeners and peers are read again (errors
+        // are logged there, and the old material stays).
+        if !self.tls.servers.is_empty() || !self.tls.clients.is_empty() {
+            let _ = self.reload_tls();
+        }
         running.peers = new.peers;
         running.routes = new.routes;
         running.accept = new.accept;

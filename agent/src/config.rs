@@ -28,6 +28,7 @@ mod retry;
 
 pub use identity::IdentityError;
 use identity::check_identity;
+pub use listen::Listen;
 use parse_error::one_line;
 pub use reload::Plan;
 pub use retry::{RetryConfig, RetryConfigError};
@@ -106,9 +107,10 @@ pub struct Node {
     pub origin_host: String,
     /// Origin-Realm of the agent (RFC 6733 §6.4).
     pub origin_realm: String,
-    /// TCP listening addresses (IPv4 or IPv6).
+    /// Listening addresses (IPv4 or IPv6): `"addr"` for TCP, `{ addr, tls
+    /// = { cert, key, ca } }` for TLS/TCP (RFC 6733 §13.1).
     #[serde(default)]
-    pub listen: Vec<SocketAddr>,
+    pub listen: Vec<Listen>,
     /// Worker threads; default one per core.
     #[serde(default)]
     pub workers: Option<usize>,
@@ -242,6 +244,10 @@ pub struct PeerConfig {
     /// reports its own overload), `"protect"` (always).
     #[serde(default)]
     pub doic: doic::protect::Mode,
+    /// TLS/TCP to this peer when the agent dials it (RFC 6733 §13.1):
+    /// `ca` required, `cert` and `key` for mutual authentication.
+    #[serde(default)]
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 /// `[[route]]`: a realm route.
@@ -487,13 +493,16 @@ impl Config {
             .check(self.doic_effective().is_some())
             .map_err(|e| bad(e.key.into(), e.why))?;
         if let Some(section) = &self.ebpf {
-            let connect = self.connect_addrs();
+            let (listen, connect) = (self.listen_addrs(), self.connect_addrs());
             section
-                .check(&self.ebpf_around(&connect))
+                .check(&self.ebpf_around(&listen, &connect))
                 .map_err(|e| bad(e.key, e.why))?;
         }
-        listen::check(&self.node.listen, self.metrics.as_ref().map(|m| m.listen))
-            .map_err(|e| bad(e.key, e.why))?;
+        listen::check(
+            &self.listen_addrs(),
+            self.metrics.as_ref().map(|m| m.listen),
+        )
+        .map_err(|e| bad(e.key, e.why))?;
         Ok(())
     }
 
@@ -505,11 +514,57 @@ impl Config {
     /// [`ConfigError::Invalid`] naming `node.listen`.
     pub fn check_runnable(&self, file: &Path) -> Result<(), ConfigError> {
         let dials = self.peers.iter().any(|p| p.connect.is_some());
-        listen::check_some(&self.node.listen, dials).map_err(|e| ConfigError::Invalid {
+        listen::check_some(&self.listen_addrs(), dials).map_err(|e| ConfigError::Invalid {
             file: file.to_owned(),
             key: e.key,
             why: e.why,
-        })
+        })?;
+        self.tls_material()
+            .map(|_| ())
+            .map_err(|e| ConfigError::Invalid {
+                file: file.to_owned(),
+                key: e.key,
+                why: e.source.to_string(),
+            })
+    }
+
+    /// The `node.listen` addresses, in order.
+    #[must_use]
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        self.node.listen.iter().map(|l| l.addr).collect()
+    }
+
+    /// Loads the TLS material of every TLS listener and `[[peer]]` (RFC 6733
+    /// §13): what `run` uses, and what `check-config` checks.
+    ///
+    /// # Errors
+    /// The first listener or peer whose files do not load, by key
+    /// (`node.listen[1].tls`, `peer[0].tls`), and the file.
+    pub fn tls_material(&self) -> Result<crate::tls::Material, crate::tls::ReloadError> {
+        use crate::tls::{ClientTls, Material, ReloadError, ServerTls, TlsError};
+        fn part<T>(
+            key: String,
+            load: Result<T, TlsError>,
+        ) -> Result<(String, std::sync::Arc<T>), ReloadError> {
+            match load {
+                Ok(t) => Ok((key, std::sync::Arc::new(t))),
+                Err(source) => Err(ReloadError { key, source }),
+            }
+        }
+        let mut m = Material::default();
+        for (i, l) in self.node.listen.iter().enumerate() {
+            if let Some(files) = &l.tls {
+                let key = format!("node.listen[{i}].tls");
+                m.servers.push(part(key, ServerTls::load(files))?);
+            }
+        }
+        for (i, p) in self.peers.iter().enumerate() {
+            if let Some(files) = &p.tls {
+                m.clients
+                    .push(part(format!("peer[{i}].tls"), ClientTls::load(files))?);
+            }
+        }
+        Ok(m)
     }
 
     /// The caps on connections waiting for CER and the listen backlog.
@@ -586,11 +641,15 @@ impl Config {
         self.peers.iter().filter_map(|p| p.connect).collect()
     }
 
-    /// What the `[ebpf]` defaults depend on (`connect`: the
-    /// [`Config::connect_addrs`]).
-    fn ebpf_around<'a>(&'a self, connect: &'a [SocketAddr]) -> crate::ebpf::Around<'a> {
+    /// What the `[ebpf]` defaults depend on (`listen`, `connect`: the
+    /// [`Config::listen_addrs`], [`Config::connect_addrs`]).
+    fn ebpf_around<'a>(
+        &'a self,
+        listen: &'a [SocketAddr],
+        connect: &'a [SocketAddr],
+    ) -> crate::ebpf::Around<'a> {
         crate::ebpf::Around {
-            listen: &self.node.listen,
+            listen,
             connect,
             accept_by_name: !self.accept.hosts.is_empty(),
         }
@@ -607,8 +666,8 @@ impl Config {
         bound: &[SocketAddr],
     ) -> Result<crate::ebpf::Config, crate::ebpf::SectionError> {
         let section = self.ebpf.clone().unwrap_or_default();
-        let connect = self.connect_addrs();
-        section.resolve(&self.ebpf_around(&connect), bound)
+        let (listen, connect) = (self.listen_addrs(), self.connect_addrs());
+        section.resolve(&self.ebpf_around(&listen, &connect), bound)
     }
 
     /// Worker threads to run: the configured number, or one per core.

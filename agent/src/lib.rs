@@ -21,13 +21,14 @@
 //! | [`admission`] | caps on inbound connections waiting for CER (RFC 6733 §5.3), per source and in total |
 //! | [`runtime`] | the threads: pinned workers (or tasks on a caller's runtime, `Agent::start_on`), the control thread, the shutdown sequence |
 //! | [`agent`] | the running agent: gives each part what it uses, starts listeners, dialling, metrics and the control thread on the runtime |
-//! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O driving the relay; each connection's bounded queues between workers (`link`); close reasons with their side; each connection's `ConnCtx` |
+//! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O driving the relay; each connection's bounded queues between workers (`link`); close reasons with their side; each connection's `ConnCtx`; the byte stream, TCP or TLS (`stream`) |
+//! | [`tls`] | RFC 6733 §13 TLS/TCP: the material of TLS listeners and peers (rustls, reloadable), the peer certificate's names checked against its Origin-Host |
 //! | [`overload`] | DOIC in the relay: per-worker cores (thread-local, or hosted on a caller's runtime), the bounded replica inbox, request/answer glue between the relay and the `doic` core, the snapshots the control tick reads, the protection of upstream servers without DOIC (docs/protect.md) |
 //! | [`relay`] | the sans-io relay (RFC 6733 §6.1-6.2): checks, loop detection, routing, hop-by-hop table, failover with the T flag, 3004 retries within the budget, local answers, 3002 timeouts |
 //! | [`audit`] | the durable audit log (`[audit]`): the workers' and the control thread's records over one bounded feed, one writer thread with rotation and retention, reading a log directory back |
 //! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix): renders, holds no state |
 //!
-//! The modules form no cycle: `config` gathers the sections of `ebpf` and
+//! The modules form no cycle: `config` gathers the sections of `ebpf`, `tls` and
 //! its own; `routing`, `peer`, `telemetry`, `overload`, `relay`, `runtime`,
 //! `net` and `metrics` each use only what is below them, and `agent`, at
 //! the top, gives each part the handles it uses (no shared god object).
@@ -52,3 +53,4 @@ pub mod relay;
 pub mod routing;
 pub mod runtime;
 pub mod telemetry;
+pub mod tls;

@@ -138,6 +138,7 @@ impl WireMessage {
 #[derive(Debug, Clone)]
 pub struct Tshark {
     ports: Vec<u16>,
+    tls_ports: Vec<u16>,
     dictionary: bool,
     extra: Vec<String>,
 }
@@ -155,6 +156,7 @@ impl Tshark {
     pub fn new() -> Self {
         Self {
             ports: vec![3868],
+            tls_ports: Vec::new(),
             dictionary: true,
             extra: Vec::new(),
         }
@@ -166,6 +168,14 @@ impl Tshark {
         if !self.ports.contains(&port) {
             self.ports.push(port);
         }
+        self
+    }
+
+    /// Decodes TCP `port` as TLS (RFC 6733 §13.1 TLS/TCP) instead.
+    #[must_use]
+    pub fn tls_port(mut self, port: u16) -> Self {
+        self.ports.retain(|&p| p != port);
+        self.tls_ports.push(port);
         self
     }
 
@@ -210,6 +220,10 @@ impl Tshark {
             tshark_args.push("-d".into());
             tshark_args.push(format!("tcp.port=={p},diameter"));
         }
+        for p in &self.tls_ports {
+            tshark_args.push("-d".into());
+            tshark_args.push(format!("tcp.port=={p},tls"));
+        }
         tshark_args.extend(self.extra.iter().cloned());
         tshark_args.extend(args.iter().map(|s| (*s).to_owned()));
         let custom = support_dir().join("Custom.xml");
@@ -240,7 +254,7 @@ impl Tshark {
     /// tshark failing or printing JSON this parser does not understand.
     pub fn decode(&self, pcap: &Path) -> Result<Vec<WireMessage>, Error> {
         let p = pcap.to_string_lossy().into_owned();
-        let mut cmd = self.command(&[
+        let cmd = self.command(&[
             "-r",
             &p,
             "-n",
@@ -251,21 +265,20 @@ impl Tshark {
             "-x",
             "--no-duplicate-keys",
         ])?;
-        let out = cmd.output().map_err(|source| Error::Spawn {
-            program: "tshark".into(),
-            source,
-        })?;
-        if !out.status.success() {
-            return Err(Error::parse(
-                "tshark",
-                format!(
-                    "exit {}: {}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
-            ));
-        }
-        parse_json(&out.stdout)
+        parse_json(&stdout_of(cmd)?)
+    }
+
+    /// How many frames of the capture at `pcap` match the display filter
+    /// `filter` (e.g. `tls.app_data`, `diameter`).
+    ///
+    /// # Errors
+    /// tshark failing.
+    pub fn count(&self, pcap: &Path, filter: &str) -> Result<usize, Error> {
+        let p = pcap.to_string_lossy().into_owned();
+        let fields = ["-T", "fields", "-e", "frame.number"];
+        let cmd = self.command(&[&["-r", &p, "-n", "-Y", filter][..], &fields].concat())?;
+        let out = stdout_of(cmd)?;
+        Ok(out.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count())
     }
 
     /// Writes `messages` (client to server, in order, on one TCP stream to
@@ -301,6 +314,25 @@ impl Tshark {
         w.write_to(&path).map_err(|e| Error::io(&path, e))?;
         self.decode(&path)
     }
+}
+
+/// What tshark printed on stdout; an error when it failed.
+fn stdout_of(mut cmd: Command) -> Result<Vec<u8>, Error> {
+    let out = cmd.output().map_err(|source| Error::Spawn {
+        program: "tshark".into(),
+        source,
+    })?;
+    if !out.status.success() {
+        return Err(Error::parse(
+            "tshark",
+            format!(
+                "exit {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
+    }
+    Ok(out.stdout)
 }
 
 /// A running capture on `lo` (dumpcap), bounded in time.
@@ -349,6 +381,22 @@ impl Capture {
     /// # Errors
     /// As [`Tshark::decode`].
     pub fn finish(mut self, tshark: &Tshark) -> Result<Vec<WireMessage>, Error> {
+        self.stop()?;
+        tshark.decode(&self.path)
+    }
+
+    /// Stops the capture and counts, for each (decoder, display filter),
+    /// the frames [`Tshark::count`] finds.
+    ///
+    /// # Errors
+    /// As [`Tshark::count`].
+    pub fn finish_count(mut self, counts: &[(&Tshark, &str)]) -> Result<Vec<usize>, Error> {
+        self.stop()?;
+        counts.iter().map(|(t, f)| t.count(&self.path, f)).collect()
+    }
+
+    /// Stops dumpcap once the file is complete.
+    fn stop(&mut self) -> Result<(), Error> {
         // On SIGINT dumpcap stops reading: packets still in the kernel
         // buffer would be lost. It appends to the file as it reads, so wait
         // until the file has stopped growing for half a second (at most 10 s).
@@ -366,7 +414,7 @@ impl Capture {
         }
         self.daemon.signal(libc::SIGINT)?;
         self.daemon.wait_exit(Duration::from_secs(5))?;
-        tshark.decode(&self.path)
+        Ok(())
     }
 
     /// The pcap file (complete only after [`finish`](Self::finish)).

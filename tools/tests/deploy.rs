@@ -162,7 +162,7 @@ fn the_daemonset_runs_on_the_host_network_with_the_capabilities_and_probes() {
         .iter()
         .map(|p| p["containerPort"].as_u64().unwrap())
         .collect();
-    let diameter = u64::from(config.node.listen[0].port());
+    let diameter = u64::from(config.node.listen[0].addr.port());
     assert_eq!(ports, [diameter, u64::from(metrics_port)]);
 
     // The agent runs the file the init container writes from the ConfigMap

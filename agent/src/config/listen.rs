@@ -1,8 +1,63 @@
 //! `node.listen` and `metrics.listen` as binding them would take them
 //! (RFC 6733 §2.1: the agent listens for Diameter on TCP): `check-config`
 //! refuses what `run` could not bind, before anything is bound.
+//!
+//! A `node.listen` entry is an address (`"127.0.0.1:3868"`, TCP) or a table
+//! `{ addr = "0.0.0.0:5658", tls = { cert, key, ca } }`: TLS/TCP (RFC 6733
+//! §13.1, port 5658 by convention; `crate::tls`).
 
 use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use crate::tls::TlsFiles;
+
+/// One `node.listen` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
+    /// The address to bind.
+    pub addr: SocketAddr,
+    /// TLS on every accepted connection; `None`: plain TCP.
+    pub tls: Option<TlsFiles>,
+}
+
+impl From<SocketAddr> for Listen {
+    fn from(addr: SocketAddr) -> Self {
+        Self { addr, tls: None }
+    }
+}
+
+/// The table form of an entry.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListenTable {
+    addr: SocketAddr,
+    #[serde(default)]
+    tls: Option<TlsFiles>,
+}
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Listen;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an address or { addr, tls }")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Listen, E> {
+                s.parse::<SocketAddr>().map(Listen::from).map_err(E::custom)
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, m: M) -> Result<Listen, M::Error> {
+                let t = ListenTable::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+                Ok(Listen {
+                    addr: t.addr,
+                    tls: t.tls,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
 
 /// A listener key binding would refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,13 +34,13 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::Interest;
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::net::ConnCtx;
 use crate::net::link::{ConnLink, Inbox, link};
+use crate::net::stream::Stream;
 use crate::peer::table::{LinkRef, PeerSlot, PeerStats, Relayed, ToConn, state};
 use crate::relay::{self, pending::Upstream};
 use crate::routing::PeerId;
@@ -84,7 +84,8 @@ mod close;
 mod exchange;
 mod relaying;
 
-use exchange::{cer_timed_out, evicted, first_bytes, note_evicted};
+pub(crate) use exchange::{TlsListener, accept};
+use exchange::{cer_timed_out, evicted, note_evicted};
 
 pub use close::{Cause, CloseReason, Side};
 
@@ -99,7 +100,7 @@ pub(crate) struct Waiting {
 struct Conn {
     ctx: Arc<ConnCtx>,
     id: u64,
-    stream: TcpStream,
+    stream: Stream,
     fsm: Fsm,
     peer: Option<(PeerId, Arc<PeerSlot>)>,
     watchdog: Option<Watchdog>,
@@ -137,23 +138,20 @@ struct Conn {
 }
 
 /// Runs one connection to the end. `expect` is the peer an initiator
-/// dialled; `waiting` the admission of an accepted one.
+/// dialled; `waiting` the admission of an accepted one; `since` when the
+/// connection was made (its CER timeout counts from then).
 pub(crate) async fn run(
     ctx: Arc<ConnCtx>,
-    stream: TcpStream,
+    stream: Stream,
     role: Role,
     expect: Option<PeerId>,
     waiting: Option<Waiting>,
+    since: Instant,
 ) {
-    let accepted = Instant::now();
-    if let Some(w) = &waiting
-        && !first_bytes(&ctx, &stream, w, accepted + ctx.config.cer_timeout()).await
-    {
-        ctx.admission.release(&w.ticket);
-        return;
-    }
-    let _ = stream.set_nodelay(true);
+    let accepted = since;
+    let _ = stream.tcp().set_nodelay(true);
     let local_ip = stream
+        .tcp()
         .local_addr()
         .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |a| a.ip());
     let remote = stream.peer_addr().ok();
@@ -322,6 +320,14 @@ impl Conn {
 
     /// Writes as much of `out` as the socket takes without blocking.
     fn flush_some(&mut self) {
+        match self.stream.flush_some() {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(_) => {
+                self.close_by_peer(Cause::WriteError);
+                return;
+            }
+        }
         while !self.out.is_empty() {
             match self.stream.try_write(&self.out) {
                 Ok(0) => {
@@ -498,7 +504,7 @@ impl Conn {
     /// This connection's socket as later connections of its peer see it
     /// (the reconnect race, [`crate::peer::table`]).
     fn liveness(&self) -> Option<Arc<dyn crate::peer::table::Liveness>> {
-        super::liveness::SocketLiveness::of(&self.stream)
+        super::liveness::SocketLiveness::of(self.stream.tcp())
             .map(|l| Arc::new(l) as Arc<dyn crate::peer::table::Liveness>)
     }
 
@@ -731,13 +737,23 @@ impl Conn {
 
     /// An open connection (it has a watchdog) of a peer ends: one INFO line
     /// naming the peer and the cause, and the cause kept for the agent's
-    /// 3002 Error-Message. A connection replaced by its peer's new one or
+    /// 3002 Error-Message (a dialled one that never opened: the cause
+    /// kept). A connection replaced by its peer's new one or
     /// losing the §5.6.4 election leaves the peer up.
     #[cold]
     fn log_peer_down(&self) {
-        let (Some((_, slot)), Some(_)) = (&self.peer, &self.watchdog) else {
+        let Some((_, slot)) = &self.peer else {
             return;
         };
+        if self.watchdog.is_none() {
+            // A dialled connection that never opened (its CEA refused, its
+            // certificate not naming the peer): the cause is the peer's
+            // last error.
+            if let Some(c) = self.close {
+                slot.note_down(&c.cause);
+            }
+            return;
+        }
         let (side, cause) = self
             .close
             .map_or((Side::Internal, Cause::Fsm("done")), |c| (c.side, c.cause));

@@ -14,8 +14,10 @@ use tokio::time::Instant;
 
 use crate::net::ConnCtx;
 use crate::net::conn::{self, Waiting};
+use crate::net::stream::{HandshakeError, Stream};
 use crate::routing::PeerId;
 use crate::runtime::Workers;
+use crate::tls::{ClientTls, ServerTls};
 use diameter::peer::fsm::Role;
 
 /// At most one log line per this interval about connections closed before
@@ -134,13 +136,27 @@ fn warn_routes_without_peer_up(ctx: &ConnCtx, peer: PeerId) {
     }
 }
 
+/// The dialled connection's stream: TCP, or TLS after its handshake.
+async fn secure(
+    tcp: TcpStream,
+    tls: Option<&ClientTls>,
+    host: &str,
+) -> Result<Stream, HandshakeError> {
+    match tls {
+        None => Ok(Stream::Tcp(tcp)),
+        Some(tls) => Stream::connect(tcp, tls, host, CONNECT_TIMEOUT).await,
+    }
+}
+
 /// Accepts connections until shutdown; each runs as a responder on the next
 /// worker.
 pub(crate) async fn listen(
     ctx: Arc<ConnCtx>,
     workers: Arc<Workers>,
     listener: std::net::TcpListener,
+    tls: Option<Arc<ServerTls>>,
 ) {
+    let tls = tls.map(|m| Arc::new(conn::TlsListener::new(m)));
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -175,11 +191,10 @@ pub(crate) async fn listen(
                         continue;
                     };
                     let s = ctx.clone();
+                    let tls = tls.clone();
                     workers.spawn_next(async move {
                         match TcpStream::from_std(std) {
-                            Ok(stream) => {
-                                conn::run(s, stream, Role::Responder, None, Some(waiting)).await;
-                            }
+                            Ok(stream) => conn::accept(s, stream, waiting, tls).await,
                             Err(_) => s.admission.release(&waiting.ticket),
                         }
                     });
@@ -196,8 +211,14 @@ pub(crate) async fn listen(
 
 /// Keeps one connection to a configured peer: dial, run, wait Tc, again,
 /// until shutdown. Skips dialling while an inbound connection from the peer
-/// is open.
-pub(crate) async fn dial_loop(ctx: Arc<ConnCtx>, peer: PeerId, addr: SocketAddr) {
+/// is open. With `tls` each connection starts with the TLS handshake
+/// (RFC 6733 §13.1).
+pub(crate) async fn dial_loop(
+    ctx: Arc<ConnCtx>,
+    peer: PeerId,
+    addr: SocketAddr,
+    tls: Option<Arc<ClientTls>>,
+) {
     let stop = ctx.stop.clone();
     let tc = ctx.config.tc();
     let mut failures = DialFailures::default();
@@ -212,13 +233,18 @@ pub(crate) async fn dial_loop(ctx: Arc<ConnCtx>, peer: PeerId, addr: SocketAddr)
         }
         let busy = slot.as_ref().is_none_or(|s| s.has_connection());
         if let (false, Some(slot)) = (busy, slot) {
+            let since = Instant::now();
             let cause = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await
             {
-                Ok(Ok(stream)) => {
-                    failures.connected(&slot.host, addr);
-                    conn::run(ctx.clone(), stream, Role::Initiator, Some(peer), None).await;
-                    None
-                }
+                Ok(Ok(tcp)) => match secure(tcp, tls.as_deref(), &slot.host).await {
+                    Ok(stream) => {
+                        failures.connected(&slot.host, addr);
+                        let c = ctx.clone();
+                        conn::run(c, stream, Role::Initiator, Some(peer), None, since).await;
+                        None
+                    }
+                    Err(e) => Some(e.to_string()),
+                },
                 Ok(Err(e)) => Some(e.to_string()),
                 Err(_) => Some(format!("no answer within {CONNECT_TIMEOUT:?}")),
             };

@@ -1,13 +1,15 @@
 //! The tokio edge: listeners, outbound connections with Tc backoff, the
 //! driver of one connection, and its bounded queues between workers
 //! (`link`, the [`crate::peer::table::Link`] the relay sees). The only
-//! place on the protocol path that awaits.
+//! place on the protocol path that awaits. A connection's bytes go over
+//! TCP or TLS/TCP (`stream`, RFC 6733 §13.1).
 
 pub mod conn;
 pub(crate) mod connect;
 mod ctx;
 mod link;
 mod liveness;
+pub(crate) mod stream;
 
 pub(crate) use ctx::ConnCtx;
 pub use ctx::IoStats;

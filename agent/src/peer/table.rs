@@ -783,6 +783,7 @@ mod tests {
             connect: "127.0.0.1:3870".parse().ok(),
             trusted: false,
             doic: doic::protect::Mode::Auto,
+            tls: None,
         };
         let new = t.add_configured(&cfg);
         assert_ne!(new, old);

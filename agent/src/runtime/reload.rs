@@ -30,10 +30,20 @@ pub(crate) fn apply(ctx: &Arc<ConnCtx>, workers: &Workers, plan: &Plan, new: &Co
     }
     let mut dial = Vec::new();
     for p in &plan.add {
+        // An added TLS peer's files were loaded once by the reload's check
+        // (`Config::check_runnable`); they are loaded for its dialling here.
+        let client = match p.tls.as_ref().map(crate::tls::ClientTls::load) {
+            None => None,
+            Some(Ok(c)) => Some(Arc::new(c)),
+            Some(Err(e)) => {
+                tracing::error!(peer = %p.host, cause = %e, "peer not added: its TLS files do not load; fix them and reload");
+                continue;
+            }
+        };
         let id = table.add_configured(p);
         tracing::info!(peer = %p.host, connect = %crate::net::OrNone(p.connect), "peer added");
         if let Some(addr) = p.connect {
-            dial.push((id, addr));
+            dial.push((id, addr, client));
         }
     }
     if plan.routes {
@@ -44,9 +54,11 @@ pub(crate) fn apply(ctx: &Arc<ConnCtx>, workers: &Workers, plan: &Plan, new: &Co
     if plan.accept {
         ctx.set_accept(new.accept.clone());
     }
-    reload_tls(ctx, new);
-    for (id, addr) in dial {
-        workers.spawn_on(id, crate::net::connect::dial_loop(ctx.clone(), id, addr));
+    for (id, addr, client) in dial {
+        workers.spawn_on(
+            id,
+            crate::net::connect::dial_loop(ctx.clone(), id, addr, client),
+        );
     }
     for key in &plan.needs_restart {
         tracing::warn!(%key, "changed in the file but read only at start: needs restart; the running value stays");
@@ -60,8 +72,3 @@ pub(crate) fn apply(ctx: &Arc<ConnCtx>, workers: &Workers, plan: &Plan, new: &Co
         "configuration reloaded"
     );
 }
-
-/// The hook for TLS material (certificates, keys, CAs of the listeners and
-/// the `[[peer]]` entries): the TLS module's reload is called here. The
-/// agent has no TLS material yet, so there is nothing to re-read.
-fn reload_tls(_ctx: &ConnCtx, _new: &Config) {}

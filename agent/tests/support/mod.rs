@@ -11,6 +11,8 @@
 //! | [`netns`] | network namespaces joined by a veth pair |
 //! | [`capture`] | a packet capture counting segments per peer and direction |
 //! | [`process`] | the binary as a child process: its stderr line by line, the runtime of the test's peers |
+//! | [`pki`] | test certificates made at test time (rcgen): a CA, leaves, PEM files |
+//! | [`tls`] | a raw TLS client doing the capabilities exchange |
 //!
 //! Test files `mod support; use support::*;` for the first three.
 
@@ -27,8 +29,10 @@ pub mod messages;
 pub mod netns;
 pub mod node;
 pub mod packets;
+pub mod pki;
 pub mod process;
 pub mod reporting;
+pub mod tls;
 
 pub use messages::*;
 pub use node::*;

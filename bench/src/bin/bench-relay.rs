@@ -9,6 +9,10 @@
 //! - through a freeDiameter relay (`rt_default`),
 //! - through the agent with 1 worker and with 2 workers.
 //!
+//! - with `--tls`, through two agents in a row (1 worker each), the hop
+//!   between them plain TCP and TLS/TCP with mutual authentication (RFC 6733
+//!   §13; certificates made at start with rcgen): what TLS costs the relay,
+//!   against TCP in the same rounds,
 //! - with `--agent-bin NAME=PATH` (repeatable), through a `doic-agent`
 //!   binary run as its own process (`PATH run --config FILE`, 1 worker, no
 //!   kernel program): two builds of the agent side by side in one run, e.g.
@@ -24,6 +28,13 @@
 //! rounds: answers/s and its average latency, reported, not gated.
 
 use std::net::SocketAddr;
+
+#[path = "../../../agent/tests/support/pki.rs"]
+#[expect(
+    unreachable_pub,
+    reason = "shared with the agent's tests, where it is a public module"
+)]
+mod pki;
 
 use agent::agent::Agent;
 use anyhow::Context;
@@ -63,6 +74,9 @@ struct Args {
     /// `NAME=PATH` (repeatable): run with 1 worker and `[ebpf] mode = "off"`.
     #[arg(long = "agent-bin", value_name = "NAME=PATH")]
     agent_bins: Vec<String>,
+    /// Also two agents in a row, the hop between them TCP and TLS.
+    #[arg(long)]
+    tls: bool,
     /// Rounds of freeDiameter's `test_app` client over every path (0: none;
     /// needs the freeDiameter server, so not with `--builtin`).
     #[arg(long, default_value_t = 0)]
@@ -84,6 +98,44 @@ fn agent(server: &PeerTarget, workers: usize) -> anyhow::Result<Agent> {
         server.identity, server.addr, server.identity
     );
     bench::relay::start_agent(&text)
+}
+
+/// Two agents in a row, 1 worker each: the load client's agent dials the
+/// one in front of `server`, over TLS with mutual authentication when `pki`
+/// is given (RFC 6733 §13.1), else over TCP. Returns (first, second).
+fn agent_pair(server: &PeerTarget, pki: Option<&pki::Pki>) -> anyhow::Result<(Agent, Agent)> {
+    use pki::LeafKind;
+    let kind = if pki.is_some() { "tls" } else { "tcp" };
+    let (front, edge) = (
+        format!("front-{kind}.example.com"),
+        format!("edge-{kind}.example.com"),
+    );
+    let tls = |name: &str| {
+        pki.map(|p| {
+            let leaf = p.leaf(name, name, LeafKind::default());
+            format!("tls = {}\n", leaf.toml(&p.ca(), None))
+        })
+        .unwrap_or_default()
+    };
+    let listen = match pki {
+        Some(_) => format!("[{{ addr = \"127.0.0.1:0\", {} }}]", tls(&edge).trim_end()),
+        None => "[\"127.0.0.1:0\"]".to_owned(),
+    };
+    let second = bench::relay::start_agent(&format!(
+        "[node]\norigin_host = \"{edge}\"\norigin_realm = \"example.com\"\nlisten = {listen}\nworkers = 1\ntc_seconds = 1\n\
+         [[peer]]\nhost = \"{}\"\nrealm = \"example.net\"\nconnect = \"{}\"\n\
+         [[peer]]\nhost = \"{front}\"\nrealm = \"example.com\"\n\
+         [[route]]\nrealm = \"example.net\"\npeers = [\"{}\"]\n",
+        server.identity, server.addr, server.identity
+    ))?;
+    let first = bench::relay::start_agent(&format!(
+        "[node]\norigin_host = \"{front}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\ntc_seconds = 1\n\
+         [[peer]]\nhost = \"{edge}\"\nrealm = \"example.net\"\nconnect = \"{}\"\n{}\
+         [[route]]\nrealm = \"example.net\"\npeers = [\"{edge}\"]\n[accept]\nhosts = [\"*.example.org\"]\n",
+        second.local_addrs()[0],
+        tls(&front)
+    ))?;
+    Ok((first, second))
 }
 
 /// A `doic-agent` binary running as a child process, stopped on drop.
@@ -225,6 +277,18 @@ fn main() -> anyhow::Result<()> {
     }
     targets.push(target("agent, 1 worker", a1.local_addrs()[0]));
     targets.push(target("agent, 2 workers", a2.local_addrs()[0]));
+    let pki = args.tls.then(|| pki::Pki::new("bench-relay"));
+    let mut pairs = Vec::new();
+    if let Some(pki) = &pki {
+        for (name, p) in [
+            ("2 agents, TCP hop", None),
+            ("2 agents, TLS hop", Some(pki)),
+        ] {
+            let pair = agent_pair(&server_target, p)?;
+            targets.push(target(name, pair.0.local_addrs()[0]));
+            pairs.push(pair);
+        }
+    }
     let mut processes = Vec::new();
     for spec in &args.agent_bins {
         let (name, bin) = spec
@@ -283,6 +347,12 @@ fn main() -> anyhow::Result<()> {
     a2.shutdown();
     a1.join();
     a2.join();
+    for (first, second) in pairs {
+        first.shutdown();
+        second.shutdown();
+        first.join();
+        second.join();
+    }
     drop(pipe);
     drop(relay);
     drop(server);

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::{
-    EXT_DIR, FdNode, OPEN_TIMEOUT, PeerTarget, START_TIMEOUT, artefacts, common_conf,
-    load_extension,
+    EXT_DIR, FdNode, FdTls, Listen, OPEN_TIMEOUT, PeerTarget, START_TIMEOUT, artefacts,
+    common_conf, load_extension,
 };
 use crate::Error;
 use crate::process::RunDir;
@@ -26,6 +26,7 @@ pub struct BenchSpec {
     concurrency: u32,
     threads: u32,
     tw: u32,
+    tls: Option<FdTls>,
 }
 
 impl BenchSpec {
@@ -43,6 +44,7 @@ impl BenchSpec {
             concurrency: 100,
             threads: 4,
             tw: 30,
+            tls: None,
         }
     }
 
@@ -68,6 +70,10 @@ impl BenchSpec {
         /// Sets the client's RFC 3539 watchdog timer Tw in seconds (`TwTimer`,
         /// default 30, at least 6).
         watchdog(secs: u32) => tw = secs.max(6);
+
+        /// Connects with TLS on connect (RFC 6733 §13.1), presenting these
+        /// credentials.
+        tls(tls: FdTls) => tls = Some(tls);
     }
 
     /// Starts the client and the sending window; [`BenchRun::wait`] reads
@@ -120,11 +126,13 @@ impl BenchSpec {
             "rt_default.conf",
             &format!("* : \"{}\" += 100 ;\n", self.target.identity),
         )?;
-        let mut c = common_conf(&self.identity, &self.realm, 0, self.threads, self.tw);
+        let tls = self.tls.as_ref();
+        let on = Listen::new(0, tls);
+        let mut c = common_conf(&self.identity, &self.realm, on, self.threads, self.tw);
         c.push_str("NoRelay;\n");
         load_extension(&mut c, a.test_app.display(), &ta_conf);
         load_extension(&mut c, format_args!("{EXT_DIR}/rt_default.fdx"), &rt);
-        c.push_str(&self.target.connect_peer_line());
+        c.push_str(&self.target.connect_peer_line(tls.is_some()));
         let mut node = FdNode::start("fd-client", &self.identity, &self.realm, 0, &c, dir)?;
         node.wait_peer_open(&self.target.identity, OPEN_TIMEOUT)?;
         Ok(node)

@@ -3,8 +3,10 @@
 //! benchmark client.
 //!
 //! Every daemon gets a generated configuration in a private [`RunDir`]:
-//! plain TCP only (no `TLS_Cred`, `SecPort = 0`, `No_TLS` and `No_SCTP` on
-//! every `ConnectPeer`), `TcTimer = 5`, `TwTimer = 30` (settable), incoming peers
+//! plain TCP (no `TLS_Cred`, `SecPort = 0`, `No_TLS` and `No_SCTP` on
+//! every `ConnectPeer`) unless given [`FdTls`] credentials (then TLS/TCP on
+//! connect, RFC 6733 §13.1: `TLS_Cred`, `TLS_CA`, the listener on
+//! `SecPort`, `ConnectPeer` without `No_TLS`), `TcTimer = 5`, `TwTimer = 30` (settable), incoming peers
 //! accepted by `acl_wl` under common test TLDs. freeDiameter 1.2.1 ignores
 //! loopback `ListenOn` addresses and binds the wildcard; the `bindlo.so`
 //! shim (LD_PRELOAD) turns those binds into loopback binds.
@@ -79,14 +81,28 @@ impl PeerTarget {
         })
     }
 
-    fn connect_peer_line(&self) -> String {
+    /// The `ConnectPeer` line: plain TCP, or TLS on connect with `tls`.
+    fn connect_peer_line(&self, tls: bool) -> String {
         format!(
-            "ConnectPeer = \"{}\" {{ ConnectTo = \"{}\"; Port = {}; No_TLS; No_SCTP; }};\n",
+            "ConnectPeer = \"{}\" {{ ConnectTo = \"{}\"; Port = {}; {}No_SCTP; }};\n",
             self.identity,
             self.addr.ip(),
-            self.addr.port()
+            self.addr.port(),
+            if tls { "" } else { "No_TLS; " }
         )
     }
+}
+
+/// TLS credentials of a freeDiameter peer (RFC 6733 §13): its certificate
+/// and key (`TLS_Cred`) and the CA it trusts (`TLS_CA`), PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FdTls {
+    /// The peer's certificate.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The CA its peers' certificates must chain to.
+    pub ca: PathBuf,
 }
 
 /// Paths of the freeDiameter artefacts, checked once per start.
@@ -108,15 +124,50 @@ fn artefacts() -> Result<Artefacts, Error> {
     Ok(a)
 }
 
-fn common_conf(identity: &str, realm: &str, port: u16, threads: u32, tw: u32) -> String {
+/// Where a daemon listens: `Port` for TCP, or `SecPort` for TLS/TCP with
+/// its credentials (port 0: nowhere).
+#[derive(Clone, Copy)]
+enum Listen<'a> {
+    Tcp(u16),
+    Tls(u16, &'a FdTls),
+}
+
+impl<'a> Listen<'a> {
+    fn new(port: u16, tls: Option<&'a FdTls>) -> Self {
+        tls.map_or(Listen::Tcp(port), |t| Listen::Tls(port, t))
+    }
+
+    fn port(self) -> u16 {
+        match self {
+            Listen::Tcp(p) | Listen::Tls(p, _) => p,
+        }
+    }
+}
+
+/// The settings every daemon shares.
+fn common_conf(identity: &str, realm: &str, on: Listen<'_>, threads: u32, tw: u32) -> String {
     let mut c = String::new();
     let _ = writeln!(c, "Identity = \"{identity}\";");
     let _ = writeln!(c, "Realm = \"{realm}\";");
-    let _ = writeln!(c, "Port = {port};");
-    c.push_str("SecPort = 0;\nNo_SCTP;\nPrefer_TCP;\nTcTimer = 5;\n");
+    match on {
+        Listen::Tcp(port) => {
+            let _ = writeln!(c, "Port = {port};\nSecPort = 0;");
+        }
+        Listen::Tls(port, t) => {
+            let _ = writeln!(c, "Port = 0;\nSecPort = {port};");
+            let _ = writeln!(
+                c,
+                "TLS_Cred = \"{}\", \"{}\";\nTLS_CA = \"{}\";",
+                t.cert.display(),
+                t.key.display(),
+                t.ca.display()
+            );
+        }
+    }
+    c.push_str("No_SCTP;\nPrefer_TCP;\nTcTimer = 5;\n");
     let _ = writeln!(c, "TwTimer = {tw};");
     let _ = writeln!(c, "AppServThreads = {threads};");
-    if port != 0 {
+    if on.port() != 0 {
         c.push_str("ListenOn = \"127.0.0.1\";\n");
     }
     c

@@ -2,7 +2,8 @@
 //! the `rt_default` routing agent (RFC 6733 §2.8 relay), with their
 //! generated configurations.
 use super::{
-    EXT_DIR, FdNode, OPEN_TIMEOUT, PeerTarget, artefacts, common_conf, load_acl, load_extension,
+    EXT_DIR, FdNode, FdTls, Listen, OPEN_TIMEOUT, PeerTarget, artefacts, common_conf, load_acl,
+    load_extension,
 };
 use crate::Error;
 use crate::process::{RunDir, port_or_free};
@@ -23,6 +24,7 @@ impl FdServer {
             connect: Vec::new(),
             threads: 4,
             tw: 30,
+            tls: None,
         }
     }
 }
@@ -36,6 +38,7 @@ pub struct FdServerBuilder {
     connect: Vec<PeerTarget>,
     threads: u32,
     tw: u32,
+    tls: Option<FdTls>,
 }
 
 impl FdServerBuilder {
@@ -48,6 +51,10 @@ impl FdServerBuilder {
 
         /// Listens on this port (default: a free port).
         port(port: u16) => port = Some(port);
+
+        /// TLS/TCP with these credentials: the listener on `SecPort`, TLS on
+        /// every connection it dials (RFC 6733 §13.1).
+        tls(tls: FdTls) => tls = Some(tls);
     }
 
     /// Also dials out to `peer` (for a peer that does not dial out itself).
@@ -76,12 +83,14 @@ impl FdServerBuilder {
         let port = port_or_free(self.port)?;
         let ta = artefacts()?.test_app;
         let ta_conf = dir.write("test_app.conf", "mode = server;\nbenchmark;\n")?;
-        let mut c = common_conf(&self.identity, &self.realm, port, self.threads, self.tw);
+        let tls = self.tls.as_ref();
+        let on = Listen::new(port, tls);
+        let mut c = common_conf(&self.identity, &self.realm, on, self.threads, self.tw);
         c.push_str("NoRelay;\n");
         load_acl(&mut c, &dir)?;
         load_extension(&mut c, ta.display(), &ta_conf);
         for p in &self.connect {
-            c.push_str(&p.connect_peer_line());
+            c.push_str(&p.connect_peer_line(tls.is_some()));
         }
         FdNode::start("fd-server", &self.identity, &self.realm, port, &c, dir)
     }
@@ -156,10 +165,11 @@ impl FdRelayBuilder {
                 self.upstream_realm, self.upstream.identity
             ),
         )?;
-        let mut c = common_conf(&self.identity, &self.realm, port, self.threads, self.tw);
+        let on = Listen::Tcp(port);
+        let mut c = common_conf(&self.identity, &self.realm, on, self.threads, self.tw);
         load_acl(&mut c, &dir)?;
         load_extension(&mut c, format_args!("{EXT_DIR}/rt_default.fdx"), &rt);
-        c.push_str(&self.upstream.connect_peer_line());
+        c.push_str(&self.upstream.connect_peer_line(false));
         let mut node = FdNode::start("fd-relay", &self.identity, &self.realm, port, &c, dir)?;
         node.wait_peer_open(&self.upstream.identity, OPEN_TIMEOUT)?;
         Ok(node)

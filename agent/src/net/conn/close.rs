@@ -83,6 +83,9 @@ pub enum Cause {
     /// The CEA names another peer than the one dialled.
     #[error("CEA from an unexpected Origin-Host")]
     UnexpectedCea,
+    /// The peer's TLS certificate does not name the CEA's Origin-Host (§13).
+    #[error("certificate does not name the Origin-Host")]
+    CertificateName,
     /// Another connection to the peer is open and alive (§5.6.4).
     #[error("another connection to this peer is open")]
     AnotherOpen,
@@ -152,7 +155,6 @@ impl Conn {
     /// cannot be answered any more: they are counted
     /// (`doic_peer_requests_discarded_total`) and logged.
     pub(super) async fn linger(&mut self) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let deadline = Instant::now() + CLOSE_LINGER;
         let mut discarded = 0u64;
         let out = std::mem::take(&mut self.out);

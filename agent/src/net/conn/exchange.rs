@@ -1,6 +1,8 @@
 //! The connection before and around its relaying (RFC 6733 §5.3, §5.6):
-//! the wait for an accepted connection's first bytes and its CER within the
-//! CER timeout (§5.6.1, [`crate::admission`]), the capabilities exchange and
+//! the wait for an accepted connection's first bytes, its TLS handshake on
+//! a TLS listener (§13.1) and its CER within the CER timeout (§5.6.1,
+//! [`crate::admission`]), the check of a TLS peer's certificate names
+//! against the Origin-Host of its CER or CEA (§13), the capabilities exchange and
 //! its §5.6.4 election in the peer table, and the transmissions of the peer
 //! state machine (CER, CEA, DPR, DPA).
 
@@ -10,8 +12,11 @@ use bytes::Bytes;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
 use super::{Cause, Conn, Waiting};
 use crate::net::ConnCtx;
+use crate::net::stream::Stream;
 use crate::peer::table::state;
 use crate::routing::PeerView;
 use diameter::codec::Capabilities;
@@ -19,7 +24,7 @@ use diameter::codec::answer::{put_base, put_capabilities};
 use diameter::codec::header::Header;
 use diameter::dictionary::cmd;
 use diameter::peer::capx::{self, CerVerdict, put_refused_cea};
-use diameter::peer::fsm::{Event, State, Transmit};
+use diameter::peer::fsm::{Event, Role, State, Transmit};
 
 impl Conn {
     /// CER/CEA before the connection is open.
@@ -55,6 +60,16 @@ impl Conn {
                 self.close_by_peer(Cause::UnexpectedCea);
                 return;
             }
+            if let Some(names) = self.misnamed(&caps.origin_host) {
+                tracing::warn!(
+                    peer = %self.peer_host(),
+                    origin_host = %caps.origin_host,
+                    %names,
+                    "peer certificate does not name the CEA's Origin-Host, closing; redial after Tc"
+                );
+                self.close_by_peer(Cause::CertificateName);
+                return;
+            }
             self.fsm.handle_cea(caps, rc.unwrap_or(0));
             if self.fsm.state() == State::Open {
                 let local_host = self.ctx.relay.origin_host.clone();
@@ -73,7 +88,29 @@ impl Conn {
         self.cer_head = Some(head);
     }
 
+    /// The names of the peer's TLS certificate when they do not name
+    /// `origin_host` (RFC 6733 §13: the identity the certificate proves is
+    /// the one the peer claims in its CER/CEA); `None` when they do, or
+    /// without a certificate (TCP, or a TLS listener without `ca`).
+    fn misnamed(&self, origin_host: &str) -> Option<crate::tls::CertNames> {
+        self.stream
+            .peer_names()
+            .filter(|names| !names.matches(origin_host))
+    }
+
     fn handle_cer(&mut self, head: Header, caps: Capabilities) {
+        if let Some(names) = self.misnamed(&caps.origin_host) {
+            let remote = self.stream.peer_addr().ok();
+            tracing::warn!(
+                origin_host = %caps.origin_host,
+                %names,
+                remote = %crate::net::OrNone(remote),
+                "peer certificate does not name the CER's Origin-Host: refused with 3010 DIAMETER_UNKNOWN_PEER, closing"
+            );
+            self.cer_head = Some(head);
+            self.fsm.handle_cer(caps, false, false);
+            return;
+        }
         let cfg = &self.ctx.config;
         let host = caps.origin_host.clone();
         let configured = self.ctx.relay.table.by_host(&host);
@@ -185,6 +222,79 @@ impl Conn {
             self.ctx.admission.release(&w.ticket);
         }
     }
+}
+
+/// A TLS listener's material and the rate limit of its warnings about
+/// refused handshakes (one line per [`super::relaying::WarnLimit`] interval,
+/// counting the others: a scanner cannot flood the log).
+#[derive(Debug)]
+pub(crate) struct TlsListener {
+    pub(crate) material: Arc<crate::tls::ServerTls>,
+    refused: std::sync::Mutex<super::relaying::WarnLimit>,
+}
+
+impl TlsListener {
+    pub(crate) fn new(material: Arc<crate::tls::ServerTls>) -> Self {
+        Self {
+            material,
+            refused: std::sync::Mutex::default(),
+        }
+    }
+
+    /// A handshake from `remote` failed (cold path).
+    #[cold]
+    fn note_refused(&self, remote: Option<std::net::SocketAddr>, cause: &dyn std::fmt::Display) {
+        let allowed = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .allow(Instant::now());
+        if let Some(suppressed) = allowed {
+            tracing::warn!(remote = %crate::net::OrNone(remote), %cause, suppressed, "TLS client refused, closing");
+        } else {
+            tracing::debug!(remote = %crate::net::OrNone(remote), %cause, "TLS client refused, closing");
+        }
+    }
+}
+
+/// Runs an accepted connection to the end: waits for its first bytes, runs
+/// the TLS handshake of a TLS listener (`tls`; RFC 6733 §13.1: at once on
+/// connect), both within the CER timeout, then the connection.
+pub(crate) async fn accept(
+    ctx: Arc<ConnCtx>,
+    tcp: TcpStream,
+    waiting: Waiting,
+    tls: Option<Arc<TlsListener>>,
+) {
+    let accepted = Instant::now();
+    let deadline = accepted + ctx.config.cer_timeout();
+    if !first_bytes(&ctx, &tcp, &waiting, deadline).await {
+        ctx.admission.release(&waiting.ticket);
+        return;
+    }
+    let stream = match tls {
+        None => Stream::Tcp(tcp),
+        Some(tls) => {
+            let remote = tcp.peer_addr().ok();
+            let limit = deadline.saturating_duration_since(Instant::now());
+            tokio::select! {
+                done = Stream::accept(tcp, &tls.material, limit) => match done {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tls.note_refused(remote, &e);
+                        ctx.admission.release(&waiting.ticket);
+                        return;
+                    }
+                },
+                () = evicted(Some(&waiting)) => {
+                    note_evicted();
+                    ctx.admission.release(&waiting.ticket);
+                    return;
+                }
+            }
+        }
+    };
+    super::run(ctx, stream, Role::Responder, None, Some(waiting), accepted).await;
 }
 
 /// Resolves when the waiting connection is evicted; never without one.

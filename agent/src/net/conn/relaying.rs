@@ -41,7 +41,8 @@ use diameter::peer::watchdog::Watchdog;
 /// answers; the metric counts every one.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
-/// Rate limit of a connection's malformed-answer warning.
+/// Rate limit of a warning (a connection's malformed answers, a TLS
+/// listener's refused handshakes).
 #[derive(Debug, Default)]
 pub(super) struct WarnLimit {
     next: Option<Instant>,
