@@ -7,13 +7,50 @@
 //! state changes; the locks taken here (the remote address, the last
 //! cause) are ones the request path never takes.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use diameter::codec::value::Time;
+use diameter::peer::watchdog::WatchdogState;
 use serde::Serialize;
 
 use super::table::{PeerSlot, PeerTable, state};
 use crate::overload::Overload;
+
+/// The slot's status fields for `GET /peers`: each
+/// written by the connection's task when it changes, read by the metrics
+/// listener without a lock.
+#[derive(Debug)]
+pub(crate) struct Shown {
+    /// A `[[peer]]` entry (else accepted by an `[accept]` pattern).
+    pub(crate) configured: bool,
+    /// The registered connection was dialled by the peer.
+    pub(crate) responder: AtomicBool,
+    /// The worker running the registered connection (`usize::MAX`: none
+    /// yet).
+    pub(crate) worker: AtomicUsize,
+    /// The RFC 3539 watchdog state, [`WatchdogState::as_metric`].
+    pub(crate) watchdog: AtomicU8,
+    /// Unix time in milliseconds of the last change of the state or the
+    /// watchdog state (0: never changed).
+    pub(crate) since_ms: AtomicU64,
+}
+
+impl Shown {
+    pub(super) fn new(configured: bool) -> Self {
+        Self {
+            configured,
+            responder: AtomicBool::new(false),
+            worker: AtomicUsize::new(usize::MAX),
+            watchdog: AtomicU8::new(WatchdogState::Initial.as_metric()),
+            since_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Marks a change now (the wall clock: the time an operator reads).
+    pub(super) fn changed(&self) {
+        self.since_ms.store(unix_ms(), Ordering::Relaxed);
+    }
+}
 
 /// One peer as `GET /peers` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -142,7 +179,6 @@ pub fn unix_ms() -> u64 {
 mod tests {
     use super::*;
     use crate::peer::test_link::Queue;
-    use diameter::peer::watchdog::WatchdogState;
 
     #[test]
     fn states_are_named_as_rfc_6733_and_rfc_3539_name_them() {

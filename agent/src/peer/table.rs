@@ -39,7 +39,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use bytes::Bytes;
@@ -255,44 +255,7 @@ pub struct PeerSlot {
     retired: AtomicBool,
     /// What `GET /peers` shows besides the counters ([`super::status`]),
     /// written when the state changes, never per message.
-    pub(crate) shown: Shown,
-}
-
-/// The slot's status fields for `GET /peers` ([`super::status`]): each
-/// written by the connection's task when it changes, read by the metrics
-/// listener without a lock.
-#[derive(Debug)]
-pub(crate) struct Shown {
-    /// A `[[peer]]` entry (else accepted by an `[accept]` pattern).
-    pub(crate) configured: bool,
-    /// The registered connection was dialled by the peer.
-    pub(crate) responder: AtomicBool,
-    /// The worker running the registered connection (`usize::MAX`: none
-    /// yet).
-    pub(crate) worker: AtomicUsize,
-    /// The RFC 3539 watchdog state, [`WatchdogState::as_metric`].
-    pub(crate) watchdog: AtomicU8,
-    /// Unix time in milliseconds of the last change of the state or the
-    /// watchdog state (0: never changed).
-    pub(crate) since_ms: AtomicU64,
-}
-
-impl Shown {
-    fn new(configured: bool) -> Self {
-        Self {
-            configured,
-            responder: AtomicBool::new(false),
-            worker: AtomicUsize::new(usize::MAX),
-            watchdog: AtomicU8::new(WatchdogState::Initial.as_metric()),
-            since_ms: AtomicU64::new(0),
-        }
-    }
-
-    /// Marks a change now (the wall clock: the time an operator reads).
-    fn changed(&self) {
-        self.since_ms
-            .store(super::status::unix_ms(), Ordering::Relaxed);
-    }
+    pub(crate) shown: super::status::Shown,
 }
 
 impl PeerSlot {
@@ -322,7 +285,7 @@ impl PeerSlot {
             own_limit: crate::overload::own::ClientLimit::default(),
             down_cause: Mutex::new(None),
             retired: AtomicBool::new(false),
-            shown: Shown::new(configured),
+            shown: super::status::Shown::new(configured),
         }
     }
 
