@@ -157,6 +157,11 @@ async fn peers_and_health_follow_a_peer_up_and_down() {
         client["address"],
         c.local_addr().unwrap().to_string().as_str()
     );
+    // DOIC: the server's answers carry no OC-Supported-Features, so the
+    // protection watches it (docs/protect.md); the client is no server.
+    let sensed = wait_peer(m, SERVER, |p| p["doic"]["sensed"] == "no_doic_seen").await;
+    assert_eq!(sensed["doic"]["mode"], "auto");
+    assert_eq!(client["doic"]["sensed"], Value::Null, "{client}");
 
     // The server goes away (no DPR): Closed, watchdog DOWN, the cause.
     s.servers[0].stop();
@@ -309,4 +314,25 @@ async fn build_info_unknown_paths_and_methods() {
     }
     let r = http(m, "GET", "/health?verbose=1").await;
     assert_eq!(r.code, 200, "a query string is ignored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_routes_is_ready_once_it_listens() {
+    let toml = format!(
+        "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n[accept]\nhosts = [\"*.example.org\"]\n[metrics]\nlisten = \"127.0.0.1:0\"\n"
+    );
+    let config =
+        agent::config::Config::from_str_named(&toml, std::path::Path::new("test.toml")).unwrap();
+    let agent = start_agent(config, 0).await;
+    let m = agent.metrics_addr().unwrap();
+    let (code, health) = json(m, "/health").await;
+    assert_eq!(code, 200, "{health}");
+    assert_eq!(health["routes"], 0);
+    assert_eq!(
+        health["listen"][0],
+        agent.local_addrs()[0].to_string().as_str()
+    );
+    let (code, peers) = json(m, "/peers").await;
+    assert_eq!((code, peers), (200, Value::Array(vec![])));
+    stop(agent);
 }
