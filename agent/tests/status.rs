@@ -108,12 +108,12 @@ async fn burst(c: &mut Client) {
 }
 
 /// One loadgen server behind an agent with two workers and `[metrics]`,
-/// `[doic]` when `doic`.
+/// `[doic]` with an own capacity when `doic`.
 async fn agent_with_metrics(doic: bool) -> (Setup, SocketAddr) {
     let servers = servers(1, ServerBehaviour::default()).await;
     let addr = servers[0].addr;
     let tail = if doic {
-        "[metrics]\nlisten = \"127.0.0.1:0\"\n[doic]\n"
+        "[metrics]\nlisten = \"127.0.0.1:0\"\n[doic]\nown_capacity = 1000000\n"
     } else {
         "[metrics]\nlisten = \"127.0.0.1:0\"\n"
     };
@@ -218,7 +218,8 @@ async fn peers_and_health_follow_a_peer_up_and_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn series_of_gone_accepted_peers_are_dropped() {
     const N: usize = 4;
-    let (s, m) = agent_with_metrics(false).await;
+    // With [doic] and an own capacity: the own-load series are per peer too.
+    let (s, m) = agent_with_metrics(true).await;
     let hosts: Vec<String> = (1..=N).map(|i| format!("gone{i}.example.org")).collect();
     let mut clients = Vec::new();
     for h in &hosts {
@@ -234,6 +235,11 @@ async fn series_of_gone_accepted_peers_are_dropped() {
     for h in &hosts {
         let sample = format!("doic_peer_requests_received_total{{peer=\"{h}\"}}");
         assert!(gauge(&metrics, &sample).is_some_and(|n| n >= 16.0), "{h}");
+        let own = format!("doic_own_peer_load_rps{{peer=\"{h}\",source=\"userspace\"}}");
+        wait_until(Duration::from_secs(5), || {
+            gauge(&agent::metrics::render(s.agent().metrics()), &own).is_some()
+        })
+        .await;
         assert!(peer(m, h).await.is_some(), "{h} listed while connected");
     }
     // Half leave with DPR (RFC 6733 §5.4), half drop the connection.
@@ -252,9 +258,22 @@ async fn series_of_gone_accepted_peers_are_dropped() {
             .all(|(_, p)| !p.host.starts_with("gone"))
     })
     .await;
+    // The peer series at once; the own-load series at the next control
+    // tick (every 100 ms), which measures the peers.
     let metrics = http(m, "GET", "/metrics").await.body;
     for h in &hosts {
-        assert!(!metrics.contains(h.as_str()), "{h}'s series dropped");
+        let sample = format!("doic_peer_requests_received_total{{peer=\"{h}\"}}");
+        assert!(gauge(&metrics, &sample).is_none(), "{h}");
+    }
+    wait_until(Duration::from_secs(2), || {
+        let page = agent::metrics::render(s.agent().metrics());
+        hosts.iter().all(|h| !page.contains(h.as_str()))
+    })
+    .await;
+    let metrics = http(m, "GET", "/metrics").await.body;
+    for h in &hosts {
+        let left: Vec<&str> = metrics.lines().filter(|l| l.contains(h.as_str())).collect();
+        assert!(left.is_empty(), "{h}'s series dropped: {left:?}");
         assert!(peer(m, h).await.is_none(), "{h} not listed once gone");
     }
     for p in [SERVER, CLIENT] {
