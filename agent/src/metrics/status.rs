@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde_json::json;
 
 use super::Sources;
-use crate::peer::status::{peers, unix_ms};
+use crate::peer::status::{DoicStatus, peers, unix_ms};
 use crate::peer::table::state;
 
 /// The agent's version (the crate's).
@@ -24,7 +24,23 @@ const FEATURES: &[(&str, bool)] = &[("probe", cfg!(feature = "probe"))];
 
 /// `GET /peers`: a JSON array, one object per peer present.
 pub(super) fn peers_json(src: &Sources) -> String {
-    let list = peers(&src.table, src.overload.as_deref(), unix_ms());
+    let ov = src.overload.as_deref();
+    let protected = ov.map(crate::overload::protect_view).unwrap_or_default();
+    let doic = |host: &str| {
+        ov.map(|ov| DoicStatus {
+            mode: ov.config().peer(host).protect,
+            sensed: protected.iter().find(|v| v.peer == host).map(|v| {
+                if v.native {
+                    "supports_doic"
+                } else if v.limit.is_some() {
+                    "limited"
+                } else {
+                    "no_doic_seen"
+                }
+            }),
+        })
+    };
+    let list = peers(&src.table, doic, unix_ms());
     serde_json::to_string(&list).unwrap_or_else(|_| String::from("[]"))
 }
 

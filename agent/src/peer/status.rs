@@ -14,7 +14,6 @@ use diameter::peer::watchdog::WatchdogState;
 use serde::Serialize;
 
 use super::table::{PeerSlot, PeerTable, state};
-use crate::overload::Overload;
 
 /// The slot's status fields for `GET /peers`: each
 /// written by the connection's task when it changes, read by the metrics
@@ -118,12 +117,14 @@ fn watchdog_name(n: u8) -> &'static str {
 }
 
 /// Every peer present (accepted peers that are gone left out), in table
-/// order, at Unix time `now_ms`.
+/// order, at Unix time `now_ms`; `doic` gives a peer's DOIC by name (the
+/// metrics listener asks the overload control).
 #[must_use]
-pub fn peers(table: &PeerTable, overload: Option<&Overload>, now_ms: u64) -> Vec<PeerStatus> {
-    let protected = overload
-        .map(crate::overload::protect_view)
-        .unwrap_or_default();
+pub fn peers(
+    table: &PeerTable,
+    doic: impl Fn(&str) -> Option<DoicStatus>,
+    now_ms: u64,
+) -> Vec<PeerStatus> {
     table
         .present()
         .into_iter()
@@ -132,18 +133,7 @@ pub fn peers(table: &PeerTable, overload: Option<&Overload>, now_ms: u64) -> Vec
             let since_ms = shown.since_ms.load(Ordering::Relaxed);
             let since = (since_ms > 0).then_some(since_ms);
             let worker = shown.worker.load(Ordering::Relaxed);
-            let doic = overload.map(|ov| DoicStatus {
-                mode: ov.config().peer(&slot.host).protect,
-                sensed: protected.iter().find(|v| v.peer == slot.host).map(|v| {
-                    if v.native {
-                        "supports_doic"
-                    } else if v.limit.is_some() {
-                        "limited"
-                    } else {
-                        "no_doic_seen"
-                    }
-                }),
-            });
+            let doic = doic(&slot.host);
             PeerStatus {
                 name: slot.host.clone(),
                 kind: if shown.configured {
@@ -217,7 +207,7 @@ mod tests {
             .unwrap();
         let slot = table.get(id).unwrap();
         assert!(slot.is_gone(), "accepted and not connected");
-        assert!(peers(&table, None, unix_ms()).is_empty());
+        assert!(peers(&table, |_| None, unix_ms()).is_empty());
         slot.set_state(state::OKAY);
         slot.set_watchdog_state(WatchdogState::Okay);
         let at = slot.shown.since_ms.load(Ordering::Relaxed);
@@ -230,13 +220,16 @@ mod tests {
             1_000,
             "no change, no date"
         );
-        let shown = peers(&table, None, 61_000);
+        let shown = peers(&table, |_| None, 61_000);
         assert_eq!(shown.len(), 1);
         assert_eq!(shown[0].kind, "accepted");
         assert_eq!(shown[0].watchdog, "OKAY");
         assert_eq!(shown[0].since.as_deref(), Some("1970-01-01T00:00:01Z"));
         assert_eq!(shown[0].since_seconds, Some(60));
         slot.set_state(state::CLOSED);
-        assert!(peers(&table, None, unix_ms()).is_empty(), "gone: left out");
+        assert!(
+            peers(&table, |_| None, unix_ms()).is_empty(),
+            "gone: left out"
+        );
     }
 }
