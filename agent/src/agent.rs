@@ -146,7 +146,7 @@ impl Agent {
             .as_ref()
             .map(|m| bind(m.listen, || "metrics.listen".to_owned()))
             .transpose()?;
-        let listen = listeners
+        let listen: Vec<SocketAddr> = listeners
             .iter()
             .filter_map(|l| l.local_addr().ok())
             .collect();
@@ -160,6 +160,7 @@ impl Agent {
         let config = Arc::new(config);
         let table = Arc::new(PeerTable::from_config(&config));
         let router = Router::from_config(&config, |h| table.by_host(h));
+        let routes = Arc::new(LiveRoutes::new(router));
         let overload = config.doic_effective().map(|cfg| {
             Arc::new(Overload::with_clock(
                 &config.node.origin_host,
@@ -190,7 +191,7 @@ impl Agent {
                 origin_host: config.node.origin_host.clone(),
                 origin_realm: config.node.origin_realm.clone(),
                 table: table.clone(),
-                routes: LiveRoutes::new(router),
+                routes: routes.clone(),
                 overload: overload.clone(),
                 retry: retry.clone(),
                 upstream_backlog: config.node.upstream_backlog_bytes,
@@ -210,6 +211,8 @@ impl Agent {
             workers: workers.clone(),
             kernel: kernel.clone(),
             overload: overload.clone(),
+            routes,
+            listen: listen.clone(),
         });
         for (i, l) in listeners.into_iter().enumerate() {
             let server = tls.server(&format!("node.listen[{i}].tls"));

@@ -16,7 +16,7 @@
 //! | [`clock`] | the time base of the request path: the CPU counter in nanoseconds (quanta) and CLOCK_MONOTONIC, or the time of a caller's runtime; the only clock reads the cores are given |
 //! | [`feed`] | bounded crossbeam feeds from the workers to the control thread (full: dropped and counted) |
 //! | [`config`] | the TOML configuration: gathers the sections (`[doic]`, `[ebpf]`, `[retry]`), defaults and validation |
-//! | [`peer`] | the peer table: one slot per configured or accepted peer (the state machines are in `diameter::peer`), and what the relay senses of each upstream's answers for its protection |
+//! | [`peer`] | the peer table: one slot per configured or accepted peer (the state machines are in `diameter::peer`), what the relay senses of each upstream's answers for its protection, and what `GET /peers` shows of each peer |
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
 //! | [`admission`] | caps on inbound connections waiting for CER (RFC 6733 §5.3), per source and in total |
 //! | [`runtime`] | the threads: pinned workers (or tasks on a caller's runtime, `Agent::start_on`), the control thread, the shutdown sequence |
@@ -26,7 +26,7 @@
 //! | [`overload`] | DOIC in the relay: per-worker cores (thread-local, or hosted on a caller's runtime), the bounded replica inbox, request/answer glue between the relay and the `doic` core, the snapshots the control tick reads, the protection of upstream servers without DOIC (docs/protect.md) |
 //! | [`relay`] | the sans-io relay (RFC 6733 §6.1-6.2): checks, loop detection, routing, hop-by-hop table, failover with the T flag, 3004 retries within the budget, local answers, 3002 timeouts |
 //! | [`audit`] | the durable audit log (`[audit]`): the workers' and the control thread's records over one bounded feed, one writer thread with rotation and retention, reading a log directory back |
-//! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix): renders, holds no state |
+//! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix) with the status pages `/peers` and `/health` and `doic_build_info`: renders, holds no state |
 //!
 //! The modules form no cycle: `config` gathers the sections of `ebpf`, `tls` and
 //! its own; `routing`, `peer`, `telemetry`, `overload`, `relay`, `runtime`,

@@ -168,6 +168,18 @@ impl Router {
             })
     }
 
+    /// Every route: its realm, its application (`None`: any) and its
+    /// peers (for `GET /health`: a cold path).
+    pub fn routes(&self) -> impl Iterator<Item = (&str, Option<u32>, Vec<PeerId>)> + '_ {
+        self.routes.iter().map(|r| {
+            (
+                r.realm.as_str(),
+                r.application,
+                r.candidates.iter().map(|c| c.peer).collect(),
+            )
+        })
+    }
+
     /// True when the table has a route for `realm` and `application`.
     #[must_use]
     pub fn has_route(&self, realm: &str, application: u32) -> bool {

@@ -1,6 +1,8 @@
 //! The HTTP/1.1 responder of the metrics endpoint: one request per
-//! connection, `Connection: close`; `GET /metrics` (Prometheus text) and
-//! `GET /audit` (the DOIC evidence as JSON).
+//! connection, `Connection: close`; `GET /metrics` (Prometheus text),
+//! `GET /audit` (the DOIC evidence as JSON), `GET /peers` and
+//! `GET /health` (JSON, [`super::status`]). Another path is 404, another
+//! method 405, each with a one-line body.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,30 +46,55 @@ async fn respond(sources: &Sources, mut stream: TcpStream) -> std::io::Result<()
     let line = buf.split(|b| *b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    const TEXT: &str = "text/plain; version=0.0.4";
-    const JSON: &str = "application/json";
-    let (status, kind, body) = if method != "GET" {
-        ("405 Method Not Allowed", TEXT, String::from("only GET\n"))
-    } else if path == "/metrics" {
-        ("200 OK", TEXT, super::render(sources))
-    } else if path == "/audit" {
-        match &sources.overload {
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or_default();
+    let (status, kind, body) = page(sources, method, path);
+    let allow = if status.starts_with("405") {
+        "Allow: GET\r\n"
+    } else {
+        ""
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+const PROMETHEUS: &str = "text/plain; version=0.0.4";
+const JSON: &str = "application/json";
+
+/// The status line, content type and body for `method` on `path`.
+fn page(sources: &Sources, method: &str, path: &str) -> (&'static str, &'static str, String) {
+    const PATHS: [&str; 4] = ["/metrics", "/audit", "/peers", "/health"];
+    if !PATHS.contains(&path) {
+        let body = format!("no page {path}: try {}\n", PATHS.join(", "));
+        return ("404 Not Found", TEXT, body);
+    }
+    if method != "GET" {
+        return (
+            "405 Method Not Allowed",
+            TEXT,
+            format!("{path} takes GET only\n"),
+        );
+    }
+    match path {
+        "/metrics" => ("200 OK", PROMETHEUS, super::render(sources)),
+        "/audit" => match &sources.overload {
             Some(ov) => ("200 OK", JSON, crate::overload::audit_json(ov).to_string()),
             None => (
                 "404 Not Found",
                 JSON,
                 String::from("{\"error\":\"overload control is off\"}"),
             ),
-        }
-    } else {
-        ("404 Not Found", TEXT, String::from("try /metrics\n"))
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
+        },
+        "/peers" => ("200 OK", JSON, super::status::peers_json(sources)),
+        _ => match super::status::health(sources) {
+            (true, body) => ("200 OK", JSON, body),
+            (false, body) => ("503 Service Unavailable", JSON, body),
+        },
+    }
 }

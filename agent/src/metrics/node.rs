@@ -46,7 +46,7 @@ const PER_PEER: [Counter; 5] = [
 /// The peers', the relay's, the sockets', the admission's and the workers'
 /// metrics.
 pub(super) fn render(src: &Sources, o: &mut String) {
-    let peers = src.table.all();
+    let peers = src.table.present();
     per_peer_counters(o, &peers, &PER_PEER[..2]);
     type Pick = fn(&PeerStats) -> &Mutex<BTreeMap<u32, u64>>;
     for (name, help, pick) in [

@@ -540,6 +540,9 @@ impl Conn {
             actions.push(a);
         }
         let ws = w.state();
+        if let Some((_, slot)) = &self.peer {
+            slot.set_watchdog_state(ws);
+        }
         if let Some((_, slot)) = &self.peer
             && self.fsm.state() == State::Open
         {

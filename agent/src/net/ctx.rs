@@ -50,7 +50,7 @@ pub struct RelayCtx {
     pub(crate) table: Arc<PeerTable>,
     /// The routing table, replaced by a reload; each connection relays
     /// with the one it holds ([`LiveRoutes`]).
-    pub(crate) routes: LiveRoutes,
+    pub(crate) routes: Arc<LiveRoutes>,
     /// DOIC state shared by the workers; `None` when overload control is off.
     pub(crate) overload: Option<Arc<Overload>>,
     /// The retry budget of 3004 retries and failovers (`[retry]`).

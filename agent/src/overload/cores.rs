@@ -22,6 +22,11 @@ pub(crate) fn set_worker(index: usize) {
     WORKER.with(|w| w.set(index));
 }
 
+/// The worker the current thread (or hosted task) is, if it is one.
+pub(crate) fn current_worker() -> Option<usize> {
+    Some(WORKER.with(Cell::get)).filter(|&w| w != usize::MAX)
+}
+
 /// Runs `f` on this worker's core (created on first use), after applying
 /// what the other workers accepted.
 pub(crate) fn with_core<R>(ov: &Overload, f: impl FnOnce(&mut Doic, usize) -> R) -> Option<R> {

@@ -297,8 +297,14 @@ pub(crate) fn control_tick(
             .store(ctl.load.generation(), Ordering::Release);
     }
     enforce::update(ov, &ctl.load, all.iter().map(|(_, s)| &**s), now);
+    // `/metrics` leaves out accepted peers that are gone, as the peer table
+    // does ([`crate::peer::table::PeerTable::present`]); they were measured
+    // above all the same, so that their return is no jump in the rates.
+    let mut peers = peers;
+    peers.retain(|host, _| !all.iter().any(|(_, s)| s.is_gone() && s.host == *host));
     let clients = all
         .iter()
+        .filter(|(_, s)| !s.is_gone())
         .map(|(_, s)| {
             let l = &s.own_limit;
             let v = ClientView {

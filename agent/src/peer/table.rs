@@ -47,7 +47,7 @@ use bytes::Bytes;
 use crate::config::Config;
 use crate::routing::{PeerId, PeerView};
 use diameter::peer::capx::local_wins_election;
-use diameter::peer::watchdog::Watchdog;
+use diameter::peer::watchdog::{Watchdog, WatchdogState};
 
 /// An answer or a notice for a connection task (requests go on their own
 /// queue, [`Link::request`]).
@@ -253,10 +253,23 @@ pub struct PeerSlot {
     /// Removed from the configuration by a reload: not found by name, not
     /// dialled, its connection told to close ([`PeerSlot::retire`]).
     retired: AtomicBool,
+    /// What `GET /peers` shows besides the counters ([`super::status`]),
+    /// written when the state changes, never per message.
+    pub(crate) shown: super::status::Shown,
 }
 
 impl PeerSlot {
     pub(crate) fn new(host: &str, realm: &str, connect: Option<SocketAddr>) -> Self {
+        Self::made(host, realm, connect, false)
+    }
+
+    /// The slot of a `[[peer]]` entry (its series stay in `/metrics` while
+    /// it is down).
+    pub(crate) fn configured(host: &str, realm: &str, connect: Option<SocketAddr>) -> Self {
+        Self::made(host, realm, connect, true)
+    }
+
+    fn made(host: &str, realm: &str, connect: Option<SocketAddr>, configured: bool) -> Self {
         Self {
             host: host.to_owned(),
             host_arc: Arc::from(host),
@@ -272,6 +285,7 @@ impl PeerSlot {
             own_limit: crate::overload::own::ClientLimit::default(),
             down_cause: Mutex::new(None),
             retired: AtomicBool::new(false),
+            shown: super::status::Shown::new(configured),
         }
     }
 
@@ -328,9 +342,31 @@ impl PeerSlot {
         self.state.load(Ordering::Relaxed)
     }
 
-    /// Sets the router-visible state.
+    /// Sets the router-visible state (a load and nothing else when it is
+    /// unchanged, as on almost every message).
     pub fn set_state(&self, s: u8) {
-        self.state.store(s, Ordering::Relaxed);
+        if self.state.load(Ordering::Relaxed) != s {
+            self.state.store(s, Ordering::Relaxed);
+            self.shown.changed();
+        }
+    }
+
+    /// Publishes the RFC 3539 watchdog state for `GET /peers` (a load
+    /// when it is unchanged).
+    pub fn set_watchdog_state(&self, w: WatchdogState) {
+        let w = w.as_metric();
+        if self.shown.watchdog.load(Ordering::Relaxed) != w {
+            self.shown.watchdog.store(w, Ordering::Relaxed);
+            self.shown.changed();
+        }
+    }
+
+    /// True for an accepted peer (not a `[[peer]]`), or one a reload
+    /// removed, with no connection: its series are left out of `/metrics`
+    /// and `GET /peers` (until it connects again).
+    #[must_use]
+    pub fn is_gone(&self) -> bool {
+        (!self.shown.configured || self.is_retired()) && self.state() == state::CLOSED
     }
 
     /// True while a connection is open.
@@ -396,6 +432,7 @@ impl PeerSlot {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if matches!(*reg, ConnReg::Idle) {
             *reg = ConnReg::Connecting(conn, tx);
+            self.shown.responder.store(false, Ordering::Relaxed);
             self.set_state(state::CONNECTING);
             true
         } else {
@@ -446,6 +483,7 @@ impl PeerSlot {
             _ => {}
         }
         *reg = ConnReg::Open(conn, tx, live);
+        self.shown.responder.store(responder, Ordering::Relaxed);
         true
     }
 
@@ -473,8 +511,12 @@ impl PeerSlot {
         }
     }
 
-    /// Records the remote address of connection `conn`, which just opened.
+    /// Records the remote address of connection `conn`, which just opened,
+    /// and the worker it runs on (called on its task).
     pub fn note_remote(&self, conn: u64, addr: Option<SocketAddr>) {
+        if let Some(w) = crate::overload::current_worker() {
+            self.shown.worker.store(w, Ordering::Relaxed);
+        }
         *self
             .remote
             .lock()
@@ -503,6 +545,7 @@ impl PeerSlot {
 
     /// Gives the watchdog back when the connection ends.
     pub fn put_watchdog(&self, w: Watchdog) {
+        self.set_watchdog_state(w.state());
         *self
             .watchdog
             .lock()
@@ -531,7 +574,7 @@ impl PeerTable {
         let slots = config
             .peers
             .iter()
-            .map(|p| Arc::new(PeerSlot::new(&p.host, &p.realm, p.connect)))
+            .map(|p| Arc::new(PeerSlot::configured(&p.host, &p.realm, p.connect)))
             .collect();
         Self {
             slots: RwLock::new(slots),
@@ -564,6 +607,15 @@ impl PeerTable {
             .collect()
     }
 
+    /// Every slot with its id, but accepted peers that are gone
+    /// ([`PeerSlot::is_gone`]): what `/metrics` and `GET /peers` show.
+    #[must_use]
+    pub fn present(&self) -> Vec<(PeerId, Arc<PeerSlot>)> {
+        let mut all = self.all();
+        all.retain(|(_, s)| !s.is_gone());
+        all
+    }
+
     /// The id of `host`, adding a slot for an inbound peer accepted by
     /// pattern when `add_realm` is given.
     pub fn lookup_or_add(&self, host: &str, add_realm: Option<&str>) -> Option<PeerId> {
@@ -589,7 +641,7 @@ impl PeerTable {
             .slots
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        slots.push(Arc::new(PeerSlot::new(
+        slots.push(Arc::new(PeerSlot::configured(
             &peer.host,
             &peer.realm,
             peer.connect,
