@@ -554,7 +554,10 @@ mod tests {
     #[test]
     fn the_peak_resident_set_is_read_from_proc_and_is_at_least_the_current_one() {
         let me = std::process::id();
-        let (hwm, rss) = (status_kib(me, "VmHWM"), status_kib(me, "VmRSS"));
+        // The current set first: the peak read after it is at least that
+        // (the process may grow between the two reads, never un-peak).
+        let rss = status_kib(me, "VmRSS");
+        let hwm = status_kib(me, "VmHWM");
         assert!(
             hwm.is_some_and(|h| h > 0 && h >= rss.unwrap_or(0)),
             "{hwm:?} {rss:?}"
