@@ -172,9 +172,11 @@ fn free_running_threads_stay_within_the_burst_bound() {
 #[test]
 fn rate_changes_under_load_keep_the_bound_of_the_highest_rate() {
     // Workers hammer the bucket while a control thread applies newer
-    // reports (between 10^4 and 10^5 per second, and 0). Whatever the
-    // interleaving, no more is admitted than the highest rate allows, and
-    // nothing at all while the rate is 0.
+    // reports (between 10^4 and 10^5 per second, and 0), one every 100
+    // intervals of the highest rate on the workers' clock. Whatever the
+    // interleaving, no more is admitted than the highest rate allows plus
+    // what each change may let through at once, and nothing at all while
+    // the rate is 0.
     let config = BucketConfig::default().with_randomise(false);
     let t_min = interval_ns(100_000);
     let tau = config.max_threshold().nanos(interval_ns(10_000));
@@ -188,8 +190,14 @@ fn rate_changes_under_load_keep_the_bound_of_the_highest_rate() {
         thread::spawn(move || {
             let rates = [10_000, 100_000, 30_000, 70_000, 50_000];
             let (mut k, mut stale) = (0, 0);
+            let mut last = 0;
             while stop.load(Ordering::Relaxed) == 0 {
                 let now = clock.load(Ordering::Relaxed);
+                if now < last + 100 * t_min {
+                    thread::yield_now();
+                    continue;
+                }
+                last = now;
                 bucket.set_rate(now, rates[k % rates.len()]);
                 // The workers' clock may have moved on while this thread was
                 // descheduled between reading `now` and the clip: the clip is
@@ -222,8 +230,13 @@ fn rate_changes_under_load_keep_the_bound_of_the_highest_rate() {
     assert!(changes > 0, "the control thread must have changed the rate");
     let window = clock.load(Ordering::Relaxed) - start;
     // At most the bound of the highest rate, with the largest TAU seen, plus
-    // what clips from a past `now` may give back.
-    let bound = (window + tau) / t_min + 1 + stale;
+    // what clips from a past `now` may give back, plus what each change's
+    // clip gives back by design (`Bucket::set_rate`: content accumulated
+    // under a lower rate is cut to the new rate's capacity, so that the
+    // higher rate is not held back): at most the lowest rate's capacity,
+    // TAU + T there, counted in intervals of the highest rate.
+    let give_back = (tau + interval_ns(10_000)) / t_min + 1;
+    let bound = (window + tau) / t_min + 1 + stale + changes as u64 * give_back;
     assert!(admitted <= bound, "admitted {admitted} > bound {bound}");
     // And at least what the lowest rate guarantees over the window.
     let floor = window / interval_ns(10_000);
