@@ -198,32 +198,16 @@ pub(crate) fn feed_worker(log: &AuditLog, worker: usize, audit: &mut doic::audit
 }
 
 /// Feeds the second ending at `now` (control thread, once a second): the
-/// agent-wide counts since the last second, from the workers' snapshots'
-/// totals, and each version in force with its counts so far.
-pub(crate) fn feed_second(log: &AuditLog, ov: &crate::overload::Overload, now: Instant) {
+/// agent-wide counts since the last second, from `sum` (the workers'
+/// snapshots' totals so far, [`crate::overload::Overload::second_totals`]),
+/// and `ocs`, each version in force with its counts so far.
+pub(crate) fn feed_second(
+    log: &AuditLog,
+    (sum, ocs): (doic::audit::Totals, Vec<doic::audit::record::OcsCount>),
+    now: Instant,
+) {
     use doic::audit::Totals;
-    use doic::audit::record::{OcsCount, SecondEntry};
-    use std::collections::BTreeMap;
-    let mut sum = Totals::default();
-    let mut ocs: BTreeMap<(u32, &str, String, u64), doic::audit::Counters> = BTreeMap::new();
-    ov.each_snapshot(|s| {
-        let t = s.totals;
-        sum.requests += t.requests;
-        sum.forwarded += t.forwarded;
-        sum.diverted += t.diverted;
-        sum.throttled += t.throttled;
-        sum.no_route += t.no_route;
-        for o in &s.ocs {
-            let c = ocs
-                .entry((o.app_id, o.report_type, o.target.clone(), o.sequence))
-                .or_default();
-            c.matched += o.counts.matched;
-            c.passed += o.counts.passed;
-            c.diverted += o.counts.diverted;
-            c.throttled += o.counts.throttled;
-            c.delegated += o.counts.delegated;
-        }
-    });
+    use doic::audit::record::SecondEntry;
     let prev = std::mem::replace(
         &mut *log
             .last
@@ -238,16 +222,6 @@ pub(crate) fn feed_second(log: &AuditLog, ov: &crate::overload::Overload, now: I
         throttled: sum.throttled.saturating_sub(prev.throttled),
         no_route: sum.no_route.saturating_sub(prev.no_route),
     };
-    let ocs = ocs
-        .into_iter()
-        .map(|((app_id, rt, target, sequence), counts)| OcsCount {
-            app_id,
-            report_type: rt.to_owned(),
-            target,
-            sequence,
-            counts,
-        })
-        .collect();
     log.send(now, Record::Second(SecondEntry { totals, ocs }));
 }
 

@@ -4,6 +4,8 @@
 //! tests need (idempotently), then runs every stage in order and stops at the
 //! first failure. `.ci/run` calls exactly that command.
 
+#[cfg(test)]
+mod layering;
 mod peers;
 mod setup;
 mod stages;

@@ -8,7 +8,8 @@
 //! | --- | --- |
 //! | `exchange` | the wait for CER (§5.6.1), the capabilities exchange (§5.3), the FSM's transmissions |
 //! | `relaying` | requests and answers of an open connection through the `relay::Relay` (§6.1, §6.2) |
-//! | `close` | [`CloseReason`] (side and cause) and the close of §5.4 ([`CLOSE_LINGER`]) |
+//! | `lifecycle` | the open connection's watchdog (RFC 3539 §3.4, RFC 6733 §5.5), timers and 3002 timeouts, DPR and drain (§5.4), failover (§5.5.4) |
+//! | `close` | [`CloseReason`] (side and cause), the end of a connection and the close of §5.4 ([`CLOSE_LINGER`]) |
 //!
 //! Reads and writes are batched: one read takes up to [`READ_CHUNK`] bytes
 //! and every complete message in it is handled; everything to send in one
@@ -41,7 +42,7 @@ use tracing::Instrument;
 use crate::net::ConnCtx;
 use crate::net::link::{ConnLink, Inbox, link};
 use crate::net::stream::Stream;
-use crate::peer::table::{LinkRef, PeerSlot, PeerStats, Relayed, ToConn, state};
+use crate::peer::table::{LinkRef, PeerSlot, PeerStats, Relayed, ToConn};
 use crate::relay::{self, pending::Upstream};
 use crate::routing::PeerId;
 use crate::routing::live::Held;
@@ -49,8 +50,8 @@ use diameter::codec::Capabilities;
 use diameter::codec::answer::put_base;
 use diameter::codec::header::{HEADER_LEN, Header, finish, frame_len_max, set_hop_by_hop};
 use diameter::dictionary::cmd;
-use diameter::peer::fsm::{DisconnectCause, Fsm, Role, State};
-use diameter::peer::watchdog::{Delivery, Watchdog, WatchdogAction, WatchdogState};
+use diameter::peer::fsm::{Fsm, Role, State};
+use diameter::peer::watchdog::{Delivery, Watchdog};
 
 /// The longest message the agent accepts once a peer is open (its policy;
 /// the codec's own limit is the 24-bit field, 16 MiB). Longer is a framing
@@ -82,10 +83,11 @@ const DISCARD_CHUNK: usize = 16 * 1024;
 
 mod close;
 mod exchange;
+mod lifecycle;
 mod relaying;
 
 pub(crate) use exchange::{TlsListener, accept};
-use exchange::{cer_timed_out, evicted, note_evicted};
+use exchange::{evicted, note_evicted};
 
 pub use close::{Cause, CloseReason, Side};
 
@@ -512,108 +514,6 @@ impl Conn {
         self.upstream.alloc_hbh()
     }
 
-    fn on_open(&mut self) {
-        // Full-size buffers from now on.
-        self.inbuf.reserve(READ_CHUNK);
-        self.out.reserve(WRITE_CAPACITY);
-        let Some((_, slot)) = &self.peer else {
-            return;
-        };
-        let tw = self.ctx.config.tw();
-        let seed = self.id ^ 0x2545_f491_4f6c_dd1d;
-        let mut w = slot.take_watchdog(|| Watchdog::new(tw, seed));
-        w.handle_connection_up(Instant::now().into_std());
-        self.watchdog = Some(w);
-        self.pump_watchdog();
-        if self.ctx.stop.is_stopping() {
-            self.stop();
-        }
-    }
-
-    /// Publishes the watchdog state and performs its actions.
-    fn pump_watchdog(&mut self) {
-        let Some(w) = self.watchdog.as_mut() else {
-            return;
-        };
-        let mut actions = Vec::new();
-        while let Some(a) = w.poll_action() {
-            actions.push(a);
-        }
-        let ws = w.state();
-        if let Some((_, slot)) = &self.peer {
-            slot.set_watchdog_state(ws);
-        }
-        if let Some((_, slot)) = &self.peer
-            && self.fsm.state() == State::Open
-        {
-            slot.set_state(if ws == WatchdogState::Okay {
-                state::OKAY
-            } else {
-                state::SUSPECT
-            });
-        }
-        for a in actions {
-            match a {
-                WatchdogAction::SendDwr => {
-                    self.count(|st| &st.dwr_sent);
-                    let hbh = self.alloc_hbh();
-                    let o = self.origin();
-                    let (h, r) = (o.0.to_owned(), o.1.to_owned());
-                    put_base(
-                        &mut self.out,
-                        cmd::DEVICE_WATCHDOG,
-                        (&h, &r),
-                        None,
-                        hbh,
-                        None,
-                    );
-                }
-                WatchdogAction::Failover => {
-                    tracing::info!(peer = %self.peer_host(), "peer suspect: failing over pending requests");
-                    self.fail_over_all();
-                }
-                WatchdogAction::CloseConnection => {
-                    self.close_by_peer(Cause::WatchdogDown);
-                }
-                WatchdogAction::Failback | WatchdogAction::AttemptOpen => {}
-            }
-        }
-    }
-
-    /// The agent is stopping: DPR, then drain (RFC 6733 §5.4).
-    fn stop(&mut self) {
-        self.disconnect(DisconnectCause::Rebooting);
-    }
-
-    /// The peer left the configuration (a reload, [`ToConn::Retire`]): DPR
-    /// with DO_NOT_WANT_TO_TALK_TO_YOU (RFC 6733 §5.4.3: the peer is not to
-    /// reconnect), then the drain of a stop; a connection still in its
-    /// capabilities exchange closes at once.
-    #[cold]
-    fn retire(&mut self) {
-        tracing::debug!(peer = %self.peer_host(), "retired: DPR");
-        self.retired = true;
-        self.disconnect(DisconnectCause::DoNotWantToTalkToYou);
-    }
-
-    /// DPR with `cause`, then drain: pending requests are answered by the
-    /// peer or, at 80 % of the drain, locally (RFC 6733 §5.4).
-    fn disconnect(&mut self, cause: DisconnectCause) {
-        if self.closing_since.is_some() {
-            return;
-        }
-        let now = Instant::now();
-        self.closing_since = Some(now);
-        if let Some((_, slot)) = &self.peer
-            && self.fsm.state() == State::Open
-        {
-            slot.set_state(state::CLOSING);
-        }
-        self.fsm
-            .handle_stop(now.into_std(), cause, self.ctx.config.drain());
-        self.check_drained();
-    }
-
     /// [`ToConn::AnswerWith`]: the answer with the agent's encoded
     /// OC-Supported-Features `features` appended as it is written. Out of
     /// line, away from the path of every other answer.
@@ -648,72 +548,6 @@ impl Conn {
         }
     }
 
-    fn handle_timers(&mut self) {
-        self.ctx.relay.routes.refresh(&mut self.routes);
-        let now = Instant::now();
-        let waiting_cer = self.fsm.state() == State::WaitCer;
-        self.fsm.handle_timeout(now.into_std());
-        if waiting_cer && self.fsm.state() == State::Closed {
-            cer_timed_out(&self.ctx);
-        }
-        if let Some(w) = self.watchdog.as_mut() {
-            w.handle_timeout(now.into_std());
-        }
-        self.pump_watchdog();
-        // Requests whose upstream answer is overdue get the agent's 3002.
-        let slot = self.peer.as_ref().map(|(_, s)| &**s);
-        let expired = self.ctx.relay.relay(self.routes.router()).handle_timeout(
-            &mut self.upstream,
-            slot,
-            now.into_std(),
-        );
-        if expired > 0
-            && let Some(suppressed) = self.undeliverable_warn.allow(now)
-        {
-            tracing::warn!(
-                peer = %self.peer_host(),
-                expired,
-                cause = %relay::Error::Timeout,
-                suppressed,
-                "requests answered 3002 DIAMETER_UNABLE_TO_DELIVER"
-            );
-        }
-        // Near the end of the drain, pending requests are answered locally
-        // so that downstream peers still receive them before closing; those
-        // of a peer removed by a reload go to the peers that remain.
-        if let Some(since) = self.closing_since
-            && !self.flushed_pending
-            && now >= since + self.ctx.config.drain().mul_f64(0.8)
-        {
-            self.flushed_pending = true;
-            self.leave_pending();
-        }
-        self.check_drained();
-    }
-
-    /// What is still pending at the end of a drain: answered 3002 when the
-    /// agent stops, failed over (RFC 6733 §5.5.4) when only this peer was
-    /// removed.
-    fn leave_pending(&mut self) {
-        if self.retired {
-            return self.fail_over_all();
-        }
-        let slot = self.peer.as_ref().map(|(_, s)| &**s);
-        let relay = self.ctx.relay.relay(self.routes.router());
-        relay.answer_all(&mut self.upstream, slot, relay::Error::ShuttingDown);
-    }
-
-    fn fail_over_all(&mut self) {
-        let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
-        let now = Instant::now().into_std();
-        self.ctx.relay.relay(self.routes.router()).fail_over_all(
-            &mut self.upstream,
-            from,
-            now,
-            &mut self.rotate,
-        );
-    }
-
     fn handle_to_conn(&mut self, m: ToConn) {
         match m {
             ToConn::Answer { msg, hbh, code } => {
@@ -736,83 +570,5 @@ impl Conn {
             ToConn::Replaced => self.close_internal(Cause::Replaced),
             ToConn::Retire => self.retire(),
         }
-    }
-
-    /// An open connection (it has a watchdog) of a peer ends: one INFO line
-    /// naming the peer and the cause, and the cause kept for the agent's
-    /// 3002 Error-Message (a dialled one that never opened: the cause
-    /// kept). A connection replaced by its peer's new one or
-    /// losing the §5.6.4 election leaves the peer up.
-    #[cold]
-    fn log_peer_down(&self) {
-        let Some((_, slot)) = &self.peer else {
-            return;
-        };
-        if self.watchdog.is_none() {
-            // A dialled connection that never opened (its CEA refused, its
-            // certificate not naming the peer): the cause is the peer's
-            // last error.
-            if let Some(c) = self.close {
-                slot.note_down(&c.cause);
-            }
-            return;
-        }
-        let (side, cause) = self
-            .close
-            .map_or((Side::Internal, Cause::Fsm("done")), |c| (c.side, c.cause));
-        if matches!(cause, Cause::Replaced | Cause::ElectionLost) {
-            return;
-        }
-        slot.note_down(&cause);
-        tracing::info!(peer = %slot.host, %side, %cause, "peer down");
-    }
-
-    /// Ends the connection: flush, fail over what is pending, release the
-    /// peer slot, give the watchdog back.
-    async fn finish(&mut self) {
-        match self.close {
-            Some(why) => tracing::debug!(
-                peer = %self.peer_host(),
-                side = %why.side,
-                cause = %why.cause,
-                "connection closing"
-            ),
-            None => tracing::debug!(peer = %self.peer_host(), cause = "done", "connection closing"),
-        }
-        self.leave_waiting();
-        self.log_peer_down();
-        let now = Instant::now();
-        if let Some(w) = self.watchdog.as_mut() {
-            w.handle_connection_down(now.into_std());
-            while w.poll_action().is_some() {}
-        }
-        if let Some((_, slot)) = &self.peer {
-            slot.release(self.id);
-            if let Some(w) = self.watchdog.take() {
-                slot.put_watchdog(w);
-            }
-        }
-        if self.closing_since.is_some() {
-            self.leave_pending();
-        } else {
-            self.fail_over_all();
-        }
-        // Queued requests for this connection go elsewhere too (once the
-        // queue is closed, none can be queued), queued answers are written.
-        self.rx.requests.close();
-        while let Ok(r) = self.rx.requests.try_recv() {
-            let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
-            self.ctx.relay.relay(self.routes.router()).reroute(
-                from,
-                r,
-                self.rotate,
-                relay::Error::ConnectionLost,
-            );
-        }
-        self.rx.msgs.close();
-        while let Ok(m) = self.rx.msgs.try_recv() {
-            self.handle_to_conn(m);
-        }
-        self.linger().await;
     }
 }

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use doic::audit::Totals;
+use doic::audit::record::OcsCount;
 use doic::report::Abatement;
 
 use super::Overload;
@@ -124,13 +125,50 @@ impl Overload {
     }
 
     /// Calls `f` with each worker's last snapshot in turn, without copying
-    /// it (the audit log's second, [`crate::audit`]).
+    /// it (the audit log's second, [`Overload::second_totals`]).
     pub(crate) fn each_snapshot(&self, mut f: impl FnMut(&Snapshot)) {
         for slot in &self.snapshots {
             f(&slot
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner));
         }
+    }
+
+    /// The agent-wide treatment totals so far and each version in force with
+    /// its counts so far, summed over the workers' last snapshots (the audit
+    /// log's second, [`crate::audit::feed_second`]).
+    pub(crate) fn second_totals(&self) -> (Totals, Vec<OcsCount>) {
+        let mut sum = Totals::default();
+        let mut ocs: BTreeMap<(u32, &str, String, u64), doic::audit::Counters> = BTreeMap::new();
+        self.each_snapshot(|s| {
+            let t = s.totals;
+            sum.requests += t.requests;
+            sum.forwarded += t.forwarded;
+            sum.diverted += t.diverted;
+            sum.throttled += t.throttled;
+            sum.no_route += t.no_route;
+            for o in &s.ocs {
+                let c = ocs
+                    .entry((o.app_id, o.report_type, o.target.clone(), o.sequence))
+                    .or_default();
+                c.matched += o.counts.matched;
+                c.passed += o.counts.passed;
+                c.diverted += o.counts.diverted;
+                c.throttled += o.counts.throttled;
+                c.delegated += o.counts.delegated;
+            }
+        });
+        let ocs = ocs
+            .into_iter()
+            .map(|((app_id, rt, target, sequence), counts)| OcsCount {
+                app_id,
+                report_type: rt.to_owned(),
+                target,
+                sequence,
+                counts,
+            })
+            .collect();
+        (sum, ocs)
     }
 
     /// The feed of the workers' snapshots (its drop count, for `/metrics`).

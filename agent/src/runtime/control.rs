@@ -118,7 +118,7 @@ impl Ticking {
         if let Some(ov) = &c.overload {
             crate::overload::own::control_tick(&c.table, &c.kernel, ov, now, &utilisation);
             if let Some(log) = ov.audit_log() {
-                crate::audit::feed_second(log, ov, ov.now());
+                crate::audit::feed_second(log, ov.second_totals(), ov.now());
             }
         }
     }

@@ -1,7 +1,9 @@
 //! Why and how a connection ends. [`CloseReason`] names the side that
 //! caused the end (pingora's `ErrorSource`) and the cause; the close itself
 //! is the one RFC 6733 §5.4 gives the receiver of a DPA, whatever the
-//! reason ([`Conn::linger`]).
+//! reason ([`Conn::linger`]), after the connection's end is settled
+//! ([`Conn::finish`]): the peer-down line, what is pending failed over
+//! (§5.5.4) or answered, the peer slot released, the watchdog given back.
 
 use std::fmt;
 
@@ -9,6 +11,7 @@ use bytes::Buf;
 use tokio::time::Instant;
 
 use super::{CLOSE_LINGER, Conn, DISCARD_CHUNK, MAX_ACCEPTED_MESSAGE_LEN};
+use crate::relay;
 use diameter::codec::header::{Header, frame_len_max};
 use diameter::peer::fsm::Role;
 
@@ -208,6 +211,86 @@ impl Conn {
                 "peer did not close in time; closing"
             ),
         }
+    }
+}
+
+impl Conn {
+    /// An open connection (it has a watchdog) of a peer ends: one INFO line
+    /// naming the peer and the cause, and the cause kept for the agent's
+    /// 3002 Error-Message (a dialled one that never opened: the cause
+    /// kept). A connection replaced by its peer's new one or
+    /// losing the §5.6.4 election leaves the peer up.
+    #[cold]
+    pub(super) fn log_peer_down(&self) {
+        let Some((_, slot)) = &self.peer else {
+            return;
+        };
+        if self.watchdog.is_none() {
+            // A dialled connection that never opened (its CEA refused, its
+            // certificate not naming the peer): the cause is the peer's
+            // last error.
+            if let Some(c) = self.close {
+                slot.note_down(&c.cause);
+            }
+            return;
+        }
+        let (side, cause) = self
+            .close
+            .map_or((Side::Internal, Cause::Fsm("done")), |c| (c.side, c.cause));
+        if matches!(cause, Cause::Replaced | Cause::ElectionLost) {
+            return;
+        }
+        slot.note_down(&cause);
+        tracing::info!(peer = %slot.host, %side, %cause, "peer down");
+    }
+
+    /// Ends the connection: flush, fail over what is pending, release the
+    /// peer slot, give the watchdog back.
+    pub(super) async fn finish(&mut self) {
+        match self.close {
+            Some(why) => tracing::debug!(
+                peer = %self.peer_host(),
+                side = %why.side,
+                cause = %why.cause,
+                "connection closing"
+            ),
+            None => tracing::debug!(peer = %self.peer_host(), cause = "done", "connection closing"),
+        }
+        self.leave_waiting();
+        self.log_peer_down();
+        let now = Instant::now();
+        if let Some(w) = self.watchdog.as_mut() {
+            w.handle_connection_down(now.into_std());
+            while w.poll_action().is_some() {}
+        }
+        if let Some((_, slot)) = &self.peer {
+            slot.release(self.id);
+            if let Some(w) = self.watchdog.take() {
+                slot.put_watchdog(w);
+            }
+        }
+        if self.closing_since.is_some() {
+            self.leave_pending();
+        } else {
+            self.fail_over_all();
+        }
+        // Queued requests for this connection go elsewhere too (once the
+        // queue is closed, none can be queued), queued answers are written.
+        self.rx.requests.close();
+        while let Ok(r) = self.rx.requests.try_recv() {
+            let from = self.peer.as_ref().map(|(id, s)| (*id, &**s));
+            self.ctx.relay.relay(self.routes.router()).reroute(
+                from,
+                r,
+                self.rotate,
+                relay::Error::ConnectionLost,
+            );
+        }
+        self.rx.msgs.close();
+        while let Ok(m) = self.rx.msgs.try_recv() {
+            self.handle_to_conn(m);
+        }
+        self.linger().await;
     }
 }
 
