@@ -20,11 +20,13 @@
 //! abatement is not read as headroom.
 //!
 //! Hysteresis (RFC 7683 §5.2.3, "in a controlled fashion"): a report starts
-//! when the realm is short by at least [`STEP`] percent, changes when the
+//! when the realm is short by at least [`START`] percent, changes when the
 //! estimate moves by [`STEP`] points or more, and ends (validity 0) when the
-//! realm is no longer short; while it lasts a new version renews it at half
-//! its validity. A realm short by a steady amount keeps one version, its
-//! measured demand and its servers' probing limits notwithstanding.
+//! realm is no longer short; an estimate that weighs a measured demand does
+//! so only once it has called for the change for [`DWELL`]. While a report
+//! lasts, a new version renews it at half its validity. A realm short by a
+//! steady amount keeps one version, its measured demand and its servers'
+//! probing limits notwithstanding.
 //!
 //! With several workers each core keeps its own copy of every realm report
 //! (the request path reads it without a lock), but the versions are the
@@ -57,9 +59,14 @@ pub(crate) const REEVALUATE: Duration = Duration::from_millis(100);
 /// How long an estimate from measured demand calls for a change before it
 /// makes a version.
 pub const DWELL: Duration = Duration::from_millis(500);
+/// Least shortage, in percent, that starts a report.
+pub const START: u32 = 5;
 /// Least change of the estimate, in percentage points, that makes a new
-/// version, and least shortage that starts a report.
-pub const STEP: u32 = 5;
+/// version of a report in force: the servers' limits probe and cut, and
+/// are written into their own versions only when they move by a tenth
+/// (`crate::protect::behalf`); the agent's buckets hold each protected
+/// server to its limit whatever the realm report asks.
+pub const STEP: u32 = 10;
 
 /// A server's capacity as the realm estimate counts it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -360,7 +367,7 @@ impl RealmSynth {
             }
         };
         let mut changed = match (st.percent, percent) {
-            (0, p) => p >= STEP,
+            (0, p) => p >= START,
             (_, 0) => true,
             (h, p) => h.abs_diff(p) >= STEP,
         };
@@ -673,7 +680,7 @@ mod hysteresis {
         assert_eq!(held, v, "the report holds while the realm is short");
         // The demand falls to 300/s (100/s abated at the source reaching
         // the agent): no longer short, the report ends with validity 0.
-        // It may step down on the way (each step a new version, 5 points or
+        // It may step down on the way (each step a new version, 10 points or
         // more), as the measured demand follows.
         let ended = offer(&mut r, &mut a, &mut t, 100, 3000, true, true);
         assert!(ended.len() >= 2 && ended.is_sorted(), "{ended:?}");
