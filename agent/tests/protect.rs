@@ -249,19 +249,9 @@ async fn doic_clients_receive_a_host_report_made_by_the_agent_then_its_end() {
         .max()
         .unwrap();
     // Load fallen: the report ends with validity 0 and a new sequence.
-    let mut ended = None;
-    for i in 0..40 {
-        let a = exchange(&mut rate, 100 + i, 1, 1, Some(&rate_f)).await;
-        if let Some(o) = host_reports(&a)
-            .into_iter()
-            .find(|o| o.validity_duration == Some(0))
-        {
-            ended = Some(o);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let ended = ended.expect("an end report within 10 s");
+    let ended = await_end(&mut rate, 100, &rate_f, ReportType::Host)
+        .await
+        .expect("an end report within 10 s");
     assert!(ended.sequence_number > last, "{ended:?} after {last}");
     assert!(
         metric(

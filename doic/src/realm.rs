@@ -610,11 +610,18 @@ mod hysteresis {
     const APP: u32 = 1;
     const SERVERS: [&str; 2] = ["s1", "s2"];
 
+    /// A lone core's realm reports of `validity`, its audit, the start.
+    fn synth(validity: u64) -> (RealmSynth, Audit, Instant) {
+        let board = Arc::new(RealmBoard::new(1000, 8));
+        let r = RealmSynth::new(8, 1.5, Duration::from_secs(validity), board, false);
+        (r, Audit::new(100), Instant::now())
+    }
+
     /// Offers `rate` realm-routed requests per second for `ms` from `*t`
-    /// (one every millisecond or so), `delegated` of them from a DOIC
-    /// client sent the report, the servers' rate reports wobbling as the
-    /// agent's probing limits do (0.98 and 1.06 of 100 and 300 per second,
-    /// alternating every 100 ms); `None` for a server without a report.
+    /// (one every millisecond or so), from a DOIC client sent the report
+    /// when `delegated`, the servers' rate reports wobbling as the agent's
+    /// probing limits do (0.98 and 1.06 of 100 and 300 per second,
+    /// alternating every 100 ms).
     /// Returns the sequence numbers of the versions seen.
     fn offer(
         r: &mut RealmSynth,
@@ -623,7 +630,6 @@ mod hysteresis {
         rate: u64,
         ms: u64,
         delegated: bool,
-        limited: bool,
     ) -> Vec<u64> {
         let mut seen = Vec::new();
         let begin = *t;
@@ -632,7 +638,9 @@ mod hysteresis {
             let tick = t.duration_since(begin).as_millis() / 100;
             let wobble = if tick.is_multiple_of(2) { 0.98 } else { 1.06 };
             let cap = |s: &str| {
-                limited.then(|| Capacity::Rate(wobble * if s == "s1" { 100.0 } else { 300.0 }))
+                Some(Capacity::Rate(
+                    wobble * if s == "s1" { 100.0 } else { 300.0 },
+                ))
             };
             r.observe(*t, APP, "realm", &SERVERS, cap, a);
             if delegated && let Some(st) = r.state_mut(APP, "realm") {
@@ -656,18 +664,15 @@ mod hysteresis {
     /// the report ends with validity 0 (RFC 7683 §5.2.3).
     #[test]
     fn a_realm_short_by_a_steady_amount_keeps_one_version_until_it_ends() {
-        let board = Arc::new(RealmBoard::new(1000, 8));
-        let mut r = RealmSynth::new(8, 1.5, Duration::from_secs(30), board, false);
-        let mut a = Audit::new(100);
-        let mut t = Instant::now();
+        let (mut r, mut a, mut t) = synth(30);
         // Short by 2 %, less than a step: no report.
-        let none = offer(&mut r, &mut a, &mut t, 410, 3000, false, true);
+        let none = offer(&mut r, &mut a, &mut t, 410, 3000, false);
         assert!(none.is_empty(), "no report for a 2 % shortage: {none:?}");
         // Three times the realm's capacity: 1 - 400/1200 = 67 %, once the
         // demand's window (a second) holds it.
-        let onset = offer(&mut r, &mut a, &mut t, 1200, 2000, false, true);
+        let onset = offer(&mut r, &mut a, &mut t, 1200, 2000, false);
         assert!(!onset.is_empty() && onset.len() <= 3, "{onset:?}");
-        let v = offer(&mut r, &mut a, &mut t, 1200, 5000, false, true);
+        let v = offer(&mut r, &mut a, &mut t, 1200, 5000, false);
         assert_eq!(v, onset[onset.len() - 1..], "one version, not one per tick");
         let rep = r.report(t, APP, "realm").unwrap();
         assert!(
@@ -676,18 +681,18 @@ mod hysteresis {
         );
         // The clients abate at the source: 1,200 x 0.33 reaches the agent,
         // all of it from DOIC clients sent the version. Not headroom.
-        let held = offer(&mut r, &mut a, &mut t, 400, 5000, true, true);
+        let held = offer(&mut r, &mut a, &mut t, 400, 5000, true);
         assert_eq!(held, v, "the report holds while the realm is short");
         // The demand falls to 300/s (100/s abated at the source reaching
         // the agent): no longer short, the report ends with validity 0.
         // It may step down on the way (each step a new version, 10 points or
         // more), as the measured demand follows.
-        let ended = offer(&mut r, &mut a, &mut t, 100, 3000, true, true);
+        let ended = offer(&mut r, &mut a, &mut t, 100, 3000, true);
         assert!(ended.len() >= 2 && ended.is_sorted(), "{ended:?}");
         let end = r.report(t, APP, "realm").unwrap();
         assert!(end.validity.is_zero(), "{end:?}");
         // It stays ended at the same demand.
-        let after = offer(&mut r, &mut a, &mut t, 300, 3000, false, true);
+        let after = offer(&mut r, &mut a, &mut t, 300, 3000, false);
         assert_eq!(after, vec![end.sequence], "no new version: {after:?}");
     }
 
@@ -695,12 +700,9 @@ mod hysteresis {
     /// ignores a version it holds, RFC 7683 §5.2.1.4), the same percentage.
     #[test]
     fn a_lasting_report_is_renewed_at_half_its_validity() {
-        let board = Arc::new(RealmBoard::new(1000, 8));
-        let mut r = RealmSynth::new(8, 1.5, Duration::from_secs(4), board, false);
-        let mut a = Audit::new(100);
-        let mut t = Instant::now();
-        offer(&mut r, &mut a, &mut t, 1200, 2000, false, true);
-        let v = offer(&mut r, &mut a, &mut t, 1200, 4100, false, true);
+        let (mut r, mut a, mut t) = synth(4);
+        offer(&mut r, &mut a, &mut t, 1200, 2000, false);
+        let v = offer(&mut r, &mut a, &mut t, 1200, 4100, false);
         assert_eq!(v.len(), 3, "renewed every 2 s: {v:?}");
         let rep = r.report(t, APP, "realm").unwrap();
         assert_eq!(rep.validity, Duration::from_secs(4));
