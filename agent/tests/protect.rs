@@ -13,7 +13,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
@@ -21,7 +21,7 @@ use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 use doic::DoicConfig;
 use doic::config::PeerPolicy;
 use support::*;
-use tools::loadgen::{Busy, Client, Identity, Pace, Report, ServerBehaviour, TEST_APP, Traffic};
+use tools::loadgen::{Busy, Client, Identity, Report, ServerBehaviour, TEST_APP, Traffic};
 
 const C: u32 = 200;
 
@@ -60,27 +60,15 @@ async fn offer(
     secs: u64,
     (from, to): (u64, u64),
 ) -> (f64, Report, Option<f64>) {
-    let stop = AtomicBool::new(false);
-    let t = traffic();
-    let run = c.run(
-        &t,
-        Pace::Open(rate),
-        Duration::from_secs(secs),
-        Duration::from_secs(6),
-        &stop,
-    );
-    let server = &s.servers[0];
-    let agent = s.agent();
-    let sample = async {
-        tokio::time::sleep(Duration::from_secs(from)).await;
-        let a = server.stats.requests.load(Ordering::Relaxed);
-        tokio::time::sleep(Duration::from_secs(to - from)).await;
-        let b = server.stats.requests.load(Ordering::Relaxed);
-        let limit = metric(agent, &format!("doic_protect_limit{{peer=\"{SERVER}\"}}"));
-        ((b - a) as f64 / (to - from) as f64, limit)
+    let limit = async {
+        tokio::time::sleep(Duration::from_secs(to)).await;
+        metric(
+            s.agent(),
+            &format!("doic_protect_limit{{peer=\"{SERVER}\"}}"),
+        )
     };
-    let (r, (arrivals, limit)) = tokio::join!(run, sample);
-    (arrivals, r.unwrap(), limit)
+    let (r, per_s, limit) = offer_open(s, c, &traffic(), (rate, secs), (from, to), limit).await;
+    (per_s[0], r, limit)
 }
 
 /// Every request answered, and what reached the server within [0.6 C,
@@ -261,19 +249,9 @@ async fn doic_clients_receive_a_host_report_made_by_the_agent_then_its_end() {
         .max()
         .unwrap();
     // Load fallen: the report ends with validity 0 and a new sequence.
-    let mut ended = None;
-    for i in 0..40 {
-        let a = exchange(&mut rate, 100 + i, 1, 1, Some(&rate_f)).await;
-        if let Some(o) = host_reports(&a)
-            .into_iter()
-            .find(|o| o.validity_duration == Some(0))
-        {
-            ended = Some(o);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let ended = ended.expect("an end report within 10 s");
+    let ended = await_end(&mut rate, 100, &rate_f, ReportType::Host)
+        .await
+        .expect("an end report within 10 s");
     assert!(ended.sequence_number > last, "{ended:?} after {last}");
     assert!(
         metric(

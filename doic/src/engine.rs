@@ -20,7 +20,7 @@ use super::config::{DoicConfig, DoicConfigError};
 use super::features::{self, OcSupportedFeatures};
 use super::loss::Prng;
 use super::ocs::{Ending, Ocs, OcsTable, Phase};
-use super::realm::{RealmBoard, RealmSynth};
+use super::realm::{Capacity, RealmBoard, RealmSynth};
 use super::report::{Abatement, OcOlr, Report, ReportType};
 use super::treatment::Replica;
 use crate::audit::{Audit, Verdict};
@@ -425,7 +425,7 @@ impl Doic {
     }
 }
 
-/// A server's capacity as a share of its fair share, from its host OCS (see
+/// A server's capacity for the realm estimate, from its host OCS (see
 /// [`super::realm`]); `None` when it has no report.
 pub(crate) fn capacity(
     ocs: &OcsTable,
@@ -433,23 +433,13 @@ pub(crate) fn capacity(
     ramp: Duration,
     app: u32,
     server: &str,
-) -> Option<f64> {
+) -> Option<Capacity> {
     let o = ocs.peek(app, ReportType::Host, server)?;
     let abated = match o.phase {
         Phase::Active if now < o.expires_at => match o.abatement {
             Abatement::Loss { percent } => f64::from(percent) / 100.0,
             Abatement::Rate { per_second: 0 } => 1.0,
-            Abatement::Rate { .. } => {
-                let c = o.counts;
-                if c.matched == 0 {
-                    0.0
-                } else {
-                    #[expect(clippy::cast_precision_loss, reason = "ratio of counters")]
-                    {
-                        (c.throttled + c.diverted) as f64 / c.matched as f64
-                    }
-                }
-            }
+            Abatement::Rate { per_second } => return Some(Capacity::Rate(f64::from(per_second))),
         },
         Phase::Active => return None,
         Phase::Probing { .. } => 1.0,
@@ -459,5 +449,5 @@ pub(crate) fn capacity(
             (from * (1.0 - done)).max(0.0)
         }
     };
-    Some(1.0 - abated)
+    Some(Capacity::Share(1.0 - abated))
 }

@@ -8,11 +8,25 @@
 //! clients, and applies the same report itself for clients that did not
 //! receive it.
 //!
-//! Capacity model: a server with a loss report of p % can take (1 - p/100) of
-//! its fair share (1/n of the realm's traffic); with a rate report, the share it
-//! actually admitted; a server without a report is assumed to take up to
-//! `headroom` times its fair share. The realm's reduction is
-//! `1 - mean(capacity)`, rounded up to a whole percent.
+//! Capacity model ([`Capacity`]): a server with a loss report of p % can take
+//! (1 - p/100) of its fair share (1/n of the realm's demand); a server with a
+//! rate report (RFC 8582, among them the limits the agent holds protected
+//! servers to, [`crate::protect`]) takes its rate; a server without a report
+//! is assumed to take up to `headroom` times its fair share. The realm's
+//! reduction is `1 - mean(capacity)` in fair shares, rounded up to a whole
+//! percent. The demand is the realm's arrival rate at the agent over the last
+//! second, summed over every core ([`RealmBoard::demand`]), with what the DOIC
+//! clients sent the report abate at the source added back: the report's own
+//! abatement is not read as headroom.
+//!
+//! Hysteresis (RFC 7683 §5.2.3, "in a controlled fashion"): a report starts
+//! when the realm is short by at least [`START`] percent, changes when the
+//! estimate moves by [`STEP`] points or more, and ends (validity 0) when the
+//! realm is no longer short; an estimate that weighs a measured demand does
+//! so only once it has called for the change for [`DWELL`]. While a report
+//! lasts, a new version renews it at half its validity. A realm short by a
+//! steady amount keeps one version, its measured demand and its servers'
+//! probing limits notwithstanding.
 //!
 //! With several workers each core keeps its own copy of every realm report
 //! (the request path reads it without a lock), but the versions are the
@@ -41,7 +55,29 @@ use board::Proposal;
 pub use board::RealmBoard;
 
 /// How often the realm capacity is re-evaluated without a new report.
-const REEVALUATE: Duration = Duration::from_millis(100);
+pub(crate) const REEVALUATE: Duration = Duration::from_millis(100);
+/// How long an estimate from measured demand calls for a change before it
+/// makes a version.
+pub const DWELL: Duration = Duration::from_millis(500);
+/// Least shortage, in percent, that starts a report.
+pub const START: u32 = 5;
+/// Least change of the estimate, in percentage points, that makes a new
+/// version of a report in force: the servers' limits probe and cut, and
+/// are written into their own versions only when they move by a tenth
+/// (`crate::protect::behalf`); the agent's buckets hold each protected
+/// server to its limit whatever the realm report asks.
+pub const STEP: u32 = 10;
+
+/// A server's capacity as the realm estimate counts it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Capacity {
+    /// A share of its fair share (1/n of the realm's demand): a loss
+    /// report, a report ramping down.
+    Share(f64),
+    /// Requests per second: a rate report (RFC 8582 §5), the agent's limit
+    /// for a protected server among them.
+    Rate(f64),
+}
 /// Clients remembered per version as having received it.
 const MAX_DELIVERED: usize = 1024;
 
@@ -95,6 +131,14 @@ pub struct RealmState {
     /// Treatment counts of the current version (agent abating for clients
     /// that did not receive it).
     pub counts: Counters,
+    /// Realm-routed requests seen since the last estimate.
+    arrivals: u64,
+    /// Of those, from DOIC clients sent the version (abated at the source).
+    pub delegated_arrivals: u64,
+    /// Since when `arrivals` counts.
+    counted_since: Option<Instant>,
+    /// Since when a measured estimate has called for a new version.
+    calling: Option<Instant>,
 }
 
 impl RealmState {
@@ -110,6 +154,10 @@ impl RealmState {
             noted: false,
             delivered: HashSet::new(),
             counts: Counters::default(),
+            arrivals: 0,
+            delegated_arrivals: 0,
+            counted_since: None,
+            calling: None,
         }
     }
 
@@ -224,16 +272,36 @@ impl RealmSynth {
         std::mem::take(&mut self.outbox)
     }
 
-    /// Re-evaluates (`app_id`, `realm`) with the servers a realm-routed request
-    /// may go to; `capacity` gives a server's capacity as a share of its fair
-    /// share (see the module docs).
+    /// A realm-routed request for (`app_id`, `realm`) that may go to
+    /// `servers`: counted in the realm's demand, and the estimate
+    /// re-evaluated when due; `capacity` gives a server's [`Capacity`]
+    /// (see the module docs).
     pub fn observe(
         &mut self,
         now: Instant,
         app_id: u32,
         realm: &str,
         servers: &[&str],
-        capacity: impl Fn(&str) -> Option<f64>,
+        capacity: impl Fn(&str) -> Option<Capacity>,
+        audit: &mut Audit,
+    ) {
+        self.evaluate(now, app_id, realm, servers, 1, capacity, audit);
+    }
+
+    /// Re-evaluates (`app_id`, `realm`) with `servers`, `arrived` requests
+    /// more seen.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "observe and refresh share it; the inputs are distinct"
+    )]
+    fn evaluate(
+        &mut self,
+        now: Instant,
+        app_id: u32,
+        realm: &str,
+        servers: &[&str],
+        arrived: u64,
+        capacity: impl Fn(&str) -> Option<Capacity>,
         audit: &mut Audit,
     ) {
         let key = (app_id, realm.to_owned());
@@ -247,6 +315,7 @@ impl RealmSynth {
         let Some(st) = self.states.get_mut(&key) else {
             return;
         };
+        st.arrivals += arrived;
         // The set of servers, in whatever order the relay prefers them now
         // (a set that changes from request to request, a realm of more
         // servers than candidates, is re-evaluated on the timer only).
@@ -266,21 +335,24 @@ impl RealmSynth {
             self.board.note_servers(app_id, realm, &st.servers);
             st.noted = true;
         }
+        let seen = (
+            std::mem::take(&mut st.arrivals),
+            std::mem::take(&mut st.delegated_arrivals),
+        );
+        let from = st.counted_since.replace(now).unwrap_or(now);
+        let demand = self.board.demand((from, now), app_id, realm, seen);
         if st.servers.is_empty() {
             return;
         }
-        #[expect(clippy::cast_precision_loss, reason = "a handful of servers")]
-        let n = st.servers.len() as f64;
-        let mean: f64 = st
-            .servers
-            .iter()
-            .map(|s| {
-                capacity(s)
-                    .unwrap_or(self.headroom)
-                    .clamp(0.0, self.headroom)
-            })
-            .sum::<f64>()
-            / n;
+        // What the DOIC clients sent the version abate at the source is
+        // demand too (the fraction `held` of what they would send).
+        let held = f64::from(st.percent.min(99)) / 100.0;
+        let demand = demand.map(|(all, delegated)| all + delegated * held / (1.0 - held));
+        let Some((mean, measured)) = mean_capacity(&st.servers, demand, self.headroom, capacity)
+        else {
+            // A rate to weigh and no demand measured yet.
+            return;
+        };
         let percent = if mean >= 1.0 {
             0
         } else {
@@ -294,9 +366,31 @@ impl RealmSynth {
                 ((1.0 - mean) * 100.0 - 1e-9).ceil().clamp(0.0, 100.0) as u32
             }
         };
-        if percent == st.percent {
+        let mut changed = match (st.percent, percent) {
+            (0, p) => p >= START,
+            (_, 0) => true,
+            (h, p) => h.abs_diff(p) >= STEP,
+        };
+        // An estimate from measured demand against rates that probe and cut
+        // tick by tick (`crate::protect`) changes the report only when it
+        // has called for the change for `DWELL`; what servers declare (loss)
+        // does at once.
+        if !changed {
+            st.calling = None;
+        } else if measured {
+            let since = *st.calling.get_or_insert(now);
+            changed = now.saturating_duration_since(since) >= DWELL;
+            if changed {
+                st.calling = None;
+            }
+        }
+        // RFC 7683 §5.2.1.4: a reacting node ignores a version it has, so
+        // a report that lasts is renewed with a new one before it expires.
+        let renew = st.percent > 0 && st.made_at.is_some_and(|t| now >= t + self.validity / 2);
+        if !changed && !renew {
             return;
         }
+        let percent = if changed { percent } else { st.percent };
         // RFC 7683 §5.2.1.4: a new sequence whenever the content changes,
         // from the agent's one sequence space.
         let proposal = self.board.propose(
@@ -335,7 +429,7 @@ impl RealmSynth {
         now: Instant,
         app_id: u32,
         realm: &str,
-        capacity: impl Fn(&str) -> Option<f64>,
+        capacity: impl Fn(&str) -> Option<Capacity>,
         audit: &mut Audit,
     ) {
         let servers = match self.states.get(&(app_id, realm.to_owned())) {
@@ -347,7 +441,7 @@ impl RealmSynth {
             },
         };
         let views: Vec<&str> = servers.iter().map(String::as_str).collect();
-        self.observe(now, app_id, realm, &views, capacity, audit);
+        self.evaluate(now, app_id, realm, &views, 0, capacity, audit);
     }
 
     /// Applies a version or a delivery another core made: a newer version
@@ -432,6 +526,35 @@ impl RealmSynth {
     }
 }
 
+/// The mean capacity of `servers` in fair shares of `demand` (requests/s),
+/// each at most `headroom`, and whether a rate was weighed against the
+/// demand; `None` when a server has a rate and the demand is not known yet.
+fn mean_capacity(
+    servers: &[String],
+    demand: Option<f64>,
+    headroom: f64,
+    capacity: impl Fn(&str) -> Option<Capacity>,
+) -> Option<(f64, bool)> {
+    #[expect(clippy::cast_precision_loss, reason = "a handful of servers")]
+    let n = servers.len() as f64;
+    let mut sum = 0.0;
+    let mut measured = false;
+    for s in servers {
+        measured |= matches!(capacity(s), Some(Capacity::Rate(_)));
+        let share = match capacity(s) {
+            None => headroom,
+            Some(Capacity::Share(f)) => f,
+            Some(Capacity::Rate(r)) => match demand? {
+                // No demand: whatever the rate, the realm is not short.
+                d if d <= 0.0 => headroom,
+                d => r * n / d,
+            },
+        };
+        sum += share.clamp(0.0, headroom);
+    }
+    Some((sum / n, measured))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,7 +572,7 @@ mod tests {
             1,
             "realm",
             &servers,
-            |s| (s == "s1").then_some(0.7),
+            |s| (s == "s1").then_some(Capacity::Share(0.7)),
             &mut a,
         );
         assert!(r.report(t0, 1, "realm").is_none());
@@ -461,8 +584,8 @@ mod tests {
             "realm",
             &servers,
             |s| match s {
-                "s1" => Some(0.7),
-                "s2" => Some(0.2),
+                "s1" => Some(Capacity::Share(0.7)),
+                "s2" => Some(Capacity::Share(0.2)),
                 _ => None,
             },
             &mut a,
@@ -477,5 +600,111 @@ mod tests {
         assert!(end.validity.is_zero());
         assert_eq!(end.sequence, 1002);
         assert!(r.report(t0 + Duration::from_secs(31), 1, "realm").is_none());
+    }
+}
+
+#[cfg(test)]
+mod hysteresis {
+    use super::*;
+
+    const APP: u32 = 1;
+    const SERVERS: [&str; 2] = ["s1", "s2"];
+
+    /// A lone core's realm reports of `validity`, its audit, the start.
+    fn synth(validity: u64) -> (RealmSynth, Audit, Instant) {
+        let board = Arc::new(RealmBoard::new(1000, 8));
+        let r = RealmSynth::new(8, 1.5, Duration::from_secs(validity), board, false);
+        (r, Audit::new(100), Instant::now())
+    }
+
+    /// Offers `rate` realm-routed requests per second for `ms` from `*t`
+    /// (one every millisecond or so), from a DOIC client sent the report
+    /// when `delegated`, the servers' rate reports wobbling as the agent's
+    /// probing limits do (0.98 and 1.06 of 100 and 300 per second,
+    /// alternating every 100 ms).
+    /// Returns the sequence numbers of the versions seen.
+    fn offer(
+        r: &mut RealmSynth,
+        a: &mut Audit,
+        t: &mut Instant,
+        rate: u64,
+        ms: u64,
+        delegated: bool,
+    ) -> Vec<u64> {
+        let mut seen = Vec::new();
+        let begin = *t;
+        let end = *t + Duration::from_millis(ms);
+        while *t < end {
+            let tick = t.duration_since(begin).as_millis() / 100;
+            let wobble = if tick.is_multiple_of(2) { 0.98 } else { 1.06 };
+            let cap = |s: &str| {
+                Some(Capacity::Rate(
+                    wobble * if s == "s1" { 100.0 } else { 300.0 },
+                ))
+            };
+            r.observe(*t, APP, "realm", &SERVERS, cap, a);
+            if delegated && let Some(st) = r.state_mut(APP, "realm") {
+                st.delegated_arrivals += 1;
+            }
+            if let Some(rep) = r.report(*t, APP, "realm")
+                && seen.last() != Some(&rep.sequence)
+            {
+                seen.push(rep.sequence);
+            }
+            *t += Duration::from_micros(1_000_000 / rate);
+        }
+        seen
+    }
+
+    /// A realm of two protected servers held to 100 and 300 requests/s
+    /// (RFC 7683 §5.1.3 reports on their behalf, RFC 8582 rates) and
+    /// offered three times that: one report version of 67 %, whatever the
+    /// limits' probing; the DOIC client that abates at the source on it
+    /// does not end it; when the demand falls below the realm's capacity,
+    /// the report ends with validity 0 (RFC 7683 §5.2.3).
+    #[test]
+    fn a_realm_short_by_a_steady_amount_keeps_one_version_until_it_ends() {
+        let (mut r, mut a, mut t) = synth(30);
+        // Short by 2 %, less than a step: no report.
+        let none = offer(&mut r, &mut a, &mut t, 410, 3000, false);
+        assert!(none.is_empty(), "no report for a 2 % shortage: {none:?}");
+        // Three times the realm's capacity: 1 - 400/1200 = 67 %, once the
+        // demand's window (a second) holds it.
+        let onset = offer(&mut r, &mut a, &mut t, 1200, 2000, false);
+        assert!(!onset.is_empty() && onset.len() <= 3, "{onset:?}");
+        let v = offer(&mut r, &mut a, &mut t, 1200, 5000, false);
+        assert_eq!(v, onset[onset.len() - 1..], "one version, not one per tick");
+        let rep = r.report(t, APP, "realm").unwrap();
+        assert!(
+            matches!(rep.abatement, Abatement::Loss { percent } if (65..=69).contains(&percent)),
+            "{rep:?}"
+        );
+        // The clients abate at the source: 1,200 x 0.33 reaches the agent,
+        // all of it from DOIC clients sent the version. Not headroom.
+        let held = offer(&mut r, &mut a, &mut t, 400, 5000, true);
+        assert_eq!(held, v, "the report holds while the realm is short");
+        // The demand falls to 300/s (100/s abated at the source reaching
+        // the agent): no longer short, the report ends with validity 0.
+        // It may step down on the way (each step a new version, 10 points or
+        // more), as the measured demand follows.
+        let ended = offer(&mut r, &mut a, &mut t, 100, 3000, true);
+        assert!(ended.len() >= 2 && ended.is_sorted(), "{ended:?}");
+        let end = r.report(t, APP, "realm").unwrap();
+        assert!(end.validity.is_zero(), "{end:?}");
+        // It stays ended at the same demand.
+        let after = offer(&mut r, &mut a, &mut t, 300, 3000, false);
+        assert_eq!(after, vec![end.sequence], "no new version: {after:?}");
+    }
+
+    /// A report that lasts is renewed at half its validity (a reacting node
+    /// ignores a version it holds, RFC 7683 §5.2.1.4), the same percentage.
+    #[test]
+    fn a_lasting_report_is_renewed_at_half_its_validity() {
+        let (mut r, mut a, mut t) = synth(4);
+        offer(&mut r, &mut a, &mut t, 1200, 2000, false);
+        let v = offer(&mut r, &mut a, &mut t, 1200, 4100, false);
+        assert_eq!(v.len(), 3, "renewed every 2 s: {v:?}");
+        let rep = r.report(t, APP, "realm").unwrap();
+        assert_eq!(rep.validity, Duration::from_secs(4));
     }
 }

@@ -13,7 +13,8 @@ mod server;
 
 pub use busy::Busy;
 pub use server::{
-    Malformed, Server, ServerBehaviour, ServerStats, accept_until, read_unless_stopped,
+    BaseRequest, Malformed, Server, ServerBehaviour, ServerStats, accept_until, answer_base,
+    read_unless_stopped,
 };
 
 use std::collections::{BTreeMap, HashMap};

@@ -6,6 +6,7 @@
 //! | [`node`] | the agent in front of loopback servers: its configuration, starting it on pinned workers or on the test's runtime (where a paused clock drives its timers), waiting for its peers, its metrics, stopping it |
 //! | [`messages`] | test requests as a client sends them, reading answers, Result-Codes |
 //! | [`reporting`] | a scripted DOIC reporting server and request/answer exchanges through the agent |
+//! | [`offer`] | open-loop load through the agent, counting what reaches its servers |
 //! | [`handmade`] | Diameter messages written byte by byte, for the kernel tests (no codec) |
 //! | [`packets`] | hand-built frames for the kernel program's parse path |
 //! | [`netns`] | network namespaces joined by a veth pair |
@@ -14,7 +15,7 @@
 //! | [`pki`] | test certificates made at test time (rcgen): a CA, leaves, PEM files |
 //! | [`tls`] | a raw TLS client doing the capabilities exchange |
 //!
-//! Test files `mod support; use support::*;` for the first three.
+//! Test files `mod support; use support::*;` for the first four.
 
 #![allow(
     dead_code,
@@ -28,6 +29,7 @@ pub mod handmade;
 pub mod messages;
 pub mod netns;
 pub mod node;
+pub mod offer;
 pub mod packets;
 pub mod pki;
 pub mod process;
@@ -36,4 +38,5 @@ pub mod tls;
 
 pub use messages::*;
 pub use node::*;
+pub use offer::*;
 pub use reporting::*;

@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 
 use agent::config::Config;
 use bytes::{Bytes, BytesMut};
-use diameter::codec::answer::{put_base, put_capabilities, put_error_answer};
+use diameter::codec::answer::put_error_answer;
 use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
 use diameter::codec::header::{begin, finish};
-use diameter::codec::{Capabilities, CommandFlags, Header, frame_len};
+use diameter::codec::{Header, frame_len};
 use diameter::codec::{MessageBuf, Routing};
-use diameter::dictionary::cmd;
 use diameter::dictionary::code;
 use diameter::dictionary::doic::OLR_DEFAULT_ALGO;
 use doic::avps::DoicAvps;
@@ -133,27 +132,9 @@ async fn serve(
             if !h.is_request() {
                 continue;
             }
-            match h.command_code {
-                cmd::CAPABILITIES_EXCHANGE => {
-                    let caps = Capabilities {
-                        origin_host: id.host.clone(),
-                        origin_realm: id.realm.clone(),
-                        host_ip_addresses: vec![ip],
-                        vendor_id: 0,
-                        product_name: "doic-reporter".into(),
-                        firmware_revision: None,
-                        auth_application_ids: vec![TEST_APP],
-                        ..Capabilities::default()
-                    };
-                    put_capabilities(&mut out, &caps, Some((h, 2001)), 0);
-                }
-                cmd::DEVICE_WATCHDOG => {
-                    put_base(&mut out, cmd::DEVICE_WATCHDOG, o, Some(h), 0, None)
-                }
-                cmd::DISCONNECT_PEER => {
-                    put_base(&mut out, cmd::DISCONNECT_PEER, o, Some(h), 0, None)
-                }
-                _ => {
+            match tools::loadgen::answer_base(&mut out, h, (&id, ip), &[TEST_APP], true) {
+                Some(_) => {}
+                None => {
                     seen.requests.fetch_add(1, Ordering::Relaxed);
                     let feats = features_of(&m);
                     if feats.is_empty() {
@@ -344,6 +325,28 @@ pub async fn exchange(
     features: Option<&OcSupportedFeatures>,
 ) -> Vec<Bytes> {
     exchange_to(c, hbh0, n, window, features, None).await
+}
+
+/// Sends `c` one request with `features` every 250 ms, for up to 10 s,
+/// until an answer carries a report of type `rt` with validity 0 (its end,
+/// RFC 7683 §5.2.3); returns that report.
+pub async fn await_end(
+    c: &mut Client,
+    hbh0: u32,
+    features: &OcSupportedFeatures,
+    rt: ReportType,
+) -> Option<OcOlr> {
+    for i in 0..40 {
+        let a = exchange(c, hbh0 + i, 1, 1, Some(features)).await;
+        if let Some(o) = reports_in(&a, rt)
+            .into_iter()
+            .find(|o| o.validity_duration == Some(0))
+        {
+            return Some(o);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
 }
 
 /// [`exchange`] with a Destination-Host.

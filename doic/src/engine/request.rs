@@ -224,6 +224,7 @@ impl Doic {
                 let delivered = client.is_some() && st.delivered_to(req.from_peer);
                 if delivered {
                     st.counts.delegated += 1;
+                    st.delegated_arrivals += 1;
                     realm_abated = true;
                 } else if candidates.len() > 1 {
                     if crate::loss::select_percent(&mut self.rng, st.percent) {

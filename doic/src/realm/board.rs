@@ -3,17 +3,26 @@
 //! §5.2.1.4, "a new sequence number whenever the content changes"), so that
 //! two workers never issue different versions of the same content.
 //!
-//! A core consults the board only when its own estimate of a realm differs
-//! from the version it holds (or when it first sees the realm), never on the
-//! path of a request that changes nothing. The version a core makes goes to
+//! A core consults the board when it re-evaluates a realm (at most every
+//! [`super::REEVALUATE`], or when a host report changed), never on the path
+//! of a request that changes nothing: it deposits the realm-routed requests
+//! it saw since, and reads the realm's demand over the last [`WINDOW`]
+//! summed over every core, so that every core estimates from the agent's
+//! one demand. The version a core makes goes to
 //! the other cores as a [`super::RealmReplica`]; the board is the tie-break
 //! when two cores reach a new estimate before either replica has arrived.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::RealmVersion;
+
+/// The span over which a realm's demand is measured.
+pub const WINDOW: Duration = Duration::from_secs(1);
+/// Deposits kept per realm (every core deposits at most every
+/// [`super::REEVALUATE`]: ten per core per [`WINDOW`]).
+const MAX_DEPOSITS: usize = 256;
 
 /// The agent's realm report versions, for all its cores.
 #[derive(Debug)]
@@ -36,6 +45,21 @@ struct Entry {
     servers: Vec<String>,
     /// `None` until a core makes the first version.
     version: Option<RealmVersion>,
+    /// The cores' deposits: the span, requests seen, of those delegated.
+    deposits: VecDeque<(Instant, Instant, u64, u64)>,
+    /// The start of the first deposit.
+    since: Option<Instant>,
+}
+
+impl Entry {
+    fn new(servers: Vec<String>, version: Option<RealmVersion>) -> Self {
+        Self {
+            servers,
+            version,
+            deposits: VecDeque::new(),
+            since: None,
+        }
+    }
 }
 
 /// What [`RealmBoard::propose`] decided.
@@ -78,13 +102,7 @@ impl RealmBoard {
         if let Some(e) = g.realms.get_mut(&key) {
             servers.clone_into(&mut e.servers);
         } else if g.realms.len() < g.max {
-            g.realms.insert(
-                key,
-                Entry {
-                    servers: servers.to_vec(),
-                    version: None,
-                },
-            );
+            g.realms.insert(key, Entry::new(servers.to_vec(), None));
         }
     }
 
@@ -94,6 +112,58 @@ impl RealmBoard {
             .realms
             .get(&(app_id, realm.to_owned()))
             .map(|e| e.servers.clone())
+    }
+
+    /// Deposits the realm-routed requests a core saw for (`app_id`,
+    /// `realm`) over `span` (from its last deposit to now), (all, of those
+    /// from DOIC clients that abate at the source), and returns the realm's
+    /// demand from every core, in requests/s the same way, over the
+    /// [`WINDOW`] that ends one [`super::REEVALUATE`] ago (by then every core
+    /// that receives such requests has deposited what it saw; a deposit
+    /// counts for the part of its span inside the window). `None` until a
+    /// tenth of a second is measured, or when the realm is not recorded.
+    pub fn demand(
+        &self,
+        span: (Instant, Instant),
+        app_id: u32,
+        realm: &str,
+        (seen, delegated): (u64, u64),
+    ) -> Option<(f64, f64)> {
+        let (from, now) = span;
+        let mut g = self.lock();
+        let e = g.realms.get_mut(&(app_id, realm.to_owned()))?;
+        let since = *e.since.get_or_insert(from);
+        let end = now.checked_sub(super::REEVALUATE)?;
+        let start = end.checked_sub(WINDOW).unwrap_or(since).max(since);
+        while e.deposits.front().is_some_and(|d| d.1 <= start) {
+            e.deposits.pop_front();
+        }
+        if seen > 0 || delegated > 0 {
+            if e.deposits.len() >= MAX_DEPOSITS {
+                e.deposits.pop_front();
+            }
+            e.deposits.push_back((from, now, seen, delegated));
+        }
+        let secs = end.saturating_duration_since(start).as_secs_f64();
+        if secs < super::REEVALUATE.as_secs_f64() {
+            return None;
+        }
+        let (mut all, mut del) = (0.0, 0.0);
+        for &(f, t, s, d) in &e.deposits {
+            let inside = t.min(end).saturating_duration_since(f.max(start));
+            let whole = t.saturating_duration_since(f);
+            let part = if whole.is_zero() {
+                if t > start && t <= end { 1.0 } else { 0.0 }
+            } else {
+                inside.as_secs_f64() / whole.as_secs_f64()
+            };
+            #[expect(clippy::cast_precision_loss, reason = "request counts")]
+            {
+                all += s as f64 * part;
+                del += d as f64 * part;
+            }
+        }
+        Some((all / secs, del / secs))
     }
 
     /// A core holding version `held` of (`app_id`, `realm`) estimates
@@ -133,13 +203,8 @@ impl RealmBoard {
         if let Some(e) = g.realms.get_mut(&key) {
             e.version = Some(version.clone());
         } else if g.realms.len() < g.max {
-            g.realms.insert(
-                key,
-                Entry {
-                    servers: Vec::new(),
-                    version: Some(version.clone()),
-                },
-            );
+            g.realms
+                .insert(key, Entry::new(Vec::new(), Some(version.clone())));
         }
         Proposal::Made(version)
     }

@@ -226,6 +226,48 @@ pub async fn read_unless_stopped(
     }
 }
 
+/// Which base-protocol request [`answer_base`] answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaseRequest {
+    /// CER (RFC 6733 §5.3), answered with a CEA of 2001.
+    Capabilities,
+    /// DWR (§5.5), answered with a DWA unless told not to.
+    Watchdog,
+    /// DPR (§5.4), answered with a DPA: the sender then closes.
+    Disconnect,
+}
+
+/// Answers the base-protocol request of header `h` to a server `id`
+/// reached at `ip` that offers `applications` into `out`: CER, DWR (when
+/// `answer_dwr`) and DPR. `None` for any other request, left to the caller
+/// (every loopback server of the tests serves the base protocol this way).
+pub fn answer_base(
+    out: &mut BytesMut,
+    h: Header,
+    (id, ip): (&Identity, std::net::IpAddr),
+    applications: &[u32],
+    answer_dwr: bool,
+) -> Option<BaseRequest> {
+    let o = (id.host.as_str(), id.realm.as_str());
+    match h.command_code {
+        cmd::CAPABILITIES_EXCHANGE => {
+            put_capabilities(out, &id.caps(ip, applications.to_vec()), Some((h, 2001)), 0);
+            Some(BaseRequest::Capabilities)
+        }
+        cmd::DEVICE_WATCHDOG => {
+            if answer_dwr {
+                put_base(out, cmd::DEVICE_WATCHDOG, o, Some(h), 0, None);
+            }
+            Some(BaseRequest::Watchdog)
+        }
+        cmd::DISCONNECT_PEER => {
+            put_base(out, cmd::DISCONNECT_PEER, o, Some(h), 0, None);
+            Some(BaseRequest::Disconnect)
+        }
+        _ => None,
+    }
+}
+
 /// What every connection of a [`Server`] shares.
 #[derive(Clone)]
 struct Shared {
@@ -277,8 +319,8 @@ async fn serve_conn(mut stream: TcpStream, sh: Shared) -> std::io::Result<()> {
             if !h.is_request() {
                 continue;
             }
-            match h.command_code {
-                cmd::CAPABILITIES_EXCHANGE => {
+            match answer_base(&mut out, h, (id, ip), &b.applications, b.answer_dwr) {
+                Some(BaseRequest::Capabilities) => {
                     stats.cer.fetch_add(1, Ordering::Relaxed);
                     if let Ok((caps, _)) = Capabilities::read(&m) {
                         *stats
@@ -286,25 +328,15 @@ async fn serve_conn(mut stream: TcpStream, sh: Shared) -> std::io::Result<()> {
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(caps);
                     }
-                    put_capabilities(
-                        &mut out,
-                        &id.caps(ip, b.applications.clone()),
-                        Some((h, 2001)),
-                        0,
-                    );
                 }
-                cmd::DEVICE_WATCHDOG => {
+                Some(BaseRequest::Watchdog) => {
                     stats.dwr.fetch_add(1, Ordering::Relaxed);
-                    if b.answer_dwr {
-                        put_base(&mut out, cmd::DEVICE_WATCHDOG, o, Some(h), 0, None);
-                    }
                 }
-                cmd::DISCONNECT_PEER => {
+                Some(BaseRequest::Disconnect) => {
                     stats.dpr.fetch_add(1, Ordering::Relaxed);
-                    put_base(&mut out, cmd::DISCONNECT_PEER, o, Some(h), 0, None);
                     close = true;
                 }
-                _ => {
+                None => {
                     stats.requests.fetch_add(1, Ordering::Relaxed);
                     if h.flags.is_retransmit() {
                         stats.retransmitted.fetch_add(1, Ordering::Relaxed);
