@@ -2,7 +2,9 @@
 //! scripted episode of a reporting server (host report 50 %, update 80 %,
 //! a stale report, the end with validity 0) through an agent with two
 //! workers, `doic-agent audit explain` checked against what the client
-//! itself counted; a restart in the middle read as one timeline; the plot.
+//! itself counted; a restart in the middle read as one timeline; the plot;
+//! a feed made to fill (every drop counted, shown as gaps, the workers
+//! never slowed); the CLI asking a running agent (`--url`).
 
 mod support;
 
@@ -345,4 +347,212 @@ async fn audit_is_json_and_absent_without_doic() {
         "{off}"
     );
     stop(agent);
+}
+
+/// Sends `n` requests to `S1` in writes of 50, each write's answers read
+/// before the next (a client as fast as the agent answers), counting the
+/// answers by Result-Code; returns the requests answered per second.
+async fn flood(c: &mut tools::loadgen::Client, counted: &mut Counted, n: u32) -> f64 {
+    let t0 = Instant::now();
+    let before = counted.hbh;
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(50);
+        let answers = exchange_to(c, counted.hbh, k, k, None, Some(S1)).await;
+        assert_eq!(answers.len(), k as usize, "one answer per request");
+        counted.hbh += k;
+        left -= k;
+        for a in &answers {
+            match code_of(a) {
+                2001 => counted.ok += 1,
+                3004 | 5012 => counted.throttled += 1,
+                other => panic!("unexpected Result-Code {other}"),
+            }
+        }
+    }
+    f64::from(counted.hbh - before) / t0.elapsed().as_secs_f64()
+}
+
+/// The value of the counter `name` in `metrics`.
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in the metrics"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_feed_is_counted_exactly_shown_as_gaps_and_never_slows_the_workers() {
+    use doic::audit::record::Record;
+    let dir = fresh_dir("full-feed");
+    let s1 = Reporter::spawn(S1).await;
+    let mut config = agent_config(&[(&s1, true)], Some("ramp = 4.0"), 2);
+    config.audit.dir = Some(dir.clone());
+    config.audit.flush_ms = 100;
+    // Two lines between two flushes: every worker tick overflows it.
+    config.audit.feed_capacity = 2;
+    let agent = start_agent(config, 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let mut n = Counted {
+        ok: 0,
+        throttled: 0,
+        hbh: 1,
+    };
+    // Without reports: no record per answer, the feed keeps up.
+    let calm = flood(&mut c, &mut n, 1000).await;
+    let calm_ok = n.ok;
+    // Every answer of s1 now carries a host report (10 %, sequence 1): one
+    // `report` record per answer (created once, stale after), far more
+    // than the feed holds.
+    s1.set(Script {
+        features: Some(server_features(OLR_DEFAULT_ALGO, S1)),
+        olrs: vec![olr(1, ReportType::Host, 10, Some(60))],
+        ..Script::default()
+    });
+    let full = flood(&mut c, &mut n, 3000).await;
+    let reports = n.ok - calm_ok;
+    assert_eq!(n.ok + n.throttled, u64::from(n.hbh - 1));
+    assert!(n.throttled > 0, "the report was applied");
+    // The workers never waited on the feed: the rate held.
+    assert!(
+        full > calm * 0.5,
+        "{full:.0} requests/s with the feed full against {calm:.0} without"
+    );
+    // Every report record produced is in the log or in a gap, exactly;
+    // and at a quiet moment the metrics say the same of every record.
+    let t0 = Instant::now();
+    let (lines, dropped) = loop {
+        let read = || agent::audit::read::read_dir(&dir).unwrap().0;
+        let before = read();
+        let m = agent::metrics::render(agent.metrics());
+        let after = read();
+        let gaps: Vec<_> = after
+            .iter()
+            .filter_map(|l| match &l.record {
+                Record::Gap(g) => Some(*g),
+                _ => None,
+            })
+            .collect();
+        let written_reports = after
+            .iter()
+            .filter(|l| matches!(l.record, Record::Report(_)))
+            .count() as u64;
+        let lost_reports: u64 = gaps.iter().map(|g| g.report).sum();
+        assert!(
+            written_reports + lost_reports <= reports,
+            "{written_reports} written + {lost_reports} lost > {reports} produced"
+        );
+        let records = after
+            .iter()
+            .filter(|l| !matches!(l.record, Record::Start(_) | Record::Gap(_)))
+            .count() as u64;
+        let lost: u64 = gaps.iter().map(doic::audit::record::GapEntry::total).sum();
+        let quiet = before.len() == after.len()
+            && written_reports + lost_reports == reports
+            && counter(&m, "doic_audit_dropped_total") == lost
+            && counter(&m, "doic_audit_records_total") == records + lost
+            && counter(&m, "doic_audit_lines_total") == after.len() as u64;
+        if quiet {
+            break (after, lost);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{written_reports} + {lost_reports} of {reports} report records; {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "{calm:.0} requests/s calm, {full:.0} with the feed full; {dropped} records dropped, {} lines written",
+        lines.len()
+    );
+    assert!(
+        dropped > reports / 2,
+        "the feed was full: {dropped} of {reports}"
+    );
+    // The CLI says where the log is incomplete.
+    let t = audit(&dir, &["timeline"]).text;
+    assert!(t.contains("records lost before this time"), "{t}");
+    let gap_lines = lines
+        .iter()
+        .filter(|l| matches!(l.record, Record::Gap(_)))
+        .count();
+    assert_eq!(t.matches(" gap: ").count(), gap_lines);
+    let e = audit(&dir, &["explain", "1"]).text;
+    assert!(e.contains("records lost while it was in force"), "{e}");
+    let j: serde_json::Value =
+        serde_json::from_str(&audit(&dir, &["--json", "timeline"]).text).unwrap();
+    let in_json: u64 = j["gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            ["report", "version", "issued", "second"]
+                .iter()
+                .map(|k| g[1][k].as_u64().unwrap())
+                .sum::<u64>()
+        })
+        .sum();
+    assert_eq!(in_json, dropped);
+    stop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_asks_a_running_agent_what_it_asks_of_the_directory() {
+    let dir = fresh_dir("url");
+    let s1 = Reporter::spawn(S1).await;
+    let agent = agent_logging(&s1, &dir).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let mut n = Counted {
+        ok: 0,
+        throttled: 0,
+        hbh: 1,
+    };
+    report_then(&mut c, &mut n, &s1, (5, 50, 60), 400).await;
+    let sent = u64::from(n.hbh - 1);
+    log_when(&dir, |l| {
+        l.versions.len() == 1 && totals(l).requests == sent
+    })
+    .await;
+    let url = format!("http://{}/audit", agent.metrics_addr().unwrap());
+    let by_url = |args: &[&str]| {
+        let argv = ["doic-agent", "audit", "--url", &url]
+            .into_iter()
+            .chain(args.iter().copied());
+        let Some(Command::Audit(a)) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not an audit command")
+        };
+        tools::audit::run(&a)
+    };
+    // The same records: the same answers (the writer may have written a
+    // second more between the two reads: compare what both have).
+    let remote = by_url(&["explain", "5"]).unwrap();
+    assert!(remote.warnings.is_empty(), "{:?}", remote.warnings);
+    let local = audit(&dir, &["explain", "5"]);
+    let first = |s: &str| s.lines().take(3).collect::<Vec<_>>().join("\n");
+    assert_eq!(first(&remote.text), first(&local.text));
+    assert!(remote.text.contains("OC-OLR received"), "{}", remote.text);
+    let j: serde_json::Value =
+        serde_json::from_str(&by_url(&["--json", "timeline"]).unwrap().text).unwrap();
+    assert_eq!(j["versions"][0]["sequence"], 5);
+    assert_eq!(j["versions"][0]["loss_percent"], 50);
+    assert!(j["versions"][0]["counts"]["throttled"].as_u64().unwrap() <= n.throttled);
+    stop(agent);
+
+    // One line each when there is nothing to ask.
+    let agent = start_agent(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let bare = format!("http://{}/audit", agent.metrics_addr().unwrap());
+    let argv = ["doic-agent", "audit", "--url", &bare, "timeline"];
+    let Some(Command::Audit(a)) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!()
+    };
+    let e = tools::audit::run(&a).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!(
+            "the agent at {bare} has no audit log (404 Not Found: no audit log: [audit] dir is not set)"
+        )
+    );
+    stop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,14 +11,16 @@
 //! Every worker holds every version; their records are merged here: a
 //! version starts at its first acceptance on any worker, its counts are the
 //! sum of the counts each worker closed. A restart (a `start` record) ends
-//! every version in force: the state was in memory.
+//! every version in force: the state was in memory. A `gap` record says
+//! records were lost (the writer's feed was full): the answers near it are
+//! narrower, and say so.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use super::Counters;
-use super::record::{IssuedEntry, Line, Record, ReportEntry, SecondEntry, rfc3339};
+use super::record::{GapEntry, IssuedEntry, Line, Record, ReportEntry, SecondEntry, rfc3339};
 
 /// Which OCS: application, report type, target.
 pub type Key = (u32, String, String);
@@ -123,6 +125,9 @@ pub struct Log {
     pub received: Vec<(String, ReportEntry)>,
     /// Reports the agent issued itself.
     pub issued: Vec<(String, IssuedEntry)>,
+    /// Where records were lost (the feed was full): each gap's time, and
+    /// what was lost since the previous one.
+    pub gaps: Vec<(String, GapEntry)>,
     /// Per-second counts.
     #[serde(skip)]
     pub seconds: Vec<(u64, SecondEntry)>,
@@ -191,6 +196,7 @@ impl Log {
                 }
                 Record::Report(r) => log.received.push((line.time.clone(), r.clone())),
                 Record::Issued(i) => log.issued.push((line.time.clone(), i.clone())),
+                Record::Gap(g) => log.gaps.push((line.time.clone(), *g)),
                 Record::Second(s) => {
                     for o in &s.ocs {
                         let k = (
@@ -319,6 +325,12 @@ impl Log {
                 .filter(|(t, _)| within(at(t), Some(at(t) + 1)))
                 .cloned()
                 .collect(),
+            gaps: self
+                .gaps
+                .iter()
+                .filter(|(t, _)| within(at(t), Some(at(t) + 1)))
+                .cloned()
+                .collect(),
             seconds: self
                 .seconds
                 .iter()
@@ -441,6 +453,19 @@ impl Log {
                 v.delegated.iter().cloned().collect::<Vec<_>>().join(", ")
             ));
         }
+        // A gap line counts what was lost up to it since the previous
+        // flush (at most a minute, `audit.flush_ms`).
+        let lost: u64 = self
+            .gaps
+            .iter()
+            .filter(|(t, _)| (v.from_ms..end.saturating_add(60_000)).contains(&at(t)))
+            .map(|(_, g)| g.total())
+            .sum();
+        if lost > 0 {
+            cannot_show.push(format!(
+                "{lost} records lost while it was in force (the audit feed was full, gaps in the log): the counts and reports above may be incomplete"
+            ));
+        }
         if !v.counts_closed {
             cannot_show.push(
                 "its final counts: the version was not closed in the log (counts of the last second recorded)"
@@ -532,6 +557,31 @@ mod tests {
             e.claim
                 .contains("15 requests it matched there, 12 were throttled")
         );
+    }
+
+    #[test]
+    fn a_gap_is_read_and_narrows_the_explanation_of_what_it_overlaps() {
+        let gap = GapEntry {
+            report: 5,
+            second: 2,
+            ..GapEntry::default()
+        };
+        let lines = [
+            version(0, 0, "created", 1, Counters::default()),
+            Line::new("agent.example", T0 + 500, Record::Gap(gap)),
+            version(0, 1000, "removed", 1, c(4, 2)),
+        ];
+        let log = Log::read(&lines);
+        assert_eq!(log.gaps, [(rfc3339(T0 + 500), gap)]);
+        let e = log.explain(&log.versions[0]);
+        assert!(
+            e.cannot_show
+                .iter()
+                .any(|s| s.starts_with("7 records lost")),
+            "{:?}",
+            e.cannot_show
+        );
+        assert!(log.timeline(Some(T0 + 600), None).gaps.is_empty());
     }
 
     #[test]

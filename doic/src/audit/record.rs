@@ -14,7 +14,9 @@
 //!   reports, RFC 8581 §6.2.4) with the inputs of the decision;
 //! - [`Record::Second`]: the agent-wide requests of one second, requests =
 //!   forwarded + diverted + throttled + no_route, and the counts of each OCS
-//!   version in force.
+//!   version in force;
+//! - [`Record::Gap`]: records lost before this line because the writer's
+//!   feed was full, by kind: the log says where it is incomplete.
 //!
 //! Nothing here reads a clock: times are given (milliseconds since the Unix
 //! epoch) and [`rfc3339`] formats them.
@@ -55,6 +57,30 @@ pub enum Record {
     Issued(IssuedEntry),
     /// One second of agent-wide counts.
     Second(SecondEntry),
+    /// Records lost since the previous line: the feed was full.
+    Gap(GapEntry),
+}
+
+/// Records that were produced but not written (the writer's feed was full,
+/// `doic_audit_dropped_total`), counted since the previous gap line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GapEntry {
+    /// Received reports lost.
+    pub report: u64,
+    /// OCS version events lost.
+    pub version: u64,
+    /// Issued reports lost.
+    pub issued: u64,
+    /// Per-second records lost.
+    pub second: u64,
+}
+
+impl GapEntry {
+    /// Every record lost.
+    #[must_use]
+    pub const fn total(&self) -> u64 {
+        self.report + self.version + self.issued + self.second
+    }
 }
 
 /// The agent started.
