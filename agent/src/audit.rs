@@ -132,8 +132,8 @@ pub struct AuditLog {
     feed: Feed<Line>,
     origin: Instant,
     origin_ms: u64,
-    /// The last second's sums (control thread).
-    pub(crate) last: Mutex<doic::audit::Totals>,
+    /// The last second's sums and their split (control thread).
+    pub(crate) last: Mutex<(doic::audit::Totals, doic::audit::Spread)>,
     written: AtomicU64,
     /// Records fed or dropped, and those dropped by kind (the feed's own
     /// count is their sum): only a full feed touches these.
@@ -288,36 +288,46 @@ pub(crate) fn feed_worker(log: &AuditLog, worker: usize, audit: &mut doic::audit
         log.send(r.at, Record::Report(ReportEntry::of(worker, r)));
     }
     for v in &versions {
-        log.send(v.at, Record::Version(VersionEntry::of(worker, v)));
+        log.send(
+            v.at,
+            Record::Version(VersionEntry::of(worker, v, audit.peers())),
+        );
     }
 }
 
 /// Feeds the second ending at `now` (control thread, once a second): the
 /// agent-wide counts since the last second, from `sum` (the workers'
-/// snapshots' totals so far, [`crate::overload::Overload::second_totals`]),
-/// and `ocs`, each version in force with its counts so far.
+/// snapshots' totals so far and their split,
+/// [`crate::overload::Overload::second_totals`]), and `ocs`, each version
+/// in force with its counts so far.
 pub(crate) fn feed_second(
     log: &AuditLog,
-    (sum, ocs): (doic::audit::Totals, Vec<doic::audit::record::OcsCount>),
+    (sum, sum_split, ocs): (
+        doic::audit::Totals,
+        doic::audit::Spread,
+        Vec<doic::audit::record::OcsCount>,
+    ),
     now: Instant,
 ) {
     use doic::audit::Totals;
     use doic::audit::record::SecondEntry;
-    let prev = std::mem::replace(
+    let (prev, prev_split) = std::mem::replace(
         &mut *log
             .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
-        sum,
+        (sum, sum_split.clone()),
     );
+    let split = sum_split.since(&prev_split);
     let totals = Totals {
         requests: sum.requests.saturating_sub(prev.requests),
         forwarded: sum.forwarded.saturating_sub(prev.forwarded),
         diverted: sum.diverted.saturating_sub(prev.diverted),
         throttled: sum.throttled.saturating_sub(prev.throttled),
         no_route: sum.no_route.saturating_sub(prev.no_route),
+        ..Totals::default()
     };
-    log.send(now, Record::Second(SecondEntry { totals, ocs }));
+    log.send(now, Record::Second(SecondEntry { totals, split, ocs }));
 }
 
 /// Feeds the agent's own peer reports as issued at `now` (control thread,

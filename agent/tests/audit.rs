@@ -76,10 +76,34 @@ fn totals(log: &Log) -> doic::audit::Totals {
     t
 }
 
+#[derive(Default)]
 struct Counted {
     ok: u64,
     throttled: u64,
     hbh: u32,
+    /// The throttles by Result-Code.
+    by_code: std::collections::BTreeMap<String, u64>,
+}
+
+impl Counted {
+    fn new() -> Self {
+        Self {
+            hbh: 1,
+            ..Self::default()
+        }
+    }
+
+    /// Counts one answer: 2001, or a throttle (3004, 5012).
+    fn count(&mut self, answer: &[u8]) {
+        match code_of(answer) {
+            2001 => self.ok += 1,
+            code @ (3004 | 5012) => {
+                self.throttled += 1;
+                *self.by_code.entry(code.to_string()).or_default() += 1;
+            }
+            other => panic!("unexpected Result-Code {other}"),
+        }
+    }
 }
 
 /// Sends `n` host-routed requests to `S1`, a burst of up to 20 in one
@@ -93,11 +117,7 @@ async fn burst(c: &mut tools::loadgen::Client, counted: &mut Counted, n: u32) {
         counted.hbh += k;
         left -= k;
         for a in &answers {
-            match code_of(a) {
-                2001 => counted.ok += 1,
-                3004 | 5012 => counted.throttled += 1,
-                other => panic!("unexpected Result-Code {other}"),
-            }
+            counted.count(a);
         }
         if left > 0 {
             tokio::time::sleep(Duration::from_millis(25)).await;
@@ -140,11 +160,7 @@ async fn explain_matches_what_the_client_counted_through_an_episode() {
     let s1 = Reporter::spawn(S1).await;
     let agent = agent_logging(&s1, &dir).await;
     let mut c = connect(agent.local_addrs()[0]).await;
-    let mut n = Counted {
-        ok: 0,
-        throttled: 0,
-        hbh: 1,
-    };
+    let mut n = Counted::new();
     // Host report 50 % (sequence 1), in the answer to the first request.
     let before_ocs = report_then(&mut c, &mut n, &s1, (1, 50, 60), 1600).await;
     assert_eq!(before_ocs, 1, "the request whose answer brought the report");
@@ -183,6 +199,24 @@ async fn explain_matches_what_the_client_counted_through_an_episode() {
         log.versions.iter().map(|v| f(&v.counts)).sum()
     };
     assert_eq!(sum(|c| c.throttled), n.throttled);
+    // Split by Result-Code as the client received them (a host report:
+    // 5012, RFC 7683 §8), in each version and agent-wide.
+    let mut by_code = std::collections::BTreeMap::new();
+    for v in &log.versions {
+        assert_eq!(
+            v.split.throttled_by.values().sum::<u64>(),
+            v.counts.throttled
+        );
+        for (code, k) in &v.split.throttled_by {
+            *by_code.entry(code.clone()).or_insert(0) += k;
+        }
+    }
+    assert_eq!(by_code, n.by_code);
+    let mut wide = doic::audit::Spread::default();
+    for (_, s) in &log.seconds {
+        wide.add(&s.split);
+    }
+    assert_eq!(wide.throttled_by, n.by_code);
     assert_eq!(sum(|c| c.passed) + before_ocs, n.ok);
     assert_eq!(sum(|c| c.matched) + before_ocs, sent);
     let t = totals(&log);
@@ -194,6 +228,11 @@ async fn explain_matches_what_the_client_counted_through_an_episode() {
 
     // `audit explain 2`: the 80 % version, the stale report listed.
     let e = audit(&dir, &["explain", "2"]);
+    let v2_code = format!(
+        "throttled by Result-Code: 5012: {}",
+        log.versions[1].counts.throttled
+    );
+    assert!(e.text.contains(&v2_code), "{v2_code} not in:\n{}", e.text);
     if std::env::var_os("DOIC_AUDIT_PLOT_OUT").is_some() {
         eprintln!("{}\n{}", audit(&dir, &["timeline"]).text, e.text);
     }
@@ -217,6 +256,7 @@ async fn explain_matches_what_the_client_counted_through_an_episode() {
     let j: serde_json::Value =
         serde_json::from_str(&audit(&dir, &["--json", "explain", "2"]).text).unwrap();
     assert_eq!(j["version"]["counts"]["throttled"], v2.throttled);
+    assert_eq!(j["version"]["split"]["throttled_by"]["5012"], v2.throttled);
     assert_eq!(j["ignored"][0]["report"]["verdict"], "stale");
     assert_eq!(j["ignored"][0]["report"]["sequence"], 1);
 
@@ -284,11 +324,7 @@ fn check_svg(svg: &str) {
 async fn a_restart_in_the_middle_reads_as_one_timeline() {
     let dir = fresh_dir("restart");
     let s1 = Reporter::spawn(S1).await;
-    let mut n = Counted {
-        ok: 0,
-        throttled: 0,
-        hbh: 1,
-    };
+    let mut n = Counted::new();
     for seq in [7, 8] {
         let agent = agent_logging(&s1, &dir).await;
         let mut c = connect(agent.local_addrs()[0]).await;
@@ -363,11 +399,7 @@ async fn flood(c: &mut tools::loadgen::Client, counted: &mut Counted, n: u32) ->
         counted.hbh += k;
         left -= k;
         for a in &answers {
-            match code_of(a) {
-                2001 => counted.ok += 1,
-                3004 | 5012 => counted.throttled += 1,
-                other => panic!("unexpected Result-Code {other}"),
-            }
+            counted.count(a);
         }
     }
     f64::from(counted.hbh - before) / t0.elapsed().as_secs_f64()
@@ -389,15 +421,12 @@ async fn a_full_feed_is_counted_exactly_shown_as_gaps_and_never_slows_the_worker
     let mut config = agent_config(&[(&s1, true)], Some("ramp = 4.0"), 2);
     config.audit.dir = Some(dir.clone());
     config.audit.flush_ms = 100;
-    // Two lines between two flushes: every worker tick overflows it.
-    config.audit.feed_capacity = 2;
+    // Four lines between two flushes: a worker tick of the flood below
+    // overflows it.
+    config.audit.feed_capacity = 4;
     let agent = start_agent(config, 1).await;
     let mut c = connect(agent.local_addrs()[0]).await;
-    let mut n = Counted {
-        ok: 0,
-        throttled: 0,
-        hbh: 1,
-    };
+    let mut n = Counted::new();
     // Without reports: no record per answer, the feed keeps up.
     let calm = flood(&mut c, &mut n, 1000).await;
     let calm_ok = n.ok;
@@ -409,6 +438,13 @@ async fn a_full_feed_is_counted_exactly_shown_as_gaps_and_never_slows_the_worker
         olrs: vec![olr(1, ReportType::Host, 10, Some(60))],
         ..Script::default()
     });
+    // One request brings it; both workers' versions are logged before the
+    // flood (the feed is not full yet).
+    flood(&mut c, &mut n, 1).await;
+    log_when(&dir, |l| {
+        l.versions.first().is_some_and(|v| v.workers.len() == 2)
+    })
+    .await;
     let full = flood(&mut c, &mut n, 3000).await;
     let reports = n.ok - calm_ok;
     assert_eq!(n.ok + n.throttled, u64::from(n.hbh - 1));
@@ -503,11 +539,7 @@ async fn the_cli_asks_a_running_agent_what_it_asks_of_the_directory() {
     let s1 = Reporter::spawn(S1).await;
     let agent = agent_logging(&s1, &dir).await;
     let mut c = connect(agent.local_addrs()[0]).await;
-    let mut n = Counted {
-        ok: 0,
-        throttled: 0,
-        hbh: 1,
-    };
+    let mut n = Counted::new();
     report_then(&mut c, &mut n, &s1, (5, 50, 60), 400).await;
     let sent = u64::from(n.hbh - 1);
     log_when(&dir, |l| {
@@ -554,5 +586,67 @@ async fn the_cli_asks_a_running_agent_what_it_asks_of_the_directory() {
         )
     );
     stop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diverted_requests_are_counted_by_the_peer_they_went_to() {
+    const S2: &str = "server2.example.net";
+    let dir = fresh_dir("divert");
+    let s1 = Reporter::spawn(S1).await;
+    let s2 = Reporter::spawn(S2).await;
+    let mut config = agent_config(&[(&s1, true), (&s2, true)], Some("ramp = 4.0"), 2);
+    config.audit.dir = Some(dir.clone());
+    config.audit.flush_ms = 100;
+    let agent = start_agent(config, 2).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    // S1's host report (50 %), brought by one request routed to it.
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(4, ReportType::Host, 50, Some(60))],
+    );
+    let mut hbh = 1;
+    while s1.script.lock().unwrap().once {
+        exchange_to(&mut c, hbh, 1, 1, None, Some(S1)).await;
+        hbh += 1;
+    }
+    let (seen1, seen2) = (s1.requests(), s2.requests());
+    // Realm-routed requests in bursts: what S1's report selects goes to S2.
+    let n = 2000;
+    let answers = exchange(&mut c, hbh, n, 50, None).await;
+    assert!(
+        answers.iter().all(|a| code_of(a) == 2001),
+        "diverted, not throttled"
+    );
+    let to1 = s1.requests() - seen1;
+    let to2 = s2.requests() - seen2;
+    assert_eq!(to1 + to2, u64::from(n), "what the servers saw");
+    let log = log_when(&dir, |l| {
+        totals(l).requests == u64::from(n + hbh - 1)
+            && l.versions.first().is_some_and(|v| v.counts.matched > 0)
+    })
+    .await;
+    stop(agent);
+    let v = &log.versions[0];
+    assert!(v.counts.diverted > 100, "{:?}", v.counts);
+    // Every passed request of S1's version went to S1, every diverted one
+    // to S2, and only there.
+    assert_eq!(v.counts.passed, to1);
+    assert_eq!(
+        v.split.diverted_to.clone().into_iter().collect::<Vec<_>>(),
+        [(S2.to_owned(), v.counts.diverted)]
+    );
+    let mut wide = doic::audit::Spread::default();
+    for (_, s) in &log.seconds {
+        wide.add(&s.split);
+    }
+    let t = totals(&log);
+    assert_eq!(wide.diverted_to.get(S2).copied(), Some(t.diverted));
+    assert_eq!(t.diverted, v.counts.diverted);
+    assert!(t.diverted <= to2);
+    let e = audit(&dir, &["explain", "4"]).text;
+    let want = format!("diverted to: {S2}: {}", v.counts.diverted);
+    assert!(e.contains(&want), "{want} not in:\n{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -335,18 +335,48 @@ pub fn explain_text(e: &Explain) -> String {
             )
         }
     );
+    let _ = writeln!(s, "   {}", split_text(&v.split));
     let w = e.agent_wide;
     let _ = writeln!(
         s,
         "5. agent-wide over those seconds: requests {} = forwarded {} + diverted {} + throttled {} + no_route {}",
         w.requests, w.forwarded, w.diverted, w.throttled, w.no_route
     );
+    let _ = writeln!(s, "   {}", split_text(&e.agent_wide_split));
     let _ = writeln!(s, "claim: {}", e.claim);
     s += "the records cannot show:\n";
     for c in &e.cannot_show {
         let _ = writeln!(s, "  - {c}");
     }
     s
+}
+
+/// `throttled by Result-Code 3004: 12, 5012: 3; diverted to s2: 40`.
+fn split_text(split: &doic::audit::Spread) -> String {
+    let list = |it: Vec<String>| {
+        if it.is_empty() {
+            "none".to_owned()
+        } else {
+            it.join(", ")
+        }
+    };
+    format!(
+        "throttled by Result-Code: {}; diverted to: {}",
+        list(
+            split
+                .throttled_by
+                .iter()
+                .map(|(c, n)| format!("{c}: {n}"))
+                .collect()
+        ),
+        list(
+            split
+                .diverted_to
+                .iter()
+                .map(|(p, n)| format!("{p}: {n}"))
+                .collect()
+        )
+    )
 }
 
 /// The per-second plot: offered (requests), forwarded, diverted, throttled;

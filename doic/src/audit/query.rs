@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::Counters;
 use super::record::{GapEntry, IssuedEntry, Line, Record, ReportEntry, SecondEntry, rfc3339};
+use super::{Counters, Spread};
 
 /// Which OCS: application, report type, target.
 pub type Key = (u32, String, String);
@@ -54,6 +54,9 @@ pub struct Version {
     pub removed: Option<String>,
     /// Treatment counts, summed over the workers.
     pub counts: Counters,
+    /// How their throttled and diverted split: by Result-Code, by
+    /// destination peer.
+    pub split: Spread,
     /// Whether every worker that held it closed its counts (otherwise the
     /// counts are those of the last second recorded, or partial).
     pub counts_closed: bool,
@@ -154,6 +157,8 @@ pub struct Explain {
     /// Agent-wide counts over its interval (whole seconds it overlaps):
     /// requests = forwarded + diverted + throttled + no_route.
     pub agent_wide: super::Totals,
+    /// How the agent-wide throttled and diverted of those seconds split.
+    pub agent_wide_split: Spread,
     /// The claim the records support.
     pub claim: String,
     /// What the records cannot show.
@@ -207,6 +212,7 @@ impl Log {
                             && !log.versions[i].closed_any
                         {
                             log.versions[i].counts = o.counts;
+                            log.versions[i].split.clone_from(&o.split);
                         }
                     }
                     log.seconds.push((t, s.clone()));
@@ -244,9 +250,11 @@ impl Log {
                             if v.open.remove(&e.worker) || !v.closed_any {
                                 if !v.closed_any {
                                     v.counts = Counters::default();
+                                    v.split = Spread::default();
                                     v.closed_any = true;
                                 }
                                 add(&mut v.counts, counts);
+                                v.split.add(&e.split);
                             }
                             v.delegated.extend(e.delegated.iter().cloned());
                         }
@@ -398,9 +406,11 @@ impl Log {
             })
             .collect();
         let mut wide = super::Totals::default();
+        let mut wide_split = Spread::default();
         for (t, s) in &self.seconds {
             // A second record counts the second before it.
             if *t > v.from_ms && t.saturating_sub(1000) < end {
+                wide_split.add(&s.split);
                 wide.requests += s.totals.requests;
                 wide.forwarded += s.totals.forwarded;
                 wide.diverted += s.totals.diverted;
@@ -477,6 +487,7 @@ impl Log {
             requested,
             ignored,
             agent_wide: wide,
+            agent_wide_split: wide_split,
             claim,
             cannot_show,
         }
@@ -507,6 +518,13 @@ mod tests {
                 max_rate: None,
                 validity: if event == "ended" { 0.0 } else { 60.0 },
                 counts,
+                split: Spread {
+                    throttled_by: [("5012".to_owned(), counts.throttled)]
+                        .into_iter()
+                        .filter(|(_, n)| *n > 0)
+                        .collect(),
+                    ..Spread::default()
+                },
                 delegated: Vec::new(),
             }),
         )
@@ -537,6 +555,11 @@ mod tests {
         assert_eq!(log.versions.len(), 3);
         let v1 = &log.versions[0];
         assert_eq!((v1.sequence, v1.counts), (1, c(14, 7)));
+        assert_eq!(
+            v1.split.throttled_by,
+            [("5012".to_owned(), 7)].into(),
+            "the split summed as the counts"
+        );
         assert_eq!(v1.until_by.as_deref(), Some("updated"));
         assert_eq!(v1.until.as_deref(), Some(rfc3339(T0 + 1000).as_str()));
         assert!(v1.counts_closed);
@@ -557,6 +580,17 @@ mod tests {
             e.claim
                 .contains("15 requests it matched there, 12 were throttled")
         );
+    }
+
+    #[test]
+    fn a_split_reads_back_through_its_line() {
+        let line = version(0, 0, "updated", 2, c(10, 4));
+        let text = serde_json::to_string(&line).unwrap();
+        assert!(
+            text.contains(r#""split":{"throttled_by":{"5012":4}}"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Line>(&text).unwrap(), line);
     }
 
     #[test]
@@ -592,12 +626,14 @@ mod tests {
             T0 + 900,
             Record::Second(SecondEntry {
                 totals: Totals::default(),
+                split: Spread::default(),
                 ocs: vec![OcsCount {
                     app_id: 4,
                     report_type: "host".into(),
                     target: "s1".into(),
                     sequence: 1,
                     counts: c(6, 3),
+                    split: Spread::default(),
                 }],
             }),
         ));

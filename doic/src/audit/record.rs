@@ -23,7 +23,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Counters, OcsEvent, ReportRecord, Totals, Verdict, VersionRecord};
+use super::{Counters, OcsEvent, ReportRecord, Spread, Totals, Verdict, VersionRecord};
 use crate::report::{Abatement, ReportType};
 
 /// The schema version every record carries (`v`).
@@ -151,6 +151,10 @@ pub struct VersionEntry {
     /// `ended`: the previous version; `removed`: this one); so far, for
     /// `expired` and `ramping`.
     pub counts: Counters,
+    /// How those counts' throttled and diverted split: by Result-Code, by
+    /// destination peer.
+    #[serde(default)]
+    pub split: Spread,
     /// The DOIC clients that were sent the version the event closes
     /// (they abate it themselves: delegated, RFC 7683 §5.2.3).
     #[serde(default)]
@@ -198,6 +202,10 @@ pub struct SecondEntry {
     /// Agent-wide treatment in that second: requests = forwarded + diverted
     /// + throttled + no_route.
     pub totals: Totals,
+    /// How that second's throttled and diverted split: by Result-Code, by
+    /// destination peer.
+    #[serde(default)]
+    pub split: Spread,
     /// Each OCS version in force at the end of the second, with the counts
     /// of the version so far (all workers).
     pub ocs: Vec<OcsCount>,
@@ -216,6 +224,9 @@ pub struct OcsCount {
     pub sequence: u64,
     /// Its counts so far.
     pub counts: Counters,
+    /// How its throttled and diverted split so far.
+    #[serde(default)]
+    pub split: Spread,
 }
 
 /// The name of a report type in the records.
@@ -303,9 +314,10 @@ impl ReportEntry {
 }
 
 impl VersionEntry {
-    /// The record of a version event on `worker`.
+    /// The record of a version event on `worker`, whose diverted slots
+    /// name `peers` ([`super::Audit::peers`]).
     #[must_use]
-    pub fn of(worker: usize, v: &VersionRecord) -> Self {
+    pub fn of(worker: usize, v: &VersionRecord, peers: &[String]) -> Self {
         let (loss_percent, max_rate) = abatement_fields(v.abatement);
         Self {
             worker,
@@ -319,6 +331,7 @@ impl VersionEntry {
             max_rate,
             validity: v.validity.as_secs_f64(),
             counts: v.closed_counts,
+            split: v.closed_counts.split.named(peers),
             delegated: v.delegated.clone(),
         }
     }
