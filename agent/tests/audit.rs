@@ -38,14 +38,19 @@ async fn agent_logging(s1: &Reporter, dir: &Path) -> Agent {
 
 /// `doic-agent audit --dir DIR ARGS...` as the binary runs it.
 fn audit(dir: &Path, args: &[&str]) -> tools::audit::Output {
-    let d = dir.to_str().unwrap();
-    let argv = ["doic-agent", "audit", "--dir", d]
+    ask(&["--dir", dir.to_str().unwrap()], args).unwrap()
+}
+
+/// `doic-agent audit SOURCE... ARGS...` as the binary runs it.
+fn ask(source: &[&str], args: &[&str]) -> Result<tools::audit::Output, tools::audit::AuditError> {
+    let argv = ["doic-agent", "audit"]
         .into_iter()
+        .chain(source.iter().copied())
         .chain(args.iter().copied());
     let Some(Command::Audit(a)) = Cli::try_parse_from(argv).unwrap().command else {
         panic!("not an audit command")
     };
-    tools::audit::run(&a).unwrap()
+    tools::audit::run(&a)
 }
 
 /// The log of `dir` once `done` holds of it (the writer flushes every
@@ -545,15 +550,7 @@ async fn the_cli_asks_a_running_agent_what_it_asks_of_the_directory() {
     })
     .await;
     let url = format!("http://{}/audit", agent.metrics_addr().unwrap());
-    let by_url = |args: &[&str]| {
-        let argv = ["doic-agent", "audit", "--url", &url]
-            .into_iter()
-            .chain(args.iter().copied());
-        let Some(Command::Audit(a)) = Cli::try_parse_from(argv).unwrap().command else {
-            panic!("not an audit command")
-        };
-        tools::audit::run(&a)
-    };
+    let by_url = |args: &[&str]| ask(&["--url", &url], args);
     // The same records: the same answers (the writer may have written a
     // second more between the two reads: compare what both have).
     let remote = by_url(&["explain", "5"]).unwrap();
@@ -572,11 +569,9 @@ async fn the_cli_asks_a_running_agent_what_it_asks_of_the_directory() {
     // One line each when there is nothing to ask.
     let agent = start_agent(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
     let bare = format!("http://{}/audit", agent.metrics_addr().unwrap());
-    let argv = ["doic-agent", "audit", "--url", &bare, "timeline"];
-    let Some(Command::Audit(a)) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!()
-    };
-    let e = tools::audit::run(&a).unwrap_err().to_string();
+    let e = ask(&["--url", &bare], &["timeline"])
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         e,
         format!(
