@@ -171,7 +171,7 @@ impl Agent {
         });
         let audit = match (&overload, &config.audit.dir) {
             (Some(ov), Some(_)) => ov
-                .start_audit_log()
+                .start_audit_log(config.audit.feed_capacity)
                 .map(|log| crate::audit::writer::Writer::spawn(log, &config.audit, n)),
             _ => None,
         }

@@ -10,8 +10,11 @@
 //! agent-wide counts and each version's counts from the workers'
 //! snapshots. Nothing is added to the request path: the counts are the
 //! counters the cores already keep. All go over one bounded crossbeam feed
-//! ([`crate::feed`], [`FEED_CAPACITY`] lines); a line that finds it full is
-//! dropped and counted in `doic_audit_dropped_total`.
+//! ([`crate::feed`], `[audit] feed_capacity` lines, [`FEED_CAPACITY`] by
+//! default); a line that finds it full is dropped, counted in
+//! `doic_audit_dropped_total` and, by kind, in the next `gap` record the
+//! writer writes ([`doic::audit::record::GapEntry`]): records written +
+//! dropped = records produced, and the log says where it is incomplete.
 //!
 //! | module | what it does |
 //! | --- | --- |
@@ -24,7 +27,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use doic::audit::record::{Line, Record};
+use doic::audit::record::{GapEntry, Line, Record};
 use serde::Deserialize;
 
 use crate::feed::Feed;
@@ -51,6 +54,9 @@ pub struct Section {
     pub max_files: usize,
     /// How often the writer writes what was fed and flushes, in ms.
     pub flush_ms: u64,
+    /// Lines the feed holds between two flushes; beyond it lines are
+    /// dropped and counted (a gap in the log).
+    pub feed_capacity: usize,
 }
 
 impl Default for Section {
@@ -60,6 +66,7 @@ impl Default for Section {
             max_file_bytes: 64 * 1024 * 1024,
             max_files: 16,
             flush_ms: 1000,
+            feed_capacity: FEED_CAPACITY,
         }
     }
 }
@@ -110,6 +117,9 @@ impl Section {
         if !(10..=60_000).contains(&self.flush_ms) {
             return bad("audit.flush_ms", "must be between 10 and 60000");
         }
+        if !(1..=1 << 20).contains(&self.feed_capacity) {
+            return bad("audit.feed_capacity", "must be between 1 and 1048576");
+        }
         Ok(())
     }
 }
@@ -122,9 +132,30 @@ pub struct AuditLog {
     feed: Feed<Line>,
     origin: Instant,
     origin_ms: u64,
-    /// The last second's sums (control thread).
-    pub(crate) last: Mutex<doic::audit::Totals>,
+    /// The last second's sums and their split (control thread).
+    pub(crate) last: Mutex<(doic::audit::Totals, doic::audit::Spread)>,
     written: AtomicU64,
+    /// Records fed or dropped, and those dropped by kind (the feed's own
+    /// count is their sum): only a full feed touches these.
+    produced: AtomicU64,
+    lost: [AtomicU64; 4],
+    /// The directory the writer writes (`GET /audit?records`).
+    dir: std::sync::OnceLock<PathBuf>,
+}
+
+/// The most of the log `GET /audit?records` serves: the newest files that
+/// fit (a whole log is up to `max_files * max_file_bytes`).
+pub const SERVE_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The slot of a record's kind in [`AuditLog`]'s lost counts.
+const fn kind_slot(r: &Record) -> Option<usize> {
+    match r {
+        Record::Report(_) => Some(0),
+        Record::Version(_) => Some(1),
+        Record::Issued(_) => Some(2),
+        Record::Second(_) => Some(3),
+        Record::Start(_) | Record::Gap(_) => None,
+    }
 }
 
 impl AuditLog {
@@ -141,7 +172,37 @@ impl AuditLog {
             origin_ms,
             last: Mutex::default(),
             written: AtomicU64::new(0),
+            produced: AtomicU64::new(0),
+            lost: Default::default(),
+            dir: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The log's files, oldest first, as written: the newest files that
+    /// fit in [`SERVE_MAX_BYTES`] (`GET /audit?records`; blocking).
+    ///
+    /// # Errors
+    /// The directory or a file cannot be read.
+    pub fn read_back(&self) -> std::io::Result<String> {
+        let Some(dir) = self.dir.get() else {
+            return Ok(String::new());
+        };
+        let files = writer::files(dir)?;
+        let mut budget = SERVE_MAX_BYTES;
+        let mut keep = Vec::new();
+        for (_, path) in files.iter().rev() {
+            let len = std::fs::metadata(path)?.len();
+            if len > budget && !keep.is_empty() {
+                break;
+            }
+            budget = budget.saturating_sub(len);
+            keep.push(path);
+        }
+        let mut out = String::new();
+        for path in keep.into_iter().rev() {
+            out += &std::fs::read_to_string(path)?;
+        }
+        Ok(out)
     }
 
     /// Milliseconds since the Unix epoch of the agent's instant `at`.
@@ -159,8 +220,42 @@ impl AuditLog {
     /// Feeds `record` of the instant `at`, never waiting; false (and
     /// counted) when the feed is full.
     pub fn send(&self, at: Instant, record: Record) -> bool {
-        self.feed
-            .send(Line::new(&self.identity, self.unix_ms(at), record))
+        self.produced.fetch_add(1, Ordering::Relaxed);
+        let slot = kind_slot(&record);
+        let sent = self
+            .feed
+            .send(Line::new(&self.identity, self.unix_ms(at), record));
+        if !sent && let Some(i) = slot {
+            self.lost[i].fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Records fed to the writer or dropped (`doic_audit_records_total`):
+    /// written + dropped, once the writer has written what it holds.
+    #[must_use]
+    pub fn produced(&self) -> u64 {
+        self.produced.load(Ordering::Relaxed)
+    }
+
+    /// The records lost since `seen` (the writer's last gap), by kind;
+    /// `seen` becomes the counts now. `None` when nothing was lost.
+    pub(crate) fn gap_since(&self, seen: &mut GapEntry) -> Option<GapEntry> {
+        let now = |i: usize| self.lost[i].load(Ordering::Relaxed);
+        let all = GapEntry {
+            report: now(0),
+            version: now(1),
+            issued: now(2),
+            second: now(3),
+        };
+        let gap = GapEntry {
+            report: all.report - seen.report,
+            version: all.version - seen.version,
+            issued: all.issued - seen.issued,
+            second: all.second - seen.second,
+        };
+        *seen = all;
+        (gap.total() > 0).then_some(gap)
     }
 
     /// Lines dropped because the feed was full (`doic_audit_dropped_total`).
@@ -193,36 +288,46 @@ pub(crate) fn feed_worker(log: &AuditLog, worker: usize, audit: &mut doic::audit
         log.send(r.at, Record::Report(ReportEntry::of(worker, r)));
     }
     for v in &versions {
-        log.send(v.at, Record::Version(VersionEntry::of(worker, v)));
+        log.send(
+            v.at,
+            Record::Version(VersionEntry::of(worker, v, audit.peers())),
+        );
     }
 }
 
 /// Feeds the second ending at `now` (control thread, once a second): the
 /// agent-wide counts since the last second, from `sum` (the workers'
-/// snapshots' totals so far, [`crate::overload::Overload::second_totals`]),
-/// and `ocs`, each version in force with its counts so far.
+/// snapshots' totals so far and their split,
+/// [`crate::overload::Overload::second_totals`]), and `ocs`, each version
+/// in force with its counts so far.
 pub(crate) fn feed_second(
     log: &AuditLog,
-    (sum, ocs): (doic::audit::Totals, Vec<doic::audit::record::OcsCount>),
+    (sum, sum_split, ocs): (
+        doic::audit::Totals,
+        doic::audit::Spread,
+        Vec<doic::audit::record::OcsCount>,
+    ),
     now: Instant,
 ) {
     use doic::audit::Totals;
     use doic::audit::record::SecondEntry;
-    let prev = std::mem::replace(
+    let (prev, prev_split) = std::mem::replace(
         &mut *log
             .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
-        sum,
+        (sum, sum_split.clone()),
     );
+    let split = sum_split.since(&prev_split);
     let totals = Totals {
         requests: sum.requests.saturating_sub(prev.requests),
         forwarded: sum.forwarded.saturating_sub(prev.forwarded),
         diverted: sum.diverted.saturating_sub(prev.diverted),
         throttled: sum.throttled.saturating_sub(prev.throttled),
         no_route: sum.no_route.saturating_sub(prev.no_route),
+        ..Totals::default()
     };
-    log.send(now, Record::Second(SecondEntry { totals, ocs }));
+    log.send(now, Record::Second(SecondEntry { totals, split, ocs }));
 }
 
 /// Feeds the agent's own peer reports as issued at `now` (control thread,
@@ -268,6 +373,23 @@ mod tests {
         assert_eq!(log.drain().count(), 3);
         assert!(log.send(at, Record::Start(StartEntry { workers: 1 })));
         assert_eq!(log.dropped(), 2);
+        assert_eq!(log.produced(), 6);
+    }
+
+    #[test]
+    fn a_gap_counts_by_kind_what_was_lost_since_the_last_one() {
+        use doic::audit::record::SecondEntry;
+        let log = AuditLog::new("agent.example", Instant::now(), 1);
+        let at = Instant::now();
+        let mut seen = GapEntry::default();
+        assert_eq!(log.gap_since(&mut seen), None, "nothing lost");
+        for _ in 0..4 {
+            log.send(at, Record::Second(SecondEntry::default()));
+        }
+        let gap = log.gap_since(&mut seen).unwrap();
+        assert_eq!((gap.second, gap.total()), (3, 3), "one kept, three lost");
+        assert_eq!(log.gap_since(&mut seen), None, "counted once");
+        assert_eq!(log.dropped(), 3);
     }
 
     #[test]
@@ -305,11 +427,20 @@ mod tests {
                 flush_ms: 0,
                 ..ok.clone()
             },
+            Section {
+                feed_capacity: 0,
+                ..ok.clone()
+            },
         ]
         .map(|s| s.check(true).unwrap_err().key);
         assert_eq!(
             keys,
-            ["audit.max_file_bytes", "audit.max_files", "audit.flush_ms"]
+            [
+                "audit.max_file_bytes",
+                "audit.max_files",
+                "audit.flush_ms",
+                "audit.feed_capacity"
+            ]
         );
     }
 }

@@ -200,14 +200,14 @@ impl Overload {
         self.own.limits.enforcing()
     }
 
-    /// Starts feeding the durable audit log (`[audit] dir`): a log whose
-    /// times are this overload control's clock. Once; `None` if already
-    /// set.
-    pub fn start_audit_log(&self) -> Option<Arc<crate::audit::AuditLog>> {
+    /// Starts feeding the durable audit log (`[audit] dir`) over a feed of
+    /// `capacity` lines: a log whose times are this overload control's
+    /// clock. Once; `None` if already set.
+    pub fn start_audit_log(&self, capacity: usize) -> Option<Arc<crate::audit::AuditLog>> {
         let log = Arc::new(crate::audit::AuditLog::new(
             &self.identity,
             self.origin,
-            crate::audit::FEED_CAPACITY,
+            capacity,
         ));
         self.audit_log.set(log.clone()).ok().map(|()| log)
     }

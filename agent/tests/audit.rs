@@ -2,7 +2,9 @@
 //! scripted episode of a reporting server (host report 50 %, update 80 %,
 //! a stale report, the end with validity 0) through an agent with two
 //! workers, `doic-agent audit explain` checked against what the client
-//! itself counted; a restart in the middle read as one timeline; the plot.
+//! itself counted; a restart in the middle read as one timeline; the plot;
+//! a feed made to fill (every drop counted, shown as gaps, the workers
+//! never slowed); the CLI asking a running agent (`--url`).
 
 mod support;
 
@@ -36,14 +38,19 @@ async fn agent_logging(s1: &Reporter, dir: &Path) -> Agent {
 
 /// `doic-agent audit --dir DIR ARGS...` as the binary runs it.
 fn audit(dir: &Path, args: &[&str]) -> tools::audit::Output {
-    let d = dir.to_str().unwrap();
-    let argv = ["doic-agent", "audit", "--dir", d]
+    ask(&["--dir", dir.to_str().unwrap()], args).unwrap()
+}
+
+/// `doic-agent audit SOURCE... ARGS...` as the binary runs it.
+fn ask(source: &[&str], args: &[&str]) -> Result<tools::audit::Output, tools::audit::AuditError> {
+    let argv = ["doic-agent", "audit"]
         .into_iter()
+        .chain(source.iter().copied())
         .chain(args.iter().copied());
     let Some(Command::Audit(a)) = Cli::try_parse_from(argv).unwrap().command else {
         panic!("not an audit command")
     };
-    tools::audit::run(&a).unwrap()
+    tools::audit::run(&a)
 }
 
 /// The log of `dir` once `done` holds of it (the writer flushes every
@@ -74,10 +81,34 @@ fn totals(log: &Log) -> doic::audit::Totals {
     t
 }
 
+#[derive(Default)]
 struct Counted {
     ok: u64,
     throttled: u64,
     hbh: u32,
+    /// The throttles by Result-Code.
+    by_code: std::collections::BTreeMap<String, u64>,
+}
+
+impl Counted {
+    fn new() -> Self {
+        Self {
+            hbh: 1,
+            ..Self::default()
+        }
+    }
+
+    /// Counts one answer: 2001, or a throttle (3004, 5012).
+    fn count(&mut self, answer: &[u8]) {
+        match code_of(answer) {
+            2001 => self.ok += 1,
+            code @ (3004 | 5012) => {
+                self.throttled += 1;
+                *self.by_code.entry(code.to_string()).or_default() += 1;
+            }
+            other => panic!("unexpected Result-Code {other}"),
+        }
+    }
 }
 
 /// Sends `n` host-routed requests to `S1`, a burst of up to 20 in one
@@ -91,11 +122,7 @@ async fn burst(c: &mut tools::loadgen::Client, counted: &mut Counted, n: u32) {
         counted.hbh += k;
         left -= k;
         for a in &answers {
-            match code_of(a) {
-                2001 => counted.ok += 1,
-                3004 | 5012 => counted.throttled += 1,
-                other => panic!("unexpected Result-Code {other}"),
-            }
+            counted.count(a);
         }
         if left > 0 {
             tokio::time::sleep(Duration::from_millis(25)).await;
@@ -138,11 +165,7 @@ async fn explain_matches_what_the_client_counted_through_an_episode() {
     let s1 = Reporter::spawn(S1).await;
     let agent = agent_logging(&s1, &dir).await;
     let mut c = connect(agent.local_addrs()[0]).await;
-    let mut n = Counted {
-        ok: 0,
-        throttled: 0,
-        hbh: 1,
-    };
+    let mut n = Counted::new();
     // Host report 50 % (sequence 1), in the answer to the first request.
     let before_ocs = report_then(&mut c, &mut n, &s1, (1, 50, 60), 1600).await;
     assert_eq!(before_ocs, 1, "the request whose answer brought the report");
@@ -181,6 +204,24 @@ async fn explain_matches_what_the_client_counted_through_an_episode() {
         log.versions.iter().map(|v| f(&v.counts)).sum()
     };
     assert_eq!(sum(|c| c.throttled), n.throttled);
+    // Split by Result-Code as the client received them (a host report:
+    // 5012, RFC 7683 §8), in each version and agent-wide.
+    let mut by_code = std::collections::BTreeMap::new();
+    for v in &log.versions {
+        assert_eq!(
+            v.split.throttled_by.values().sum::<u64>(),
+            v.counts.throttled
+        );
+        for (code, k) in &v.split.throttled_by {
+            *by_code.entry(code.clone()).or_insert(0) += k;
+        }
+    }
+    assert_eq!(by_code, n.by_code);
+    let mut wide = doic::audit::Spread::default();
+    for (_, s) in &log.seconds {
+        wide.add(&s.split);
+    }
+    assert_eq!(wide.throttled_by, n.by_code);
     assert_eq!(sum(|c| c.passed) + before_ocs, n.ok);
     assert_eq!(sum(|c| c.matched) + before_ocs, sent);
     let t = totals(&log);
@@ -192,6 +233,11 @@ async fn explain_matches_what_the_client_counted_through_an_episode() {
 
     // `audit explain 2`: the 80 % version, the stale report listed.
     let e = audit(&dir, &["explain", "2"]);
+    let v2_code = format!(
+        "throttled by Result-Code: 5012: {}",
+        log.versions[1].counts.throttled
+    );
+    assert!(e.text.contains(&v2_code), "{v2_code} not in:\n{}", e.text);
     if std::env::var_os("DOIC_AUDIT_PLOT_OUT").is_some() {
         eprintln!("{}\n{}", audit(&dir, &["timeline"]).text, e.text);
     }
@@ -215,6 +261,7 @@ async fn explain_matches_what_the_client_counted_through_an_episode() {
     let j: serde_json::Value =
         serde_json::from_str(&audit(&dir, &["--json", "explain", "2"]).text).unwrap();
     assert_eq!(j["version"]["counts"]["throttled"], v2.throttled);
+    assert_eq!(j["version"]["split"]["throttled_by"]["5012"], v2.throttled);
     assert_eq!(j["ignored"][0]["report"]["verdict"], "stale");
     assert_eq!(j["ignored"][0]["report"]["sequence"], 1);
 
@@ -282,11 +329,7 @@ fn check_svg(svg: &str) {
 async fn a_restart_in_the_middle_reads_as_one_timeline() {
     let dir = fresh_dir("restart");
     let s1 = Reporter::spawn(S1).await;
-    let mut n = Counted {
-        ok: 0,
-        throttled: 0,
-        hbh: 1,
-    };
+    let mut n = Counted::new();
     for seq in [7, 8] {
         let agent = agent_logging(&s1, &dir).await;
         let mut c = connect(agent.local_addrs()[0]).await;
@@ -345,4 +388,257 @@ async fn audit_is_json_and_absent_without_doic() {
         "{off}"
     );
     stop(agent);
+}
+
+/// Sends `n` requests to `S1` in writes of 50, each write's answers read
+/// before the next (a client as fast as the agent answers), counting the
+/// answers by Result-Code; returns the requests answered per second.
+async fn flood(c: &mut tools::loadgen::Client, counted: &mut Counted, n: u32) -> f64 {
+    let t0 = Instant::now();
+    let before = counted.hbh;
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(50);
+        let answers = exchange_to(c, counted.hbh, k, k, None, Some(S1)).await;
+        assert_eq!(answers.len(), k as usize, "one answer per request");
+        counted.hbh += k;
+        left -= k;
+        for a in &answers {
+            counted.count(a);
+        }
+    }
+    f64::from(counted.hbh - before) / t0.elapsed().as_secs_f64()
+}
+
+/// The value of the counter `name` in `metrics`.
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in the metrics"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_feed_is_counted_exactly_shown_as_gaps_and_never_slows_the_workers() {
+    use doic::audit::record::Record;
+    let dir = fresh_dir("full-feed");
+    let s1 = Reporter::spawn(S1).await;
+    let mut config = agent_config(&[(&s1, true)], Some("ramp = 4.0"), 2);
+    config.audit.dir = Some(dir.clone());
+    config.audit.flush_ms = 100;
+    // Four lines between two flushes: a worker tick of the flood below
+    // overflows it.
+    config.audit.feed_capacity = 4;
+    let agent = start_agent(config, 1).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let mut n = Counted::new();
+    // Without reports: no record per answer, the feed keeps up.
+    let calm = flood(&mut c, &mut n, 500).await;
+    let calm_ok = n.ok;
+    // Every answer of s1 now carries a host report (10 %, sequence 1): one
+    // `report` record per answer (created once, stale after), far more
+    // than the feed holds.
+    s1.set(Script {
+        features: Some(server_features(OLR_DEFAULT_ALGO, S1)),
+        olrs: vec![olr(1, ReportType::Host, 10, Some(60))],
+        ..Script::default()
+    });
+    // One request brings it; both workers' versions are logged before the
+    // flood (the feed is not full yet).
+    flood(&mut c, &mut n, 1).await;
+    log_when(&dir, |l| {
+        l.versions.first().is_some_and(|v| v.workers.len() == 2)
+    })
+    .await;
+    let full = flood(&mut c, &mut n, 2000).await;
+    let reports = n.ok - calm_ok;
+    assert_eq!(n.ok + n.throttled, u64::from(n.hbh - 1));
+    assert!(n.throttled > 0, "the report was applied");
+    // The workers never waited on the feed: every request was answered
+    // while it dropped (below); the rates are printed, not compared (a
+    // shared machine makes a ratio of two short runs noise).
+    // Every report record produced is in the log or in a gap, exactly;
+    // and at a quiet moment the metrics say the same of every record.
+    let t0 = Instant::now();
+    let (lines, dropped) = loop {
+        let read = || agent::audit::read::read_dir(&dir).unwrap().0;
+        let before = read();
+        let m = agent::metrics::render(agent.metrics());
+        let after = read();
+        let gaps: Vec<_> = after
+            .iter()
+            .filter_map(|l| match &l.record {
+                Record::Gap(g) => Some(*g),
+                _ => None,
+            })
+            .collect();
+        let written_reports = after
+            .iter()
+            .filter(|l| matches!(l.record, Record::Report(_)))
+            .count() as u64;
+        let lost_reports: u64 = gaps.iter().map(|g| g.report).sum();
+        assert!(
+            written_reports + lost_reports <= reports,
+            "{written_reports} written + {lost_reports} lost > {reports} produced"
+        );
+        let records = after
+            .iter()
+            .filter(|l| !matches!(l.record, Record::Start(_) | Record::Gap(_)))
+            .count() as u64;
+        let lost: u64 = gaps.iter().map(doic::audit::record::GapEntry::total).sum();
+        let quiet = before.len() == after.len()
+            && written_reports + lost_reports == reports
+            && counter(&m, "doic_audit_dropped_total") == lost
+            && counter(&m, "doic_audit_records_total") == records + lost
+            && counter(&m, "doic_audit_lines_total") == after.len() as u64;
+        if quiet {
+            break (after, lost);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{written_reports} + {lost_reports} of {reports} report records; {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "{calm:.0} requests/s calm, {full:.0} with the feed full; {dropped} records dropped, {} lines written",
+        lines.len()
+    );
+    assert!(
+        dropped > reports / 2,
+        "the feed was full: {dropped} of {reports}"
+    );
+    // The CLI says where the log is incomplete.
+    let t = audit(&dir, &["timeline"]).text;
+    assert!(t.contains("records lost before this time"), "{t}");
+    let gap_lines = lines
+        .iter()
+        .filter(|l| matches!(l.record, Record::Gap(_)))
+        .count();
+    assert_eq!(t.matches(" gap: ").count(), gap_lines);
+    let e = audit(&dir, &["explain", "1"]).text;
+    assert!(e.contains("records lost while it was in force"), "{e}");
+    let j: serde_json::Value =
+        serde_json::from_str(&audit(&dir, &["--json", "timeline"]).text).unwrap();
+    let in_json: u64 = j["gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            ["report", "version", "issued", "second"]
+                .iter()
+                .map(|k| g[1][k].as_u64().unwrap())
+                .sum::<u64>()
+        })
+        .sum();
+    assert_eq!(in_json, dropped);
+    stop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_asks_a_running_agent_what_it_asks_of_the_directory() {
+    let dir = fresh_dir("url");
+    let s1 = Reporter::spawn(S1).await;
+    let agent = agent_logging(&s1, &dir).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    let mut n = Counted::new();
+    report_then(&mut c, &mut n, &s1, (5, 50, 60), 400).await;
+    let sent = u64::from(n.hbh - 1);
+    log_when(&dir, |l| {
+        l.versions.len() == 1 && totals(l).requests == sent
+    })
+    .await;
+    let url = format!("http://{}/audit", agent.metrics_addr().unwrap());
+    let by_url = |args: &[&str]| ask(&["--url", &url], args);
+    // The same records: the same answers (the writer may have written a
+    // second more between the two reads: compare what both have).
+    let remote = by_url(&["explain", "5"]).unwrap();
+    assert!(remote.warnings.is_empty(), "{:?}", remote.warnings);
+    let local = audit(&dir, &["explain", "5"]);
+    let first = |s: &str| s.lines().take(3).collect::<Vec<_>>().join("\n");
+    assert_eq!(first(&remote.text), first(&local.text));
+    assert!(remote.text.contains("OC-OLR received"), "{}", remote.text);
+    let j: serde_json::Value =
+        serde_json::from_str(&by_url(&["--json", "timeline"]).unwrap().text).unwrap();
+    assert_eq!(j["versions"][0]["sequence"], 5);
+    assert_eq!(j["versions"][0]["loss_percent"], 50);
+    assert!(j["versions"][0]["counts"]["throttled"].as_u64().unwrap() <= n.throttled);
+    stop(agent);
+
+    // One line each when there is nothing to ask.
+    let agent = start_agent(agent_config(&[(&s1, true)], Some(""), 2), 1).await;
+    let bare = format!("http://{}/audit", agent.metrics_addr().unwrap());
+    let e = ask(&["--url", &bare], &["timeline"])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        format!(
+            "the agent at {bare} has no audit log (404 Not Found: no audit log: [audit] dir is not set)"
+        )
+    );
+    stop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diverted_requests_are_counted_by_the_peer_they_went_to() {
+    const S2: &str = "server2.example.net";
+    let dir = fresh_dir("divert");
+    let s1 = Reporter::spawn(S1).await;
+    let s2 = Reporter::spawn(S2).await;
+    let mut config = agent_config(&[(&s1, true), (&s2, true)], Some("ramp = 4.0"), 2);
+    config.audit.dir = Some(dir.clone());
+    config.audit.flush_ms = 100;
+    let agent = start_agent(config, 2).await;
+    let mut c = connect(agent.local_addrs()[0]).await;
+    // S1's host report (50 %), brought by one request routed to it.
+    report_once(
+        &s1,
+        OLR_DEFAULT_ALGO,
+        vec![olr(4, ReportType::Host, 50, Some(60))],
+    );
+    let mut hbh = 1;
+    while s1.script.lock().unwrap().once {
+        exchange_to(&mut c, hbh, 1, 1, None, Some(S1)).await;
+        hbh += 1;
+    }
+    let (seen1, seen2) = (s1.requests(), s2.requests());
+    // Realm-routed requests in bursts: what S1's report selects goes to S2.
+    let n = 2000;
+    let mut counted = Counted::new();
+    for a in &exchange(&mut c, hbh, n, 50, None).await {
+        counted.count(a);
+    }
+    let to1 = s1.requests() - seen1;
+    let to2 = s2.requests() - seen2;
+    assert_eq!(to1 + to2, counted.ok, "what the servers saw");
+    let log = log_when(&dir, |l| {
+        totals(l).requests == u64::from(n + hbh - 1)
+            && l.versions.first().is_some_and(|v| v.counts.matched > 0)
+    })
+    .await;
+    stop(agent);
+    let v = &log.versions[0];
+    assert!(v.counts.diverted > 100, "{:?}", v.counts);
+    // Every passed request of S1's version went to S1, every diverted one
+    // to S2, and only there.
+    assert_eq!(v.counts.passed, to1);
+    assert_eq!(
+        v.split.diverted_to.clone().into_iter().collect::<Vec<_>>(),
+        [(S2.to_owned(), v.counts.diverted)]
+    );
+    let mut wide = doic::audit::Spread::default();
+    for (_, s) in &log.seconds {
+        wide.add(&s.split);
+    }
+    let t = totals(&log);
+    assert_eq!(wide.diverted_to.get(S2).copied(), Some(t.diverted));
+    assert_eq!(t.diverted, v.counts.diverted);
+    assert!(t.diverted <= to2);
+    let e = audit(&dir, &["explain", "4"]).text;
+    let want = format!("diverted to: {S2}: {}", v.counts.diverted);
+    assert!(e.contains(&want), "{want} not in:\n{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,11 +12,108 @@
 pub mod query;
 pub mod record;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::report::{Abatement, OcsKey};
 use diameter::codec::doic::OcOlr;
+
+/// Destinations a core tells apart in its diverted counts
+/// ([`Audit::peer_slot`]); the last slot counts all the others.
+pub const DIVERT_SLOTS: usize = 8;
+
+/// How the abated requests split: throttled by the code of their answer,
+/// diverted by where they went (RFC 7683 §5.2.3 abatement, §8 answers),
+/// counted where the decision is made, in fixed slots (nothing allocated
+/// per request).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Split {
+    /// Throttled, by [`crate::treatment::ThrottleAnswer::slot`] (3004,
+    /// 5012, 5198).
+    pub throttled_by: [u64; 3],
+    /// Diverted, by the destination's [`Audit::peer_slot`].
+    pub diverted_to: [u64; DIVERT_SLOTS],
+}
+
+/// [`Split`] with its slots named: the form of the records.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Spread {
+    /// Throttled, by the Result-Code (or Experimental-Result-Code) of the
+    /// answer, in decimal (`"5012"`: the keys of a JSON object).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub throttled_by: BTreeMap<String, u64>,
+    /// Diverted, by the DiameterIdentity of the peer they went to
+    /// (`other` beyond [`DIVERT_SLOTS`] - 1 peers on one worker).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub diverted_to: BTreeMap<String, u64>,
+}
+
+impl Spread {
+    /// Adds `other` to it.
+    pub fn add(&mut self, other: &Spread) {
+        for (k, n) in &other.throttled_by {
+            *self.throttled_by.entry(k.clone()).or_default() += n;
+        }
+        for (k, n) in &other.diverted_to {
+            *self.diverted_to.entry(k.clone()).or_default() += n;
+        }
+    }
+
+    /// What it counted beyond `earlier` (a later total of the same counts).
+    #[must_use]
+    pub fn since(&self, earlier: &Spread) -> Spread {
+        let mut d = Spread::default();
+        for (k, n) in &self.throttled_by {
+            let e = earlier.throttled_by.get(k).copied().unwrap_or(0);
+            if *n > e {
+                d.throttled_by.insert(k.clone(), n - e);
+            }
+        }
+        for (k, n) in &self.diverted_to {
+            let e = earlier.diverted_to.get(k).copied().unwrap_or(0);
+            if *n > e {
+                d.diverted_to.insert(k.clone(), n - e);
+            }
+        }
+        d
+    }
+}
+
+impl Split {
+    /// Counts a request throttled with the answer of `slot`.
+    pub fn throttled(&mut self, slot: usize) {
+        if let Some(n) = self.throttled_by.get_mut(slot) {
+            *n += 1;
+        }
+    }
+
+    /// Counts a request diverted to the peer of `slot`.
+    pub fn diverted(&mut self, slot: usize) {
+        if let Some(n) = self.diverted_to.get_mut(slot) {
+            *n += 1;
+        }
+    }
+
+    /// Its slots named: `peers` are the names of the diverted slots
+    /// ([`Audit::peers`]).
+    #[must_use]
+    pub fn named(&self, peers: &[String]) -> Spread {
+        let mut s = Spread::default();
+        for (i, n) in self.throttled_by.iter().enumerate() {
+            if *n > 0 {
+                let code = crate::treatment::ThrottleAnswer::of_slot(i).code();
+                s.throttled_by.insert(code.to_string(), *n);
+            }
+        }
+        for (i, n) in self.diverted_to.iter().enumerate() {
+            if *n > 0 {
+                let name = peers.get(i).map_or("other", String::as_str);
+                *s.diverted_to.entry(name.to_owned()).or_default() += n;
+            }
+        }
+        s
+    }
+}
 
 /// Treatment counts for one OCS version.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -33,6 +130,10 @@ pub struct Counters {
     /// client abates at the source, the agent does not abate again
     /// (RFC 7683 §5.2.3).
     pub delegated: u64,
+    /// How `throttled` and `diverted` split (named in the records:
+    /// [`Spread`]).
+    #[serde(skip)]
+    pub split: Split,
 }
 
 /// What happened to a received overload report.
@@ -139,6 +240,10 @@ pub struct Totals {
     /// Without any candidate next hop (answered 3002 by the relay); requests
     /// = forwarded + diverted + throttled + no_route.
     pub no_route: u64,
+    /// How `throttled` and `diverted` split (named in the records:
+    /// [`Spread`]).
+    #[serde(skip)]
+    pub split: Split,
 }
 
 /// The evidence trail.
@@ -155,6 +260,8 @@ pub struct Audit {
     /// [`Audit::take_new`].
     pushed: (u64, u64),
     taken: (u64, u64),
+    /// The destinations of diverted requests, by slot ([`Audit::peer_slot`]).
+    peers: Vec<String>,
 }
 
 impl Audit {
@@ -169,7 +276,29 @@ impl Audit {
             totals: Totals::default(),
             pushed: (0, 0),
             taken: (0, 0),
+            peers: Vec::new(),
         }
+    }
+
+    /// The slot of `peer` in the diverted counts ([`Split::diverted_to`]):
+    /// its own for the first [`DIVERT_SLOTS`] - 1 destinations seen (a name
+    /// stored once), the last one for any other. Called when a request is
+    /// diverted, never on the plain forwarding path.
+    pub fn peer_slot(&mut self, peer: &str) -> usize {
+        if let Some(i) = self.peers.iter().position(|p| p == peer) {
+            return i;
+        }
+        if self.peers.len() < DIVERT_SLOTS - 1 {
+            self.peers.push(peer.to_owned());
+            return self.peers.len() - 1;
+        }
+        DIVERT_SLOTS - 1
+    }
+
+    /// The names of the diverted slots ([`Split::named`]).
+    #[must_use]
+    pub fn peers(&self) -> &[String] {
+        &self.peers
     }
 
     /// Records a received report.
@@ -337,6 +466,34 @@ mod tests {
         assert_eq!(j["versions"][0]["event"], "Created");
         assert_eq!(j["versions"][0]["abatement"]["loss_percent"], 1);
         assert_eq!(j["dropped"], 3);
+    }
+
+    #[test]
+    fn divert_slots_name_the_first_destinations_and_pool_the_rest() {
+        let mut a = Audit::new(1);
+        let mut split = Split::default();
+        for i in 0..10 {
+            let slot = a.peer_slot(&format!("p{i}"));
+            split.diverted_to[slot] += 1;
+        }
+        assert_eq!(a.peer_slot("p3"), 3, "a name keeps its slot");
+        split.throttled_by[0] += 2;
+        split.throttled_by[2] += 1;
+        let named = split.named(a.peers());
+        assert_eq!(named.diverted_to["p0"], 1);
+        assert_eq!(named.diverted_to["other"], 3, "p7, p8, p9");
+        assert_eq!(named.diverted_to.len(), DIVERT_SLOTS);
+        assert_eq!(
+            named.throttled_by.into_iter().collect::<Vec<_>>(),
+            [("3004".to_owned(), 2), ("5198".to_owned(), 1)]
+        );
+        let later = Spread {
+            throttled_by: [("3004".to_owned(), 5)].into(),
+            diverted_to: [("p0".to_owned(), 1), ("p1".to_owned(), 4)].into(),
+        };
+        let d = later.since(&split.named(a.peers()));
+        assert_eq!(d.throttled_by, [("3004".to_owned(), 3)].into());
+        assert_eq!(d.diverted_to, [("p1".to_owned(), 3)].into());
     }
 
     #[test]

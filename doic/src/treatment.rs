@@ -87,6 +87,26 @@ impl ThrottleAnswer {
         }
     }
 
+    /// Its slot in the throttled counts ([`crate::audit::Split`]).
+    #[must_use]
+    pub const fn slot(self) -> usize {
+        match self {
+            Self::TooBusy => 0,
+            Self::UnableToComply => 1,
+            Self::RetryNotAllowed => 2,
+        }
+    }
+
+    /// The answer of a slot of the throttled counts.
+    #[must_use]
+    pub const fn of_slot(slot: usize) -> Self {
+        match slot {
+            0 => Self::TooBusy,
+            1 => Self::UnableToComply,
+            _ => Self::RetryNotAllowed,
+        }
+    }
+
     /// Whether the code goes in Experimental-Result.
     #[must_use]
     pub const fn is_experimental(self) -> bool {

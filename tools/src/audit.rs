@@ -1,8 +1,12 @@
 //! `doic-agent audit`: the questions of seed 003 asked of an audit log
-//! directory ([`agent::audit::read`]; the answers are
-//! [`doic::audit::query`]): `timeline`, `at`, `explain`, `plot`, as text or
-//! `--json`. Lines that cannot be read come back as warnings
-//! `FILE:LINE: cause`; the rest of the log is still read.
+//! directory ([`agent::audit::read`]) or of a running agent's (`--url`,
+//! [`fetch`]); the answers are [`doic::audit::query`]: `timeline`, `at`,
+//! `explain`, `plot`, as text or `--json`. Lines that cannot be read come
+//! back as warnings `FILE:LINE: cause` (`URL:LINE` for an agent's); the
+//! rest of the log is still read. Records lost to a full feed (`gap`
+//! records) are shown where they were lost.
+
+pub mod fetch;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -16,6 +20,9 @@ use crate::svg::{Band, Chart, Series};
 /// Why a question could not be answered.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
+    /// A running agent's records cannot be fetched.
+    #[error(transparent)]
+    Fetch(#[from] fetch::FetchError),
     /// The directory cannot be read.
     #[error("{}: cannot read the audit log", dir.display())]
     Read {
@@ -65,11 +72,23 @@ pub struct Output {
 /// The directory is unreadable, an argument is wrong, the plot cannot be
 /// written.
 pub fn run(args: &AuditArgs) -> Result<Output, AuditError> {
-    let (lines, bad) =
-        agent::audit::read::read_dir(&args.dir).map_err(|source| AuditError::Read {
+    let (lines, bad) = match &args.url {
+        Some(url) => {
+            let body = fetch::records(url)?;
+            let (mut lines, mut bad) = (Vec::new(), Vec::new());
+            agent::audit::read::read_from(
+                std::path::Path::new(url),
+                body.as_bytes(),
+                &mut lines,
+                &mut bad,
+            );
+            (lines, bad)
+        }
+        None => agent::audit::read::read_dir(&args.dir).map_err(|source| AuditError::Read {
             dir: args.dir.clone(),
             source,
-        })?;
+        })?,
+    };
     let warnings = bad.iter().map(ToString::to_string).collect();
     let log = Log::read(&lines);
     let time = |t: &str| parse_rfc3339(t).ok_or_else(|| AuditError::Time(t.to_owned()));
@@ -160,23 +179,51 @@ pub fn timeline_text(log: &Log) -> String {
     for t in &log.starts {
         let _ = writeln!(s, "{t}  agent {} started", log.agent);
     }
-    let _ = writeln!(
-        s,
-        "{:<24}  {:<24}  {:<8}  {:<34}  {:<22}  {:>8}  {:>9}  {:>8}",
-        "from", "until", "by", "ocs", "asks", "matched", "throttled", "diverted"
-    );
-    for v in &log.versions {
+    let row = |s: &mut String, c: [&str; 8]| {
         let _ = writeln!(
             s,
             "{:<24}  {:<24}  {:<8}  {:<34}  {:<22}  {:>8}  {:>9}  {:>8}",
-            v.from,
-            v.until.as_deref().unwrap_or("-"),
-            v.until_by.as_deref().unwrap_or("-"),
-            format!("{}{}", name(v), if v.own { " (issued)" } else { "" }),
-            v.asks(),
-            v.counts.matched,
-            v.counts.throttled,
-            v.counts.diverted
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+        );
+    };
+    row(
+        &mut s,
+        [
+            "from",
+            "until",
+            "by",
+            "ocs",
+            "asks",
+            "matched",
+            "throttled",
+            "diverted",
+        ],
+    );
+    for v in &log.versions {
+        let c = v.counts;
+        row(
+            &mut s,
+            [
+                &v.from,
+                v.until.as_deref().unwrap_or("-"),
+                v.until_by.as_deref().unwrap_or("-"),
+                &format!("{}{}", name(v), if v.own { " (issued)" } else { "" }),
+                &v.asks(),
+                &c.matched.to_string(),
+                &c.throttled.to_string(),
+                &c.diverted.to_string(),
+            ],
+        );
+    }
+    for (t, g) in &log.gaps {
+        let _ = writeln!(
+            s,
+            "{t}  gap: {} records lost before this time, the audit feed was full ({} reports, {} version events, {} issued, {} seconds)",
+            g.total(),
+            g.report,
+            g.version,
+            g.issued,
+            g.second
         );
     }
     for (t, r) in &log.received {
@@ -288,18 +335,48 @@ pub fn explain_text(e: &Explain) -> String {
             )
         }
     );
+    let _ = writeln!(s, "   {}", split_text(&v.split));
     let w = e.agent_wide;
     let _ = writeln!(
         s,
         "5. agent-wide over those seconds: requests {} = forwarded {} + diverted {} + throttled {} + no_route {}",
         w.requests, w.forwarded, w.diverted, w.throttled, w.no_route
     );
+    let _ = writeln!(s, "   {}", split_text(&e.agent_wide_split));
     let _ = writeln!(s, "claim: {}", e.claim);
     s += "the records cannot show:\n";
     for c in &e.cannot_show {
         let _ = writeln!(s, "  - {c}");
     }
     s
+}
+
+/// `throttled by Result-Code 3004: 12, 5012: 3; diverted to s2: 40`.
+fn split_text(split: &doic::audit::Spread) -> String {
+    let list = |it: Vec<String>| {
+        if it.is_empty() {
+            "none".to_owned()
+        } else {
+            it.join(", ")
+        }
+    };
+    format!(
+        "throttled by Result-Code: {}; diverted to: {}",
+        list(
+            split
+                .throttled_by
+                .iter()
+                .map(|(c, n)| format!("{c}: {n}"))
+                .collect()
+        ),
+        list(
+            split
+                .diverted_to
+                .iter()
+                .map(|(p, n)| format!("{p}: {n}"))
+                .collect()
+        )
+    )
 }
 
 /// The per-second plot: offered (requests), forwarded, diverted, throttled;

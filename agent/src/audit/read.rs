@@ -5,7 +5,7 @@
 //! read.
 
 use std::fmt;
-use std::io::{self, BufRead as _, BufReader};
+use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 
 use doic::audit::record::{Line, SCHEMA};
@@ -51,32 +51,34 @@ pub fn read_dir(dir: &Path) -> io::Result<(Vec<Line>, Vec<Malformed>)> {
     let mut bad = Vec::new();
     for (_, path) in super::writer::files(dir)? {
         let f = std::fs::File::open(&path)?;
-        for (i, text) in BufReader::new(f).lines().enumerate() {
-            let text = match text {
-                Ok(t) => t,
-                Err(e) => {
-                    bad.push(Malformed {
-                        file: path.clone(),
-                        line: i + 1,
-                        cause: e.to_string(),
-                    });
-                    continue;
-                }
-            };
-            if text.trim().is_empty() {
-                continue;
-            }
-            match parse_line(&text) {
-                Ok(l) => lines.push(l),
-                Err(cause) => bad.push(Malformed {
-                    file: path.clone(),
-                    line: i + 1,
-                    cause,
-                }),
-            }
-        }
+        read_from(&path, BufReader::new(f), &mut lines, &mut bad);
     }
     Ok((lines, bad))
+}
+
+/// The lines of `text` (one file of the log, or what a running agent
+/// served of it), named `name` in what could not be read.
+pub fn read_from(
+    name: &Path,
+    text: impl io::BufRead,
+    lines: &mut Vec<Line>,
+    bad: &mut Vec<Malformed>,
+) {
+    for (i, text) in text.lines().enumerate() {
+        let parsed = match text {
+            Ok(t) if t.trim().is_empty() => continue,
+            Ok(t) => parse_line(&t),
+            Err(e) => Err(e.to_string()),
+        };
+        match parsed {
+            Ok(l) => lines.push(l),
+            Err(cause) => bad.push(Malformed {
+                file: name.to_owned(),
+                line: i + 1,
+                cause,
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

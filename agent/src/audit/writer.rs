@@ -5,6 +5,11 @@
 //! new file with a `start` record); a file that reaches `max_file_bytes` is
 //! closed and the next begun; beyond `max_files` the oldest are removed.
 //!
+//! Lines that found the feed full are written as a `gap` record, by kind,
+//! at the next flush ([`doic::audit::record::GapEntry`]): the log says where
+//! it is incomplete, and its lines + the gaps' counts = the records
+//! produced.
+//!
 //! A write that fails is logged (warn, with the file and the cause) and its
 //! lines are counted as lost; the writer carries on with a new file.
 
@@ -16,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use doic::audit::record::{Line, Record, StartEntry};
+use doic::audit::record::{GapEntry, Line, Record, StartEntry};
 
 use super::{AuditLog, Section};
 
@@ -177,6 +182,7 @@ impl Writer {
     ) -> Result<Self, WriteError> {
         let dir = section.dir.clone().unwrap_or_default();
         let mut files = Files::open(&dir, section)?;
+        let _ = log.dir.set(dir);
         let start = Line::new(
             &log.identity,
             log.unix_ms(log.origin),
@@ -191,10 +197,15 @@ impl Writer {
             .spawn(move || {
                 tracing::info!(file = %files.path().display(), "audit log open");
                 let mut next = Instant::now() + every;
+                let mut seen = GapEntry::default();
                 loop {
                     let stopping = s.load(Ordering::Relaxed);
                     if stopping || Instant::now() >= next {
-                        write_lines(&log, &mut files, log.drain());
+                        let gap = log.gap_since(&mut seen).map(|g| {
+                            tracing::warn!(lost = g.total(), file = %files.path().display(), cause = "feed full", "audit log gap: records lost");
+                            Line::new(&log.identity, log.unix_ms(Instant::now()), Record::Gap(g))
+                        });
+                        write_lines(&log, &mut files, gap.into_iter().chain(log.drain()));
                         next = Instant::now() + every;
                     }
                     if stopping {
@@ -263,6 +274,7 @@ mod tests {
             max_file_bytes: 4096,
             max_files: 3,
             flush_ms: 10,
+            ..Section::default()
         };
         let log = Arc::new(AuditLog::new("agent.example", Instant::now(), 10_000));
         let mut w = Writer::spawn(log.clone(), &section, 2).unwrap();
@@ -276,11 +288,44 @@ mod tests {
             assert!(fs::metadata(p).unwrap().len() <= 4096);
         }
         assert_eq!(log.written(), 1001);
+        assert_eq!(log.produced(), 1000, "the start line is the writer's own");
         // A restart begins the next file.
         let last = all.last().unwrap().0;
         let mut w = Writer::spawn(log, &section, 2).unwrap();
         w.stop();
         assert_eq!(files(&d).unwrap().last().unwrap().0, last + 1);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn what_a_full_feed_lost_is_a_gap_line_by_kind() {
+        use doic::audit::record::SecondEntry;
+        let d = dir("gap");
+        let section = Section {
+            dir: Some(d.clone()),
+            // Nothing written before `stop`: all five are sent first.
+            flush_ms: 60_000,
+            ..Section::default()
+        };
+        let log = Arc::new(AuditLog::new("agent.example", Instant::now(), 2));
+        let mut w = Writer::spawn(log.clone(), &section, 1).unwrap();
+        for _ in 0..5 {
+            log.send(Instant::now(), Record::Second(SecondEntry::default()));
+        }
+        w.stop();
+        let (lines, bad) = super::super::read::read_dir(&d).unwrap();
+        assert!(bad.is_empty(), "{bad:?}");
+        let kinds: Vec<&Record> = lines.iter().map(|l| &l.record).collect();
+        let gap = GapEntry {
+            second: 3,
+            ..GapEntry::default()
+        };
+        assert!(matches!(kinds[0], Record::Start(_)));
+        assert_eq!(kinds[1], &Record::Gap(gap), "before what was kept");
+        assert_eq!(kinds.len(), 4, "start, gap, the two kept: {kinds:?}");
+        assert_eq!(log.written(), 4);
+        assert_eq!(log.produced(), 5);
+        assert_eq!(log.dropped(), 3);
         let _ = fs::remove_dir_all(&d);
     }
 

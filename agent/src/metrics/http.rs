@@ -1,8 +1,9 @@
 //! The HTTP/1.1 responder of the metrics endpoint: one request per
 //! connection, `Connection: close`; `GET /metrics` (Prometheus text),
-//! `GET /audit` (the DOIC evidence as JSON), `GET /peers` and
-//! `GET /health` (JSON, [`super::status`]). Another path is 404, another
-//! method 405, each with a one-line body.
+//! `GET /audit` (the DOIC evidence as JSON), `GET /audit?records` (the
+//! audit log's records as written, JSON Lines: what `doic-agent audit --url`
+//! reads), `GET /peers` and `GET /health` (JSON, [`super::status`]).
+//! Another path is 404, another method 405, each with a one-line body.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,8 +48,12 @@ async fn respond(sources: &Sources, mut stream: TcpStream) -> std::io::Result<()
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or_default();
-    let (status, kind, body) = page(sources, method, path);
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let (status, kind, body) = if path == "/audit" && query == "records" && method == "GET" {
+        records(sources).await
+    } else {
+        page(sources, method, path)
+    };
     let allow = if status.starts_with("405") {
         "Allow: GET\r\n"
     } else {
@@ -66,6 +71,33 @@ async fn respond(sources: &Sources, mut stream: TcpStream) -> std::io::Result<()
 const TEXT: &str = "text/plain; charset=utf-8";
 const PROMETHEUS: &str = "text/plain; version=0.0.4";
 const JSON: &str = "application/json";
+const JSON_LINES: &str = "application/jsonl";
+
+/// `GET /audit?records`: the files of the audit log, oldest first, read
+/// off the worker (a blocking task); 404 with a JSON error without a log.
+async fn records(sources: &Sources) -> (&'static str, &'static str, String) {
+    let Some(log) = sources.overload.as_ref().and_then(|ov| ov.audit_log()) else {
+        return (
+            "404 Not Found",
+            JSON,
+            String::from("{\"error\":\"no audit log: [audit] dir is not set\"}"),
+        );
+    };
+    let log = log.clone();
+    match tokio::task::spawn_blocking(move || log.read_back()).await {
+        Ok(Ok(body)) => ("200 OK", JSON_LINES, body),
+        Ok(Err(e)) => {
+            tracing::warn!(cause = %e, "GET /audit?records: cannot read the audit log");
+            let body = serde_json::json!({ "error": format!("cannot read the audit log: {e}") });
+            ("500 Internal Server Error", JSON, body.to_string())
+        }
+        Err(_) => (
+            "500 Internal Server Error",
+            JSON,
+            String::from("{\"error\":\"the audit log reader failed\"}"),
+        ),
+    }
+}
 
 /// The status line, content type and body for `method` on `path`.
 fn page(sources: &Sources, method: &str, path: &str) -> (&'static str, &'static str, String) {

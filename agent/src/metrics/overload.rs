@@ -72,9 +72,10 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
     if let Some(log) = ov.audit_log() {
         let _ = writeln!(
             o,
-            "# HELP doic_audit_dropped_total Audit log lines lost: the writer's feed was full.\n# TYPE doic_audit_dropped_total counter\ndoic_audit_dropped_total {}\n# HELP doic_audit_lines_total Audit log lines written.\n# TYPE doic_audit_lines_total counter\ndoic_audit_lines_total {}",
+            "# HELP doic_audit_dropped_total Audit log lines lost: the writer's feed was full.\n# TYPE doic_audit_dropped_total counter\ndoic_audit_dropped_total {}\n# HELP doic_audit_lines_total Audit log lines written.\n# TYPE doic_audit_lines_total counter\ndoic_audit_lines_total {}\n# HELP doic_audit_records_total Audit records produced: written or dropped.\n# TYPE doic_audit_records_total counter\ndoic_audit_records_total {}",
             log.dropped(),
-            log.written()
+            log.written(),
+            log.produced()
         );
     }
     crate::overload::own::render(ov, o);

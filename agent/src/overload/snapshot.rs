@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use doic::audit::Totals;
 use doic::audit::record::OcsCount;
+use doic::audit::{Spread, Totals};
 use doic::report::Abatement;
 
 use super::Overload;
@@ -34,6 +34,8 @@ pub struct OcsRow {
     pub sequence: u64,
     /// Treatment counts of the version in force.
     pub counts: doic::audit::Counters,
+    /// How its throttled and diverted split, named.
+    pub split: doic::audit::Spread,
 }
 
 /// What one worker's core looked like at the last tick.
@@ -41,6 +43,9 @@ pub struct OcsRow {
 pub struct Snapshot {
     /// Treatment totals.
     pub totals: Totals,
+    /// How their throttled and diverted split, named (the core's slots are
+    /// its own).
+    pub totals_split: doic::audit::Spread,
     /// Active OCS entries.
     pub ocs: Vec<OcsRow>,
     /// Received reports by verdict, over the retained trail.
@@ -83,12 +88,14 @@ pub(crate) fn tick(ov: &Overload, full: bool) {
                 abatement: o.abatement,
                 sequence: o.sequence,
                 counts: o.counts,
+                split: o.counts.split.named(audit.peers()),
             })
             .collect();
         (
             worker,
             Snapshot {
                 totals: audit.totals,
+                totals_split: audit.totals.split.named(audit.peers()),
                 ocs,
                 verdicts,
                 audit: if full {
@@ -137,10 +144,13 @@ impl Overload {
     /// The agent-wide treatment totals so far and each version in force with
     /// its counts so far, summed over the workers' last snapshots (the audit
     /// log's second, [`crate::audit::feed_second`]).
-    pub(crate) fn second_totals(&self) -> (Totals, Vec<OcsCount>) {
+    pub(crate) fn second_totals(&self) -> (Totals, Spread, Vec<OcsCount>) {
         let mut sum = Totals::default();
-        let mut ocs: BTreeMap<(u32, &str, String, u64), doic::audit::Counters> = BTreeMap::new();
+        let mut sum_split = Spread::default();
+        let mut ocs: BTreeMap<(u32, &str, String, u64), (doic::audit::Counters, Spread)> =
+            BTreeMap::new();
         self.each_snapshot(|s| {
+            sum_split.add(&s.totals_split);
             let t = s.totals;
             sum.requests += t.requests;
             sum.forwarded += t.forwarded;
@@ -148,9 +158,10 @@ impl Overload {
             sum.throttled += t.throttled;
             sum.no_route += t.no_route;
             for o in &s.ocs {
-                let c = ocs
+                let (c, split) = ocs
                     .entry((o.app_id, o.report_type, o.target.clone(), o.sequence))
                     .or_default();
+                split.add(&o.split);
                 c.matched += o.counts.matched;
                 c.passed += o.counts.passed;
                 c.diverted += o.counts.diverted;
@@ -160,15 +171,18 @@ impl Overload {
         });
         let ocs = ocs
             .into_iter()
-            .map(|((app_id, rt, target, sequence), counts)| OcsCount {
-                app_id,
-                report_type: rt.to_owned(),
-                target,
-                sequence,
-                counts,
-            })
+            .map(
+                |((app_id, rt, target, sequence), (counts, split))| OcsCount {
+                    app_id,
+                    report_type: rt.to_owned(),
+                    target,
+                    sequence,
+                    counts,
+                    split,
+                },
+            )
             .collect();
-        (sum, ocs)
+        (sum, sum_split, ocs)
     }
 
     /// The feed of the workers' snapshots (its drop count, for `/metrics`).

@@ -11,14 +11,16 @@
 //! Every worker holds every version; their records are merged here: a
 //! version starts at its first acceptance on any worker, its counts are the
 //! sum of the counts each worker closed. A restart (a `start` record) ends
-//! every version in force: the state was in memory.
+//! every version in force: the state was in memory. A `gap` record says
+//! records were lost (the writer's feed was full): the answers near it are
+//! narrower, and say so.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::Counters;
-use super::record::{IssuedEntry, Line, Record, ReportEntry, SecondEntry, rfc3339};
+use super::record::{GapEntry, IssuedEntry, Line, Record, ReportEntry, SecondEntry, rfc3339};
+use super::{Counters, Spread};
 
 /// Which OCS: application, report type, target.
 pub type Key = (u32, String, String);
@@ -52,6 +54,9 @@ pub struct Version {
     pub removed: Option<String>,
     /// Treatment counts, summed over the workers.
     pub counts: Counters,
+    /// How their throttled and diverted split: by Result-Code, by
+    /// destination peer.
+    pub split: Spread,
     /// Whether every worker that held it closed its counts (otherwise the
     /// counts are those of the last second recorded, or partial).
     pub counts_closed: bool,
@@ -123,6 +128,9 @@ pub struct Log {
     pub received: Vec<(String, ReportEntry)>,
     /// Reports the agent issued itself.
     pub issued: Vec<(String, IssuedEntry)>,
+    /// Where records were lost (the feed was full): each gap's time, and
+    /// what was lost since the previous one.
+    pub gaps: Vec<(String, GapEntry)>,
     /// Per-second counts.
     #[serde(skip)]
     pub seconds: Vec<(u64, SecondEntry)>,
@@ -149,6 +157,8 @@ pub struct Explain {
     /// Agent-wide counts over its interval (whole seconds it overlaps):
     /// requests = forwarded + diverted + throttled + no_route.
     pub agent_wide: super::Totals,
+    /// How the agent-wide throttled and diverted of those seconds split.
+    pub agent_wide_split: Spread,
     /// The claim the records support.
     pub claim: String,
     /// What the records cannot show.
@@ -191,6 +201,7 @@ impl Log {
                 }
                 Record::Report(r) => log.received.push((line.time.clone(), r.clone())),
                 Record::Issued(i) => log.issued.push((line.time.clone(), i.clone())),
+                Record::Gap(g) => log.gaps.push((line.time.clone(), *g)),
                 Record::Second(s) => {
                     for o in &s.ocs {
                         let k = (
@@ -201,6 +212,7 @@ impl Log {
                             && !log.versions[i].closed_any
                         {
                             log.versions[i].counts = o.counts;
+                            log.versions[i].split.clone_from(&o.split);
                         }
                     }
                     log.seconds.push((t, s.clone()));
@@ -238,9 +250,11 @@ impl Log {
                             if v.open.remove(&e.worker) || !v.closed_any {
                                 if !v.closed_any {
                                     v.counts = Counters::default();
+                                    v.split = Spread::default();
                                     v.closed_any = true;
                                 }
                                 add(&mut v.counts, counts);
+                                v.split.add(&e.split);
                             }
                             v.delegated.extend(e.delegated.iter().cloned());
                         }
@@ -319,6 +333,12 @@ impl Log {
                 .filter(|(t, _)| within(at(t), Some(at(t) + 1)))
                 .cloned()
                 .collect(),
+            gaps: self
+                .gaps
+                .iter()
+                .filter(|(t, _)| within(at(t), Some(at(t) + 1)))
+                .cloned()
+                .collect(),
             seconds: self
                 .seconds
                 .iter()
@@ -386,9 +406,11 @@ impl Log {
             })
             .collect();
         let mut wide = super::Totals::default();
+        let mut wide_split = Spread::default();
         for (t, s) in &self.seconds {
             // A second record counts the second before it.
             if *t > v.from_ms && t.saturating_sub(1000) < end {
+                wide_split.add(&s.split);
                 wide.requests += s.totals.requests;
                 wide.forwarded += s.totals.forwarded;
                 wide.diverted += s.totals.diverted;
@@ -441,6 +463,19 @@ impl Log {
                 v.delegated.iter().cloned().collect::<Vec<_>>().join(", ")
             ));
         }
+        // A gap line counts what was lost up to it since the previous
+        // flush (at most a minute, `audit.flush_ms`).
+        let lost: u64 = self
+            .gaps
+            .iter()
+            .filter(|(t, _)| (v.from_ms..end.saturating_add(60_000)).contains(&at(t)))
+            .map(|(_, g)| g.total())
+            .sum();
+        if lost > 0 {
+            cannot_show.push(format!(
+                "{lost} records lost while it was in force (the audit feed was full, gaps in the log): the counts and reports above may be incomplete"
+            ));
+        }
         if !v.counts_closed {
             cannot_show.push(
                 "its final counts: the version was not closed in the log (counts of the last second recorded)"
@@ -452,6 +487,7 @@ impl Log {
             requested,
             ignored,
             agent_wide: wide,
+            agent_wide_split: wide_split,
             claim,
             cannot_show,
         }
@@ -482,6 +518,13 @@ mod tests {
                 max_rate: None,
                 validity: if event == "ended" { 0.0 } else { 60.0 },
                 counts,
+                split: Spread {
+                    throttled_by: [("5012".to_owned(), counts.throttled)]
+                        .into_iter()
+                        .filter(|(_, n)| *n > 0)
+                        .collect(),
+                    ..Spread::default()
+                },
                 delegated: Vec::new(),
             }),
         )
@@ -512,6 +555,11 @@ mod tests {
         assert_eq!(log.versions.len(), 3);
         let v1 = &log.versions[0];
         assert_eq!((v1.sequence, v1.counts), (1, c(14, 7)));
+        assert_eq!(
+            v1.split.throttled_by,
+            [("5012".to_owned(), 7)].into(),
+            "the split summed as the counts"
+        );
         assert_eq!(v1.until_by.as_deref(), Some("updated"));
         assert_eq!(v1.until.as_deref(), Some(rfc3339(T0 + 1000).as_str()));
         assert!(v1.counts_closed);
@@ -535,6 +583,42 @@ mod tests {
     }
 
     #[test]
+    fn a_split_reads_back_through_its_line() {
+        let line = version(0, 0, "updated", 2, c(10, 4));
+        let text = serde_json::to_string(&line).unwrap();
+        assert!(
+            text.contains(r#""split":{"throttled_by":{"5012":4}}"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Line>(&text).unwrap(), line);
+    }
+
+    #[test]
+    fn a_gap_is_read_and_narrows_the_explanation_of_what_it_overlaps() {
+        let gap = GapEntry {
+            report: 5,
+            second: 2,
+            ..GapEntry::default()
+        };
+        let lines = [
+            version(0, 0, "created", 1, Counters::default()),
+            Line::new("agent.example", T0 + 500, Record::Gap(gap)),
+            version(0, 1000, "removed", 1, c(4, 2)),
+        ];
+        let log = Log::read(&lines);
+        assert_eq!(log.gaps, [(rfc3339(T0 + 500), gap)]);
+        let e = log.explain(&log.versions[0]);
+        assert!(
+            e.cannot_show
+                .iter()
+                .any(|s| s.starts_with("7 records lost")),
+            "{:?}",
+            e.cannot_show
+        );
+        assert!(log.timeline(Some(T0 + 600), None).gaps.is_empty());
+    }
+
+    #[test]
     fn a_restart_ends_what_was_in_force_and_the_log_reads_on() {
         let mut lines = vec![version(0, 0, "created", 1, Counters::default())];
         lines.push(Line::new(
@@ -542,12 +626,14 @@ mod tests {
             T0 + 900,
             Record::Second(SecondEntry {
                 totals: Totals::default(),
+                split: Spread::default(),
                 ocs: vec![OcsCount {
                     app_id: 4,
                     report_type: "host".into(),
                     target: "s1".into(),
                     sequence: 1,
                     counts: c(6, 3),
+                    split: Spread::default(),
                 }],
             }),
         ));

@@ -14,14 +14,16 @@
 //!   reports, RFC 8581 §6.2.4) with the inputs of the decision;
 //! - [`Record::Second`]: the agent-wide requests of one second, requests =
 //!   forwarded + diverted + throttled + no_route, and the counts of each OCS
-//!   version in force.
+//!   version in force;
+//! - [`Record::Gap`]: records lost before this line because the writer's
+//!   feed was full, by kind: the log says where it is incomplete.
 //!
 //! Nothing here reads a clock: times are given (milliseconds since the Unix
 //! epoch) and [`rfc3339`] formats them.
 
 use serde::{Deserialize, Serialize};
 
-use super::{Counters, OcsEvent, ReportRecord, Totals, Verdict, VersionRecord};
+use super::{Counters, OcsEvent, ReportRecord, Spread, Totals, Verdict, VersionRecord};
 use crate::report::{Abatement, ReportType};
 
 /// The schema version every record carries (`v`).
@@ -55,6 +57,30 @@ pub enum Record {
     Issued(IssuedEntry),
     /// One second of agent-wide counts.
     Second(SecondEntry),
+    /// Records lost since the previous line: the feed was full.
+    Gap(GapEntry),
+}
+
+/// Records that were produced but not written (the writer's feed was full,
+/// `doic_audit_dropped_total`), counted since the previous gap line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GapEntry {
+    /// Received reports lost.
+    pub report: u64,
+    /// OCS version events lost.
+    pub version: u64,
+    /// Issued reports lost.
+    pub issued: u64,
+    /// Per-second records lost.
+    pub second: u64,
+}
+
+impl GapEntry {
+    /// Every record lost.
+    #[must_use]
+    pub const fn total(&self) -> u64 {
+        self.report + self.version + self.issued + self.second
+    }
 }
 
 /// The agent started.
@@ -125,6 +151,10 @@ pub struct VersionEntry {
     /// `ended`: the previous version; `removed`: this one); so far, for
     /// `expired` and `ramping`.
     pub counts: Counters,
+    /// How those counts' throttled and diverted split: by Result-Code, by
+    /// destination peer.
+    #[serde(default)]
+    pub split: Spread,
     /// The DOIC clients that were sent the version the event closes
     /// (they abate it themselves: delegated, RFC 7683 §5.2.3).
     #[serde(default)]
@@ -172,6 +202,10 @@ pub struct SecondEntry {
     /// Agent-wide treatment in that second: requests = forwarded + diverted
     /// + throttled + no_route.
     pub totals: Totals,
+    /// How that second's throttled and diverted split: by Result-Code, by
+    /// destination peer.
+    #[serde(default)]
+    pub split: Spread,
     /// Each OCS version in force at the end of the second, with the counts
     /// of the version so far (all workers).
     pub ocs: Vec<OcsCount>,
@@ -190,6 +224,9 @@ pub struct OcsCount {
     pub sequence: u64,
     /// Its counts so far.
     pub counts: Counters,
+    /// How its throttled and diverted split so far.
+    #[serde(default)]
+    pub split: Spread,
 }
 
 /// The name of a report type in the records.
@@ -277,9 +314,10 @@ impl ReportEntry {
 }
 
 impl VersionEntry {
-    /// The record of a version event on `worker`.
+    /// The record of a version event on `worker`, whose diverted slots
+    /// name `peers` ([`super::Audit::peers`]).
     #[must_use]
-    pub fn of(worker: usize, v: &VersionRecord) -> Self {
+    pub fn of(worker: usize, v: &VersionRecord, peers: &[String]) -> Self {
         let (loss_percent, max_rate) = abatement_fields(v.abatement);
         Self {
             worker,
@@ -293,6 +331,7 @@ impl VersionEntry {
             max_rate,
             validity: v.validity.as_secs_f64(),
             counts: v.closed_counts,
+            split: v.closed_counts.split.named(peers),
             delegated: v.delegated.clone(),
         }
     }

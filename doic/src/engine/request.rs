@@ -75,12 +75,14 @@ impl Doic {
             });
             match alt {
                 Some(i) => {
-                    self.ocs.count(key, Outcome::Diverted);
+                    let slot = self.audit.peer_slot(candidates[i].peer);
+                    self.ocs.count(key, Outcome::Diverted(slot));
                     index = i;
                 }
                 None => {
                     // RFC 8581 §6.2.5: not enough capacity to divert: throttle.
-                    self.ocs.count(key, Outcome::Throttled);
+                    let slot = self.answer_slot(Cause::Peer);
+                    self.ocs.count(key, Outcome::Throttled(slot));
                     return self.throttle(Cause::Peer);
                 }
             }
@@ -113,13 +115,22 @@ impl Doic {
             Treatment::Forward { index, tx }
         } else {
             self.audit.totals.diverted += 1;
+            let slot = self.audit.peer_slot(candidates[index].peer);
+            self.audit.totals.split.diverted(slot);
             Treatment::Divert { index, tx }
         }
+    }
+
+    /// The slot of the answer to a request throttled for `cause`
+    /// ([`ThrottleAnswer::slot`]): the throttled counts by Result-Code.
+    fn answer_slot(&self, cause: Cause) -> usize {
+        ThrottleAnswer::for_cause(cause, self.cfg.throttle_result).slot()
     }
 
     fn throttle<'a>(&mut self, cause: Cause) -> Treatment<'a> {
         self.audit.totals.throttled += 1;
         let result = ThrottleAnswer::for_cause(cause, self.cfg.throttle_result);
+        self.audit.totals.split.throttled(result.slot());
         tracing::trace!(?cause, code = result.code(), "throttled");
         Treatment::Throttle { result, cause }
     }
@@ -143,6 +154,7 @@ impl Doic {
         priority: crate::rate::Priority,
     ) -> FirstStep {
         let ending = self.ocs.ending();
+        let slot = self.answer_slot(Cause::Destination(ReportType::Host));
         let Some(o) = self
             .ocs
             .lookup(now, req.app_id, ReportType::Host, host, &mut self.audit)
@@ -156,6 +168,7 @@ impl Doic {
             FirstStep::Pass
         } else if o.decide(now, priority, ending, &mut self.rng) {
             o.counts.throttled += 1;
+            o.counts.split.throttled(slot);
             FirstStep::Throttle(ReportType::Host)
         } else {
             o.counts.passed += 1;
@@ -195,6 +208,7 @@ impl Doic {
             );
         }
         let key = (app, ReportType::Realm, realm);
+        let slot = self.answer_slot(Cause::Destination(ReportType::Realm));
         let mut realm_abated = false;
         if let Some(o) = self
             .ocs
@@ -208,7 +222,7 @@ impl Doic {
                     self.ocs
                         .select(now, key, priority, &mut self.rng, &mut self.audit)
                 {
-                    self.ocs.count(key, Outcome::Throttled);
+                    self.ocs.count(key, Outcome::Throttled(slot));
                     return FirstStep::Throttle(ReportType::Realm);
                 }
             }
@@ -229,6 +243,7 @@ impl Doic {
                 } else if candidates.len() > 1 {
                     if crate::loss::select_percent(&mut self.rng, st.percent) {
                         st.counts.throttled += 1;
+                        st.counts.split.throttled(slot);
                         return FirstStep::Throttle(ReportType::Realm);
                     }
                     st.counts.passed += 1;
@@ -253,7 +268,8 @@ impl Doic {
                 let alt = (1..candidates.len())
                     .find(|i| self.alternate_ok(now, app, &candidates[*i], true, priority));
                 if let Some(i) = alt {
-                    self.ocs.count(key, Outcome::Diverted);
+                    let slot = self.audit.peer_slot(candidates[i].peer);
+                    self.ocs.count(key, Outcome::Diverted(slot));
                     FirstStep::Divert(i)
                 } else if realm_abated
                     && !self
@@ -269,7 +285,8 @@ impl Doic {
                     self.ocs.count(key, Outcome::Passed);
                     FirstStep::Pass
                 } else {
-                    self.ocs.count(key, Outcome::Throttled);
+                    let slot = self.answer_slot(Cause::Destination(ReportType::Host));
+                    self.ocs.count(key, Outcome::Throttled(slot));
                     FirstStep::Throttle(ReportType::Host)
                 }
             }

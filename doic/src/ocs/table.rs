@@ -295,8 +295,14 @@ impl OcsTable {
             let c = &mut o.counts;
             match outcome {
                 Outcome::Passed => c.passed += 1,
-                Outcome::Diverted => c.diverted += 1,
-                Outcome::Throttled => c.throttled += 1,
+                Outcome::Diverted(slot) => {
+                    c.diverted += 1;
+                    c.split.diverted(slot);
+                }
+                Outcome::Throttled(slot) => {
+                    c.throttled += 1;
+                    c.split.throttled(slot);
+                }
                 Outcome::Delegated => c.delegated += 1,
             }
         }
@@ -408,10 +414,12 @@ impl OcsTable {
 pub enum Outcome {
     /// Not selected.
     Passed,
-    /// Selected and diverted.
-    Diverted,
-    /// Selected and throttled.
-    Throttled,
+    /// Selected and diverted, to the peer of this slot
+    /// ([`crate::audit::Audit::peer_slot`]).
+    Diverted(usize),
+    /// Selected and throttled, answered as this slot says
+    /// ([`crate::treatment::ThrottleAnswer::slot`]).
+    Throttled(usize),
     /// Left to the DOIC client, which received the report.
     Delegated,
 }

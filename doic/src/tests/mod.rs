@@ -1,6 +1,7 @@
 //! Simulation tests of the DOIC core: an in-memory network of clients, agents
 //! and reporting servers with a simulated clock ([`sim`]).
 
+mod evidence;
 mod fixtures;
 mod lifecycle;
 mod precision;

@@ -1,17 +1,22 @@
 //! The arguments of `doic-agent audit` (seed 003's questions of an audit
-//! log directory; [`crate::audit`] answers them).
+//! log directory, or of a running agent's; [`crate::audit`] answers them).
 
 use std::path::PathBuf;
 
 use clap::Subcommand;
 
-/// `doic-agent audit [--dir DIR] [--json] QUERY`.
+/// `doic-agent audit [--dir DIR | --url URL] [--json] QUERY`.
 #[derive(Debug, clap::Args)]
 pub struct AuditArgs {
     /// The audit log directory (`[audit] dir`): every file in it is read,
     /// oldest first.
     #[arg(long, value_name = "DIR", global = true, default_value = ".")]
     pub dir: PathBuf,
+    /// A running agent's audit log instead: its metrics listener,
+    /// `http://ADDR/audit` (the records it has written, `GET
+    /// /audit?records`).
+    #[arg(long, value_name = "URL", global = true, conflicts_with = "dir")]
+    pub url: Option<String>,
     /// Print JSON for scripts instead of text.
     #[arg(long, global = true)]
     pub json: bool,
