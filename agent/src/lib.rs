@@ -20,6 +20,7 @@
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
 //! | [`admission`] | caps on inbound connections waiting for CER (RFC 6733 §5.3), per source and in total |
 //! | [`runtime`] | the threads: pinned workers (or tasks on a caller's runtime, `Agent::start_on`), the control thread, the shutdown sequence |
+//! | [`workers`] | the set of worker runtimes and the stop signal, below both `net` and `runtime` |
 //! | [`agent`] | the running agent: gives each part what it uses, starts listeners, dialling, metrics and the control thread on the runtime |
 //! | [`net`] | tokio edge: listeners, Tc reconnects, one task per connection with batched I/O driving the relay; each connection's bounded queues between workers (`link`); close reasons with their side; each connection's `ConnCtx`; the byte stream, TCP or TLS (`stream`) |
 //! | [`tls`] | RFC 6733 §13 TLS/TCP: the material of TLS listeners and peers (rustls, reloadable), the peer certificate's names checked against its Origin-Host |
@@ -54,3 +55,4 @@ pub mod routing;
 pub mod runtime;
 pub mod telemetry;
 pub mod tls;
+pub mod workers;

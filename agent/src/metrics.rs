@@ -27,8 +27,8 @@ use crate::overload::Overload;
 use crate::peer::table::PeerTable;
 use crate::relay::budget::RetryGate;
 use crate::routing::live::LiveRoutes;
-use crate::runtime::Workers;
 use crate::telemetry::Kernel;
+use crate::workers::Workers;
 
 mod http;
 mod kernel;

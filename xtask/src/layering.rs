@@ -2,7 +2,8 @@
 //! rather than by hand: no cycle between the top-level modules of `agent`;
 //! no clock read and no tokio, aya or quanta in `diameter` and `doic` (the
 //! sans-io crates: time is an argument); no source file over
-//! [`MAX_LINES`] lines in the crates of the product.
+//! [`MAX_LINES`] lines in the crates of the product; no `mod.rs` in them
+//! (one module-file style: `foo.rs` beside `foo/`).
 //!
 //! The scan is lexical: comments and string literals are blanked first, and
 //! `#[cfg(test)]` items (and the files of `#[cfg(test)] mod x;`) are left
@@ -17,25 +18,6 @@ pub(crate) const MAX_LINES: usize = 800;
 /// Files allowed past [`MAX_LINES`], each with why a split would be worse.
 /// Empty: every module is split along its seams.
 const LONG_FILES_ALLOWED: &[(&str, &str)] = &[];
-
-/// Edges of the `agent` module graph that close a cycle today, each with
-/// where it is and what removes it. The check ignores them and fails on any
-/// other cycle; remove a row once its edge is gone (the test then holds it).
-const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
-    (
-        "peer",
-        "overload",
-        "peer::table::slot holds the client's own-overload limit \
-         (overload::own::ClientLimit) and reads overload::current_worker: \
-         the limit's state belongs in peer, the enforcement stays in overload",
-    ),
-    (
-        "net",
-        "runtime",
-        "net::connect and net::ctx name runtime::Workers and runtime::Stop: \
-         the worker set and the stop signal belong below both",
-    ),
-];
 
 /// One source file of a crate: its module path below the crate root and its
 /// code with comments and strings blanked.
@@ -486,6 +468,42 @@ pub(crate) fn long_files(root: &Path, sources: &[Source]) -> std::io::Result<Vec
     Ok(found)
 }
 
+/// The crates whose sources hold one module-file style.
+pub(crate) const PRODUCT_CRATES: &[&str] = &[
+    "diameter",
+    "doic",
+    "agent",
+    "agent-ebpf",
+    "tools",
+    "bench",
+    "interop",
+    "xtask",
+];
+
+/// Each `mod.rs` under the `src` of `crates`: a module with children is
+/// `foo.rs` beside `foo/`, one style in every crate.
+///
+/// # Errors
+/// A directory that cannot be read.
+pub(crate) fn mod_rs_files(root: &Path, crates: &[&str]) -> std::io::Result<Vec<String>> {
+    let mut found = Vec::new();
+    for krate in crates {
+        let src = root.join(krate).join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let mut files = Vec::new();
+        walk(&src, &mut files)?;
+        found.extend(
+            files
+                .iter()
+                .filter(|f| f.file_name().is_some_and(|n| n == "mod.rs"))
+                .map(|f| f.strip_prefix(root).unwrap_or(f).display().to_string()),
+        );
+    }
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,15 +527,8 @@ mod tests {
     #[test]
     fn the_agent_modules_form_no_cycle() {
         let sources = sources(&root(), "agent").unwrap();
-        let mut graph = module_graph(&sources);
+        let graph = module_graph(&sources);
         assert!(graph.len() > 5, "the scan sees the modules: {graph:?}");
-        for (from, to, _) in KNOWN_BACK_EDGES {
-            let edge = graph.get_mut(*from).and_then(|t| t.remove(*to));
-            assert!(
-                edge.is_some(),
-                "{from} -> {to} is gone: remove it from KNOWN_BACK_EDGES"
-            );
-        }
         if let Some(cycle) = find_cycle(&graph) {
             panic!(
                 "the top-level modules of agent form a cycle:\n  {}",
@@ -567,7 +578,28 @@ mod tests {
         );
     }
 
+    #[test]
+    fn no_mod_rs_in_the_product_crates() {
+        let found = mod_rs_files(&root(), PRODUCT_CRATES).unwrap();
+        assert!(
+            found.is_empty(),
+            "rename each to foo.rs beside foo/ (git mv):\n  {}",
+            found.join("\n  ")
+        );
+    }
+
     // The checks themselves, on made-up code: each must be able to fail.
+
+    #[test]
+    fn a_mod_rs_is_found() {
+        let dir = std::env::temp_dir().join(format!("layering-mod-rs-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("k/src/a")).unwrap();
+        std::fs::write(dir.join("k/src/a/mod.rs"), "").unwrap();
+        std::fs::write(dir.join("k/src/b.rs"), "").unwrap();
+        let found = mod_rs_files(&dir, &["k"]).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(found, ["k/src/a/mod.rs"]);
+    }
 
     #[test]
     fn a_cycle_is_found_and_named_with_where() {

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::Sources;
-use crate::runtime::Stop;
+use crate::workers::Stop;
 
 /// Serves `/metrics` until shutdown.
 pub(crate) async fn serve(sources: Arc<Sources>, stop: Stop, listener: std::net::TcpListener) {

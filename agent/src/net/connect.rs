@@ -16,8 +16,8 @@ use crate::net::ConnCtx;
 use crate::net::conn::{self, Waiting};
 use crate::net::stream::{HandshakeError, Stream};
 use crate::routing::PeerId;
-use crate::runtime::Workers;
 use crate::tls::{ClientTls, ServerTls};
+use crate::workers::Workers;
 use diameter::peer::fsm::Role;
 
 /// At most one log line per this interval about connections closed before

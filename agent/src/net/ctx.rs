@@ -15,8 +15,8 @@ use crate::relay::budget::RetryGate;
 use crate::relay::{Decision, Relay, Treat};
 use crate::routing::Router;
 use crate::routing::live::LiveRoutes;
-use crate::runtime::Stop;
 use crate::telemetry::Kernel;
+use crate::workers::Stop;
 
 /// Socket calls and what they carried, over every connection: reads and
 /// writes are batched, so under load one call carries many messages.

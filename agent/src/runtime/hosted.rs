@@ -9,9 +9,8 @@
 //!
 //! A worker here keeps what a worker thread keeps in thread-locals in a
 //! [`HostedCore`], lent to the thread that polls one of its tasks for the
-//! length of the poll ([`on_worker`]).
+//! length of the poll ([`crate::workers::on_worker`]).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -19,9 +18,10 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use super::control::{Control, TICK};
-use super::{Stop, WorkerSlot, Workers};
+use super::{Stop, Workers};
 use crate::clock::Clock;
 use crate::overload::hosted::HostedCore;
+use crate::workers::WorkerSlot;
 
 /// Worker `index`, its tasks on `handle`.
 pub(super) fn worker_slot(handle: &tokio::runtime::Handle, index: usize) -> WorkerSlot {
@@ -33,13 +33,6 @@ pub(super) fn worker_slot(handle: &tokio::runtime::Handle, index: usize) -> Work
         tid: 0,
         hosted: Some(Arc::new(HostedCore::new(index))),
     }
-}
-
-/// `fut` as a task of the worker whose state `core` holds: each poll sees
-/// the worker's core and index, as a task on a worker thread does.
-pub(super) async fn on_worker(core: Arc<HostedCore>, fut: impl Future<Output = ()> + Send) {
-    let mut fut = std::pin::pin!(fut);
-    std::future::poll_fn(|cx| core.enter(|| fut.as_mut().poll(cx))).await;
 }
 
 /// The runtime's time (paused or not, as the runtime is).

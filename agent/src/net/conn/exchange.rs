@@ -78,7 +78,11 @@ impl Conn {
                     slot.try_open(self.id, self.tx.clone(), false, &local_host, live)
                 });
                 if opened && let Some((_, slot)) = &self.peer {
-                    slot.note_remote(self.id, self.stream.peer_addr().ok());
+                    slot.note_remote(
+                        self.id,
+                        self.stream.peer_addr().ok(),
+                        crate::overload::current_worker(),
+                    );
                 }
                 if !opened {
                     self.close_by_peer(Cause::AnotherOpen);
@@ -135,7 +139,11 @@ impl Conn {
             let live = self.liveness();
             match self.ctx.relay.table.get(id) {
                 Some(slot) if slot.try_open(self.id, self.tx.clone(), true, &local_host, live) => {
-                    slot.note_remote(self.id, self.stream.peer_addr().ok());
+                    slot.note_remote(
+                        self.id,
+                        self.stream.peer_addr().ok(),
+                        crate::overload::current_worker(),
+                    );
                     self.peer = Some((id, slot));
                 }
                 _ => election_lost = true,

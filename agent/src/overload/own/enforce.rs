@@ -19,8 +19,7 @@
 //! while the agent is not overloaded; the control thread sets the limits
 //! once a second ([`update`]).
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -28,6 +27,7 @@ use bytes::Bytes;
 use super::super::Overload;
 use super::super::cores::with_core;
 use super::super::request::{Route, throttle_answer};
+pub use crate::peer::limit::ClientLimit;
 use crate::peer::table::PeerSlot;
 use diameter::codec::{Header, Routing};
 use doic::OcSupportedFeatures;
@@ -61,44 +61,6 @@ impl ClientLimits {
     #[inline]
     pub(crate) fn enforcing(&self) -> bool {
         self.enforcing.load(Ordering::Relaxed)
-    }
-}
-
-/// One client's limit (in its peer slot).
-#[derive(Debug, Default)]
-pub struct ClientLimit {
-    active: AtomicBool,
-    rate: OnceLock<RateControl>,
-    allocated: AtomicU32,
-    /// Until when (nanoseconds since the agent's origin) a client that
-    /// supports peer reports is not held to it ([`GRACE`]).
-    grace_until: AtomicU64,
-    throttled: AtomicU64,
-    /// Whether its requests announce peer-report support (it receives the
-    /// agent's own report).
-    receives: AtomicBool,
-}
-
-impl ClientLimit {
-    /// Its allocation, while held to it.
-    #[must_use]
-    pub fn allocated(&self) -> Option<u32> {
-        self.active
-            .load(Ordering::Relaxed)
-            .then(|| self.allocated.load(Ordering::Relaxed))
-    }
-
-    /// Requests answered for exceeding it, since the agent started.
-    #[must_use]
-    pub fn throttled(&self) -> u64 {
-        self.throttled.load(Ordering::Relaxed)
-    }
-
-    /// Whether its requests, while held to a limit, announced peer-report
-    /// support.
-    #[must_use]
-    pub fn receives(&self) -> bool {
-        self.receives.load(Ordering::Relaxed)
     }
 }
 

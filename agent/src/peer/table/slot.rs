@@ -94,8 +94,8 @@ pub struct PeerSlot {
     /// kernel's per-address arrival rates).
     remote: Mutex<Option<(u64, SocketAddr)>>,
     /// The rate the agent holds it to while overloaded
-    /// ([`crate::overload::own::ClientLimit`]).
-    pub own_limit: crate::overload::own::ClientLimit,
+    /// ([`crate::peer::limit::ClientLimit`], enforced by `overload::own`).
+    pub own_limit: crate::peer::limit::ClientLimit,
     /// Why the peer was last not reachable (a failed dial, a closed
     /// connection), for the agent's 3002 Error-Message: written and read
     /// off the relay's path only.
@@ -132,7 +132,7 @@ impl PeerSlot {
             stats: PeerStats::default(),
             sensed: crate::peer::sensed::Sensed::new(),
             remote: Mutex::new(None),
-            own_limit: crate::overload::own::ClientLimit::default(),
+            own_limit: crate::peer::limit::ClientLimit::default(),
             down_cause: Mutex::new(None),
             retired: AtomicBool::new(false),
             shown: crate::peer::status::Shown::new(configured),
@@ -362,9 +362,9 @@ impl PeerSlot {
     }
 
     /// Records the remote address of connection `conn`, which just opened,
-    /// and the worker it runs on (called on its task).
-    pub fn note_remote(&self, conn: u64, addr: Option<SocketAddr>) {
-        if let Some(w) = crate::overload::current_worker() {
+    /// and the worker it runs on, if it runs on one (called on its task).
+    pub fn note_remote(&self, conn: u64, addr: Option<SocketAddr>, worker: Option<usize>) {
+        if let Some(w) = worker {
             self.shown.worker.store(w, Ordering::Relaxed);
         }
         *self
@@ -496,7 +496,7 @@ mod tests {
         let addr: SocketAddr = "127.0.0.2:40000".parse().unwrap();
         let tx = Queue::new().link();
         assert!(slot.try_open(1, tx, true, "b.example.com", None));
-        slot.note_remote(1, Some(addr));
+        slot.note_remote(1, Some(addr), None);
         assert_eq!(slot.remote(), Some(addr));
         slot.release(7);
         assert_eq!(slot.remote(), Some(addr), "another connection's end");

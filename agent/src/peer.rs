@@ -2,8 +2,9 @@
 //! accepted peer, shared by the workers. The state machines themselves are
 //! in [`diameter::peer`]. What the relay senses of each upstream peer for
 //! its protection is in [`sensed`]; what `GET /peers` shows of each peer
-//! in [`status`].
+//! in [`status`]; a client's own-overload limit in [`limit`].
 
+pub mod limit;
 pub mod sensed;
 pub mod status;
 pub mod table;
