@@ -246,7 +246,7 @@ pub fn step_ns() -> u64 {
 }
 
 /// CPU time consumed by the calling thread, in nanoseconds.
-fn thread_cpu_ns() -> u64 {
+pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

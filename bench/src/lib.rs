@@ -5,6 +5,7 @@
 pub mod bucket;
 pub mod codec;
 pub mod figures;
+pub mod handoff;
 pub mod overload;
 pub mod own;
 pub mod pipe;

@@ -348,7 +348,12 @@ fn bench_relay() -> anyhow::Result<()> {
         cmd.args(["--fd-client-rounds", "3"]);
         cmd.env("DOIC_PEERS_DIR", crate::peers::dir());
         cmd
-    })
+    })?;
+    // The cross-worker hand-off apart, CPU time per round trip on one
+    // worker and across two (docs/relay.md, "Throughput and cores"):
+    // figures, no gate.
+    let handoff = bench_bin("bench-handoff")?;
+    crate::util::run_cmd(std::process::Command::new(&handoff).args(["--rounds", "5"]))
 }
 
 /// Goodput through the agent with `[doic]` at 5x a server's capacity, as

@@ -17,7 +17,7 @@ use super::cores::with_core;
 use super::{MAX_CANDIDATES, Overload, RETRY_NOT_ALLOWED_VENDOR};
 use crate::peer::table::PeerTable;
 use crate::routing::{PeerId, Router};
-use diameter::codec::avp::{Avp, AvpIter, RawAvp};
+use diameter::codec::avp::{Avp, RawAvp};
 use diameter::codec::doic::FeaturesRef;
 use diameter::codec::relay::{MessageBuf, Routing};
 use diameter::codec::{Header, builder};
@@ -76,17 +76,17 @@ pub(crate) enum FeaturesCut {
     Several,
 }
 
-/// Where the request's OC-Supported-Features are (`first`: the first one the
-/// scan found).
-pub(crate) fn features_cut(msg: &[u8], first: Option<&RawAvp<'_>>) -> FeaturesCut {
-    let Some(raw) = first else {
+/// Where the request's OC-Supported-Features are: a second one is counted
+/// by the relay scan ([`Routing::oc_supported_features_repeated`]), so the
+/// rest of the request is not walked again.
+pub(crate) fn features_cut(routing: &Routing<'_>) -> FeaturesCut {
+    let Some(raw) = routing.oc_supported_features() else {
         return FeaturesCut::None;
     };
-    let end = raw.offset + raw.raw.len();
-    let rest = msg.get(end..).unwrap_or_default();
-    if AvpIter::new(rest).any(|a| a.is_ok_and(|a| is_features(&a))) {
+    if routing.oc_supported_features_repeated() {
         return FeaturesCut::Several;
     }
+    let end = raw.offset + raw.raw.len();
     match (u32::try_from(raw.offset), u32::try_from(end)) {
         (Ok(a), Ok(b)) => FeaturesCut::One(a, b),
         _ => FeaturesCut::Several,
@@ -104,7 +104,6 @@ pub(crate) fn features_cut(msg: &[u8], first: Option<&RawAvp<'_>>) -> FeaturesCu
 /// OC-Supported-Features).
 pub(crate) fn idle_forward(
     ov: &Overload,
-    msg: &Bytes,
     app_id: u32,
     routing: &Routing<'_>,
     from: &str,
@@ -113,7 +112,7 @@ pub(crate) fn idle_forward(
         let tx = with_core(ov, |core, _| core.treat_idle(app_id, from, None))??;
         return Some(Decision::Plain { tx, cut: None });
     };
-    idle_forward_client(ov, msg, app_id, &raw, from)
+    idle_forward_client(ov, app_id, routing, &raw, from)
 }
 
 /// [`idle_forward`] for a DOIC client's request (`raw`: its
@@ -122,12 +121,12 @@ pub(crate) fn idle_forward(
 #[inline(never)]
 fn idle_forward_client(
     ov: &Overload,
-    msg: &Bytes,
     app_id: u32,
+    routing: &Routing<'_>,
     raw: &RawAvp<'_>,
     from: &str,
 ) -> Option<Decision> {
-    let FeaturesCut::One(start, end) = features_cut(msg, Some(raw)) else {
+    let FeaturesCut::One(start, end) = features_cut(routing) else {
         return None;
     };
     let offer = Offer::read(&FeaturesRef::from_raw(raw).ok()?, from);
@@ -206,7 +205,7 @@ pub(crate) fn treat_request(route: &Route<'_>, ov: &Overload, r: &RequestIn<'_>)
             // RFC 7683 §5.1.3, RFC 8581 §6.1.1: one OC-Supported-Features,
             // the agent's; a received one is left out as the request is
             // written, several are removed here (the only copy).
-            let (msg, cut) = match features_cut(r.msg, received.as_ref()) {
+            let (msg, cut) = match features_cut(r.routing) {
                 FeaturesCut::None => (None, None),
                 FeaturesCut::One(a, b) => (None, Some((a, b))),
                 FeaturesCut::Several => {

@@ -199,7 +199,7 @@ fn idle_doic_client_fast_path_is_byte_identical_to_full_treatment() {
             let Some(Decision::Plain {
                 tx,
                 cut: Some((a, b)),
-            }) = idle_forward(&ov, &msg, 4, &routing, "client")
+            }) = idle_forward(&ov, 4, &routing, "client")
             else {
                 panic!("no fast path for {cf:?}");
             };
@@ -321,15 +321,12 @@ fn unusual_client_features_take_the_full_treatment() {
         twice.to_bytes().unwrap().freeze(),
     ] {
         let routing = Routing::scan(&msg).unwrap();
-        assert!(idle_forward(&ov, &msg, 4, &routing, "client").is_none());
+        assert!(idle_forward(&ov, 4, &routing, "client").is_none());
     }
     // Two are removed by a copy, not cut.
     let twice = twice.to_bytes().unwrap().freeze();
     let routing = Routing::scan(&twice).unwrap();
-    assert_eq!(
-        features_cut(&twice, routing.oc_supported_features().as_ref()),
-        FeaturesCut::Several
-    );
+    assert_eq!(features_cut(&routing), FeaturesCut::Several);
     // Nothing was counted: the full treatment will count them.
     let counted = with_core(&ov, |core, _| core.audit().totals).unwrap();
     assert_eq!(counted.requests, 0);

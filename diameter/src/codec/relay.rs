@@ -261,6 +261,12 @@ impl<'a> Routing<'a> {
     pub fn oc_supported_features(&self) -> Option<RawAvp<'a>> {
         self.get(Slot::OcSupportedFeatures)
     }
+    /// True when the message carries more than one top-level
+    /// OC-Supported-Features (RFC 7683 §7.1 defines one per message), as
+    /// counted by [`Routing::scan`]: no second pass over the message.
+    pub fn oc_supported_features_repeated(&self) -> bool {
+        self.repeated & (1 << Slot::OcSupportedFeatures as u16) != 0
+    }
     /// Every OC-OLR AVP (RFC 7683 §7.3; a host or realm report and an RFC
     /// 8581 peer report may travel together).
     pub fn oc_olrs(&self) -> impl Iterator<Item = RawAvp<'a>> + use<'a> {
@@ -602,6 +608,38 @@ mod tests {
         assert_eq!(r.drmp(), Some(3));
         assert_eq!(r.experimental_result_code(), Some((10415, 5198)));
         assert_eq!(r.result_code(), None);
+    }
+
+    /// RFC 7683 §7.1: one OC-Supported-Features per message; a second one
+    /// (a vendor AVP of the same code is another AVP) is found by the scan.
+    #[test]
+    fn scan_counts_a_second_oc_supported_features() {
+        let features = || {
+            Avp::grouped(
+                code::OC_SUPPORTED_FEATURES,
+                vec![Avp::u64(code::OC_FEATURE_VECTOR, 1)],
+            )
+        };
+        let once = request().with(features());
+        let b = once.to_bytes().unwrap();
+        let r = Routing::scan(&b).unwrap();
+        assert!(r.oc_supported_features().is_some());
+        assert!(!r.oc_supported_features_repeated());
+        let with_vendor = once.clone().with(Avp::vendor(
+            code::OC_SUPPORTED_FEATURES,
+            Some(vendor::TGPP),
+            crate::codec::Value::Unsigned32(1),
+        ));
+        let b = with_vendor.to_bytes().unwrap();
+        let r = Routing::scan(&b).unwrap();
+        assert!(!r.oc_supported_features_repeated());
+        let twice = request()
+            .with(features())
+            .with(Avp::u32(code::DRMP, 1))
+            .with(features());
+        let b = twice.to_bytes().unwrap();
+        let r = Routing::scan(&b).unwrap();
+        assert!(r.oc_supported_features_repeated());
     }
 
     fn answer(avps: Vec<Avp>) -> bytes::BytesMut {

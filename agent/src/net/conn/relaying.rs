@@ -203,8 +203,7 @@ impl Conn {
         let decision = match &self.ctx.relay.overload {
             None => crate::overload::Decision::Relay,
             Some(ov) => {
-                match crate::overload::idle_forward(ov, &msg, head.application_id, &routing, &from)
-                {
+                match crate::overload::idle_forward(ov, head.application_id, &routing, &from) {
                     Some(d) => d,
                     None => crate::overload::treat_request(
                         &self.ctx.relay.doic_route(self.routes.router()),
