@@ -311,6 +311,13 @@ impl Estimator {
         &self.params
     }
 
+    /// New parameters (a reload of `[doic.protect]`): what was learnt stays
+    /// (the limit in force, the latency baseline, the window), the next
+    /// tick follows the new targets and steps.
+    pub fn set_params(&mut self, params: ProtectParams) {
+        self.params = params;
+    }
+
     /// Records one answer or timeout (the time is that of the next tick).
     pub fn handle_sample(&mut self, latency: Duration, outcome: Outcome, features: bool) {
         self.pending.record(latency, outcome, features);
