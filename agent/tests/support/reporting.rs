@@ -54,6 +54,8 @@ pub struct Script {
 pub struct Seen {
     /// Application requests received.
     pub requests: AtomicU64,
+    /// CERs received (one per connection the agent made).
+    pub cer: AtomicU64,
     /// The OC-Supported-Features AVPs of the last request (all of them).
     pub last_features: Mutex<Vec<OcSupportedFeatures>>,
     /// Requests that carried no OC-Supported-Features.
@@ -135,6 +137,7 @@ async fn serve(
             }
             match h.command_code {
                 cmd::CAPABILITIES_EXCHANGE => {
+                    seen.cer.fetch_add(1, Ordering::Relaxed);
                     let caps = Capabilities {
                         origin_host: id.host.clone(),
                         origin_realm: id.realm.clone(),
