@@ -334,7 +334,7 @@ fn sighup_applies_a_doic_change_and_refuses_a_bad_one() {
     wait_until("the peer up", || cer() == 1);
     let addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
     let peer = ("a.example.net".to_owned(), "auto".to_owned());
-    assert_eq!(doic_modes(&rt, metrics), [peer.clone()]);
+    assert_eq!(doic_modes(&rt, metrics), [peer]);
 
     write(
         "[doic]\nthrottle_result = \"retry_not_allowed\"\n[doic.protect]\nbackoff = 0.8\n",
@@ -346,7 +346,7 @@ fn sighup_applies_a_doic_change_and_refuses_a_bad_one() {
     assert_eq!(done["fields"]["doic"], true, "{done}");
     assert_eq!(done["fields"]["needs_restart"], 0, "{done}");
     let native = ("a.example.net".to_owned(), "native".to_owned());
-    assert_eq!(doic_modes(&rt, metrics), [native.clone()]);
+    assert_eq!(doic_modes(&rt, metrics), std::slice::from_ref(&native));
     all_ok(
         &rt.block_on(load(addr, "example.net", Pace::Closed(16), 0.3)),
         "after",
