@@ -95,6 +95,39 @@ async fn reload_under_load(
     (at, all)
 }
 
+/// s1 sending a 100 % host report, trusted, behind an agent with `[doic]`
+/// body `doic`, and two clients whose requests are all answered `code`
+/// by the agent once the first answer brought the report.
+async fn overloaded(doic: &str, code: u32) -> (Reporter, Agent, Vec<Client>) {
+    let s1 = Reporter::spawn(S1).await;
+    report_always(&s1);
+    let agent = start_agent(config(&s1, true, doic), 1).await;
+    let mut cs = clients(&agent).await;
+    let a = exchange(&mut cs[0], 1, 1, 1, None).await;
+    assert_eq!(code_of(&a[0]), 2001);
+    for c in &mut cs {
+        let a = exchange(c, 10, 4, 4, None).await;
+        assert!(a.iter().all(|m| code_of(m) == code));
+    }
+    (s1, agent, cs)
+}
+
+/// Reloads `new` under the clients' load: every batch written before the
+/// reload is answered `from`, every batch after it `to`, those in between
+/// one or the other.
+async fn reload_and_switch(agent: &Agent, cs: Vec<Client>, new: Config, (from, to): (u32, u32)) {
+    let run = (Duration::from_millis(300), Duration::from_millis(300));
+    let (at, all) = reload_under_load(agent, cs, new, run).await;
+    for batches in &all {
+        let (before, after) = split(batches, at);
+        assert!(!before.is_empty() && !after.is_empty(), "{batches:?}");
+        assert!(before.iter().all(|&c| c == from), "{before:?}");
+        assert!(after.iter().all(|&c| c == to), "{after:?}");
+        let any: Vec<u32> = batches.iter().flat_map(|b| b.1.clone()).collect();
+        assert!(any.iter().all(|c| [from, to].contains(c)), "{any:?}");
+    }
+}
+
 /// The codes of the batches written wholly before `at` and after it.
 fn split(batches: &Batches, at: Instant) -> (Vec<u32>, Vec<u32>) {
     let mut before = Vec::new();
@@ -115,35 +148,10 @@ fn split(batches: &Batches, at: Instant) -> (Vec<u32>, Vec<u32>) {
 /// force keeps throttling every one of them (no request reaches s1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_changes_the_throttle_answer_at_once_and_keeps_the_report() {
-    let s1 = Reporter::spawn(S1).await;
-    report_always(&s1);
-    let running = config(&s1, true, "throttle_result = \"too_busy\"");
-    let agent = start_agent(running, 1).await;
-    let mut cs = clients(&agent).await;
-    // The report arrives with the first answer, then holds every request.
-    let a = exchange(&mut cs[0], 1, 1, 1, None).await;
-    assert_eq!(code_of(&a[0]), 2001);
-    for c in &mut cs {
-        let a = exchange(c, 10, 4, 4, None).await;
-        assert!(a.iter().all(|m| code_of(m) == 3004));
-    }
+    let (s1, agent, cs) = overloaded("throttle_result = \"too_busy\"", 3004).await;
     let reached = s1.requests();
     let new = config(&s1, true, "throttle_result = \"retry_not_allowed\"");
-    let (at, all) = reload_under_load(
-        &agent,
-        cs,
-        new,
-        (Duration::from_millis(300), Duration::from_millis(300)),
-    )
-    .await;
-    for batches in &all {
-        let (before, after) = split(batches, at);
-        assert!(!before.is_empty() && !after.is_empty(), "{batches:?}");
-        assert!(before.iter().all(|&c| c == 3004), "{before:?}");
-        assert!(after.iter().all(|&c| c == 5198), "{after:?}");
-        let any: Vec<u32> = batches.iter().flat_map(|b| b.1.clone()).collect();
-        assert!(any.iter().all(|c| [3004, 5198].contains(c)), "{any:?}");
-    }
+    reload_and_switch(&agent, cs, new, (3004, 5198)).await;
     assert_eq!(
         s1.requests(),
         reached,
@@ -159,30 +167,8 @@ async fn a_reload_changes_the_throttle_answer_at_once_and_keeps_the_report() {
 /// is stripped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_no_longer_trusted_loses_its_report_at_the_reload() {
-    let s1 = Reporter::spawn(S1).await;
-    report_always(&s1);
-    let agent = start_agent(config(&s1, true, ""), 1).await;
-    let mut cs = clients(&agent).await;
-    let a = exchange(&mut cs[0], 1, 1, 1, None).await;
-    assert_eq!(code_of(&a[0]), 2001);
-    for c in &mut cs {
-        let a = exchange(c, 10, 4, 4, None).await;
-        assert!(a.iter().all(|m| code_of(m) == 5012));
-    }
-    let new = config(&s1, false, "");
-    let (at, all) = reload_under_load(
-        &agent,
-        cs,
-        new,
-        (Duration::from_millis(300), Duration::from_millis(300)),
-    )
-    .await;
-    for batches in &all {
-        let (before, after) = split(batches, at);
-        assert!(!before.is_empty() && !after.is_empty(), "{batches:?}");
-        assert!(before.iter().all(|&c| c == 5012), "{before:?}");
-        assert!(after.iter().all(|&c| c == 2001), "{after:?}");
-    }
+    let (s1, agent, cs) = overloaded("", 5012).await;
+    reload_and_switch(&agent, cs, config(&s1, false, ""), (5012, 2001)).await;
     // The answers relayed now carry no OC-OLR of the untrusted server.
     let mut c = connect(agent.local_addrs()[0]).await;
     let a = exchange(&mut c, 1, 8, 8, None).await;

@@ -142,16 +142,13 @@ impl TlsFigure {
             self.tcp.len()
         );
         println!("| --- | ---: | ---: |");
-        println!(
-            "| TCP hop | {:.0} | {:.1} |",
-            med(self.tcp.iter().map(|r| r.rate).collect()),
-            med(self.tcp.iter().map(|r| r.cpu_us).collect())
-        );
-        println!(
-            "| TLS hop | {:.0} | {:.1} |",
-            med(self.tls.iter().map(|r| r.rate).collect()),
-            med(self.tls.iter().map(|r| r.cpu_us).collect())
-        );
+        for (hop, rounds) in [("TCP", &self.tcp), ("TLS", &self.tls)] {
+            println!(
+                "| {hop} hop | {:.0} | {:.1} |",
+                med(rounds.iter().map(|r| r.rate).collect()),
+                med(rounds.iter().map(|r| r.cpu_us).collect())
+            );
+        }
         println!(
             "| TLS / TCP, median of the pairs (range) | {:.2} ({}) | {:.2} ({}) |",
             med(tr.clone()),
