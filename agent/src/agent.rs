@@ -299,8 +299,8 @@ impl Agent {
 
     /// Reloads the configuration (SIGHUP, `doic-agent reload`): `new` (read
     /// and checked by the caller, [`Config::check_runnable`]) against the
-    /// running one, [`Plan::between`]. Peers, routes and `[accept]` change
-    /// live: an added peer is dialled, a removed one is sent DPR (RFC 6733
+    /// running one, [`Plan::between`]. Peers, routes, `[accept]` and `[doic]`
+    /// change live (the DOIC cores keep their overload state): an added peer is dialled, a removed one is sent DPR (RFC 6733
     /// §5.4) and closed once its pending requests are answered or the drain
     /// ends, the peers that stay keep their connections and state. What is
     /// read only at start (listen addresses, workers, `[ebpf]`, ...) is
@@ -318,6 +318,13 @@ impl Agent {
         running.peers = new.peers;
         running.routes = new.routes;
         running.accept = new.accept;
+        if plan.doic {
+            // What runs: the keys read at start keep their running values.
+            running.doic = match (new.doic, running.doic.take()) {
+                (Some(n), Some(r)) => Some(n.keeping_start_only(&r)),
+                (_, r) => r,
+            };
+        }
         plan
     }
 

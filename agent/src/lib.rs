@@ -17,6 +17,7 @@
 //! | [`feed`] | bounded crossbeam feeds from the workers to the control thread (full: dropped and counted) |
 //! | [`config`] | the TOML configuration: gathers the sections (`[doic]`, `[ebpf]`, `[retry]`), defaults and validation |
 //! | [`peer`] | the peer table: one slot per configured or accepted peer (the state machines are in `diameter::peer`), what the relay senses of each upstream's answers for its protection, and what `GET /peers` shows of each peer |
+//! | [`live`] | a value a reload replaces (the routing table, `[doic]`) while each holder keeps the one it holds: a generation, one relaxed load to check |
 //! | [`routing`] | RFC 6733 §6.1 routing table, candidate choice, loop detection |
 //! | [`admission`] | caps on inbound connections waiting for CER (RFC 6733 §5.3), per source and in total |
 //! | [`runtime`] | the threads: pinned workers (or tasks on a caller's runtime, `Agent::start_on`), the control thread, the shutdown sequence |
@@ -30,7 +31,7 @@
 //! | [`metrics`] | Prometheus `/metrics` endpoint (`doic_` prefix) with the status pages `/peers` and `/health` and `doic_build_info`: renders, holds no state |
 //!
 //! The modules form no cycle: `config` gathers the sections of `ebpf`, `tls` and
-//! its own; `routing`, `peer`, `telemetry`, `overload`, `relay`, `runtime`,
+//! its own; `live` uses nothing; `routing`, `peer`, `telemetry`, `overload`, `relay`, `runtime`,
 //! `net` and `metrics` each use only what is below them, and `agent`, at
 //! the top, gives each part the handles it uses (no shared god object).
 //!
@@ -46,6 +47,7 @@ pub mod clock;
 pub mod config;
 pub mod ebpf;
 pub mod feed;
+pub mod live;
 pub mod metrics;
 pub mod net;
 pub mod overload;

@@ -44,11 +44,13 @@
 //! | [`own`] | the agent's own overload: measurement, reports, each client held to its allocation (`own/enforce.rs`) |
 //! | [`protect`] | upstream servers without DOIC: their limits, the reports made on their behalf |
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::clock::Clock;
 use crate::feed::Feed;
+use crate::live::Live;
 use doic::{AnswerFeatures, DoicConfig, IdleAvps};
 
 pub mod answer;
@@ -78,7 +80,12 @@ const MAX_CANDIDATES: usize = 4;
 /// DOIC state shared by the workers: configuration, inboxes, snapshots.
 #[derive(Debug)]
 pub struct Overload {
-    cfg: DoicConfig,
+    /// `[doic]`, replaced by a reload ([`Overload::reconfigure`]): each
+    /// core takes a new one at its next use after the wake-up, the control
+    /// thread at its next tick.
+    cfg: Live<DoicConfig>,
+    /// `[doic.protect] enabled` of the current `cfg`, read per answer.
+    protecting: AtomicBool,
     identity: String,
     /// The clock of every `now` given to the cores, request path included
     /// (RFC 8582 §8.3: the bucket's arrival times): the CPU's counter,
@@ -138,7 +145,8 @@ impl Overload {
             avps: IdleAvps::new(identity, &cfg),
             own: own::OwnState::new(identity, cfg.own_capacity, origin, base_ms),
             protect: protect::ProtectState::new(origin, base_ms),
-            cfg,
+            protecting: AtomicBool::new(cfg.protect.enabled),
+            cfg: Live::new(cfg),
             identity: identity.to_owned(),
             clock,
             origin,
@@ -171,7 +179,7 @@ impl Overload {
     /// of their answers.
     #[must_use]
     pub fn protecting(&self) -> bool {
-        self.cfg.protect.enabled
+        self.protecting.load(Ordering::Relaxed)
     }
 
     /// The clock of the overload control (the control thread's ticks).
@@ -180,10 +188,27 @@ impl Overload {
         self.clock.now()
     }
 
-    /// The effective configuration.
+    /// The effective configuration (a lock: not for the request path,
+    /// where each core has its own, [`doic::Doic::config`]).
     #[must_use]
-    pub fn config(&self) -> &DoicConfig {
-        &self.cfg
+    pub fn config(&self) -> Arc<DoicConfig> {
+        self.cfg.current()
+    }
+
+    /// Replaces `[doic]` (a reload): every worker's core applies it at its
+    /// next use ([`doic::Doic::reconfigure`] at that instant; a core
+    /// already at this configuration is not touched), the control thread
+    /// at its next tick. The keys read only at start keep their running
+    /// values ([`DoicConfig::start_only_changes`]); `new` was validated by
+    /// the reload's check.
+    pub fn reconfigure(&self, new: &DoicConfig) {
+        let cfg = new.clone().keeping_start_only(&self.cfg.current());
+        self.protecting
+            .store(cfg.protect.enabled, Ordering::Relaxed);
+        self.cfg.publish(cfg);
+        // The request path's check of its inbox is the one load that
+        // brings each core to the new section.
+        self.inboxes.wake_all();
     }
 
     /// The agent's DiameterIdentity.

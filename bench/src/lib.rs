@@ -11,4 +11,5 @@ pub mod own;
 pub mod pipe;
 pub mod relay;
 pub mod relay_ab;
+pub mod relay_tls;
 pub mod speed;

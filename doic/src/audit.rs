@@ -198,6 +198,10 @@ pub enum OcsEvent {
     Ramping,
     /// The ramp is over; the state is gone and traffic is unrestricted.
     Removed,
+    /// A reload made its reporting peer untrusted (RFC 7683 §10.2: its
+    /// reports are no longer honoured): the state is gone at once, without
+    /// a controlled ending.
+    Untrusted,
 }
 
 /// One OCS version event.

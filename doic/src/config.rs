@@ -224,6 +224,48 @@ impl DoicConfig {
         Ok(())
     }
 
+    /// The keys of `self` read only when the agent starts whose values in
+    /// `new` differ: a reload keeps their running values
+    /// ([`DoicConfig::keeping_start_only`]). `enabled` (the cores exist or
+    /// not), `algorithms` and `peer_report` (the OC-Supported-Features
+    /// every relayed request carries, encoded once), `max_ocs` (the size
+    /// of the shared realm board), `audit_records` (the trail of each core)
+    /// and `own_capacity` (the agent's own load controller).
+    #[must_use]
+    pub fn start_only_changes(&self, new: &DoicConfig) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        let mut differ = |changed: bool, key| {
+            if changed {
+                keys.push(key);
+            }
+        };
+        differ(self.enabled != new.enabled, "doic.enabled");
+        differ(self.algorithms != new.algorithms, "doic.algorithms");
+        differ(self.peer_report != new.peer_report, "doic.peer_report");
+        differ(self.max_ocs != new.max_ocs, "doic.max_ocs");
+        differ(
+            self.audit_records != new.audit_records,
+            "doic.audit_records",
+        );
+        differ(self.own_capacity != new.own_capacity, "doic.own_capacity");
+        keys
+    }
+
+    /// `self` with the values of the keys read only at start taken from
+    /// `running` ([`DoicConfig::start_only_changes`]).
+    #[must_use]
+    pub fn keeping_start_only(self, running: &DoicConfig) -> DoicConfig {
+        DoicConfig {
+            enabled: running.enabled,
+            algorithms: running.algorithms.clone(),
+            peer_report: running.peer_report,
+            max_ocs: running.max_ocs,
+            audit_records: running.audit_records,
+            own_capacity: running.own_capacity,
+            ..self
+        }
+    }
+
     /// The policy for `peer`.
     #[must_use]
     pub fn peer(&self, peer: &str) -> PeerPolicy {

@@ -12,6 +12,7 @@
 //! | [`answer`] | [`Doic::on_answer`], [`Doic::local_answer`]: reports judged, answers rewritten |
 //! | [`behalf`] | the reports made on behalf of protected servers, RFC 7683 §5.1.3 |
 //! | [`idle`] | the idle fast path, one decision for `treat`, `on_answer` and the relay |
+//! | [`reconfigure`] | [`Doic::reconfigure`]: a new `[doic]` at one instant, the state kept |
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ use crate::audit::{Audit, Verdict};
 pub mod answer;
 pub mod behalf;
 pub mod idle;
+pub mod reconfigure;
 pub mod request;
 
 pub use idle::{AnswerFeatures, IdleAnswer, IdleAvps, Offer};

@@ -311,6 +311,26 @@ impl Estimator {
         &self.params
     }
 
+    /// New parameters and mode (a reload of `[doic.protect]` or of the
+    /// server's `[[peer]] doic`): what was learnt stays (the limit in force,
+    /// the latency baseline, the window) and the next tick follows the new
+    /// targets and steps; a server now [`Mode::Native`] leaves protection
+    /// at that tick (its limit ends), one now [`Mode::Protect`] is protected
+    /// whatever its answers carry.
+    pub fn reconfigure(&mut self, params: ProtectParams, mode: Mode) {
+        self.params = params;
+        if mode != self.mode {
+            self.mode = mode;
+            self.native = mode == Mode::Native;
+        }
+    }
+
+    /// The mode it runs in.
+    #[must_use]
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
     /// Records one answer or timeout (the time is that of the next tick).
     pub fn handle_sample(&mut self, latency: Duration, outcome: Outcome, features: bool) {
         self.pending.record(latency, outcome, features);

@@ -256,6 +256,14 @@ impl RealmSynth {
         }
     }
 
+    /// New `divert_headroom` and report validity (a reload of `[doic]`):
+    /// the versions made are kept, the next estimate uses the new values.
+    pub fn set_params(&mut self, headroom: f64, validity: Duration) {
+        self.headroom = headroom;
+        self.validity = validity;
+        self.invalidate();
+    }
+
     /// Whether no realm is tracked.
     #[must_use]
     pub fn is_empty(&self) -> bool {

@@ -6,13 +6,7 @@ use interop::fd::{BenchSpec, FdRelay, FdServer};
 #[test]
 fn fd_client_to_fd_server_direct() {
     let server = FdServer::builder().start().unwrap();
-    let r = BenchSpec::new(server.target())
-        .seconds(1)
-        .concurrency(10)
-        .run()
-        .unwrap();
-    eprintln!("{r}");
-    assert!(r.all_answered_ok(), "{r}");
+    BenchSpec::new(server.target()).run_all_ok();
 }
 
 #[test]
@@ -21,13 +15,7 @@ fn fd_client_via_fd_relay_to_fd_server() {
     let relay = FdRelay::builder(server.target(), server.realm())
         .start()
         .unwrap();
-    let r = BenchSpec::new(relay.target())
-        .seconds(1)
-        .concurrency(10)
-        .run()
-        .unwrap();
-    eprintln!("{r}");
-    assert!(r.all_answered_ok(), "{r}");
+    BenchSpec::new(relay.target()).run_all_ok();
 }
 
 #[test]
@@ -45,13 +33,7 @@ fn erlang_client_to_fd_server() {
 #[test]
 fn fd_client_to_erlang_server() {
     let server = ErlServer::builder().start().unwrap();
-    let r = BenchSpec::new(server.target())
-        .seconds(1)
-        .concurrency(10)
-        .run()
-        .unwrap();
-    eprintln!("{r}");
-    assert!(r.all_answered_ok(), "{r}");
+    BenchSpec::new(server.target()).run_all_ok();
 }
 
 #[test]

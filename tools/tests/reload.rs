@@ -267,3 +267,114 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The peers' DOIC modes as `GET /peers` shows them.
+fn doic_modes(rt: &tokio::runtime::Runtime, metrics: u16) -> Vec<(String, String)> {
+    let endpoint: SocketAddr = format!("127.0.0.1:{metrics}").parse().unwrap();
+    let body = rt.block_on(support::node::http_get(endpoint, "/peers"));
+    let json = body.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["doic"].is_object())
+        .map(|p| {
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            (s(&p["name"]), s(&p["doic"]["mode"]))
+        })
+        .collect()
+}
+
+/// `[doic]` on SIGHUP: a new section and a peer's `doic` mode applied
+/// live (the reload line says `doic`, nothing needs a restart, the peer
+/// keeps its one connection); a `[doic]` that does not validate refused in
+/// one ERROR line naming the key, the running section kept; DOIC turned
+/// off logged as needing a restart.
+#[test]
+fn sighup_applies_a_doic_change_and_refuses_a_bad_one() {
+    let rt = rt();
+    let server = rt.block_on(async {
+        Server::spawn(
+            "127.0.0.1:0".parse().unwrap(),
+            Identity::new("a.example.net", "example.net"),
+            ServerBehaviour::default(),
+        )
+        .await
+        .unwrap()
+    });
+    let (listen, metrics) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("doic-reload-doic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("agent.toml");
+    let base = config(
+        (listen, metrics),
+        &[("a.example.net", "example.net", server.addr.port())],
+        &[("example.net", &["a.example.net"])],
+    );
+    let write = |doic: &str, peer: &str| {
+        let text = base.replace(
+            &format!("connect = \"127.0.0.1:{}\"\n", server.addr.port()),
+            &format!("connect = \"127.0.0.1:{}\"\n{peer}", server.addr.port()),
+        ) + doic;
+        let tmp = dir.join("agent.toml.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+    };
+    write("[doic]\nthrottle_result = \"too_busy\"\n", "");
+    let bin = env!("CARGO_BIN_EXE_doic-agent");
+    let args: [&std::ffi::OsStr; 4] = [
+        "run".as_ref(),
+        file.as_os_str(),
+        "--log-format".as_ref(),
+        "json".as_ref(),
+    ];
+    let mut agent = AgentProcess::spawn(bin, &args);
+    agent.wait_for("listening", |l| l.contains("\"listening\""));
+    let cer = || server.stats.cer.load(Ordering::Relaxed);
+    wait_until("the peer up", || cer() == 1);
+    let addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let peer = ("a.example.net".to_owned(), "auto".to_owned());
+    assert_eq!(doic_modes(&rt, metrics), [peer]);
+
+    write(
+        "[doic]\nthrottle_result = \"retry_not_allowed\"\n[doic.protect]\nbackoff = 0.8\n",
+        "doic = \"native\"\n",
+    );
+    agent.signal(libc::SIGHUP);
+    let done = agent.wait_for("reloaded", |l| l.contains("\"configuration reloaded\""));
+    let done: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(done["fields"]["doic"], true, "{done}");
+    assert_eq!(done["fields"]["needs_restart"], 0, "{done}");
+    let native = ("a.example.net".to_owned(), "native".to_owned());
+    assert_eq!(doic_modes(&rt, metrics), std::slice::from_ref(&native));
+    all_ok(
+        &rt.block_on(load(addr, "example.net", Pace::Closed(16), 0.3)),
+        "after",
+    );
+
+    // RFC 7683 §6.3 needs a probe interval: refused, the section kept.
+    write("[doic]\nprobe_interval = 0\n", "");
+    agent.signal(libc::SIGHUP);
+    let refused = "reload refused: the running configuration stays";
+    agent.wait_for("refused", |l| l.contains(refused));
+    let refusal = &events(&agent.lines(), refused)[0];
+    assert_eq!(refusal["level"], "ERROR");
+    let cause = refusal["fields"]["cause"].as_str().unwrap();
+    assert!(cause.contains("doic.probe_interval"), "{cause}");
+    assert_eq!(doic_modes(&rt, metrics), [native]);
+
+    // DOIC turned off: the cores exist from start; needs a restart.
+    write("[doic]\nenabled = false\n", "");
+    agent.signal(libc::SIGHUP);
+    agent.wait_for("warned", |l| {
+        l.contains("\"WARN\"") && l.contains("\"key\":\"doic\"")
+    });
+    all_ok(
+        &rt.block_on(load(addr, "example.net", Pace::Closed(16), 0.3)),
+        "last",
+    );
+    assert_eq!(cer(), 1, "the peer kept its connection");
+    assert!(agent.stop().success());
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -55,7 +55,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-relay",
-        about: "client -> server direct, via a byte pipe (socat), via a freeDiameter relay, via the agent (1 and 2 workers): answers/s, p50/p99, ratios, p50 added over direct and over the pipe; the same paths with freeDiameter's test_app client",
+        about: "client -> server direct, via a byte pipe (socat), via a freeDiameter relay, via the agent (1 and 2 workers): answers/s, p50/p99, ratios, p50 added over direct and over the pipe; the same paths with freeDiameter's test_app client; two agents with a TCP and a TLS hop in paired rounds: TLS/TCP throughput and CPU per request (reported)",
         run: bench_relay,
     },
     Stage {
@@ -353,7 +353,16 @@ fn bench_relay() -> anyhow::Result<()> {
     // worker and across two (docs/relay.md, "Throughput and cores"):
     // figures, no gate.
     let handoff = bench_bin("bench-handoff")?;
-    crate::util::run_cmd(std::process::Command::new(&handoff).args(["--rounds", "5"]))
+    crate::util::run_cmd(std::process::Command::new(&handoff).args(["--rounds", "5"]))?;
+    // TLS against TCP on the agents' hop (docs/tls.md): paired rounds on
+    // the built-in server, reported. Not gated until the figure has been
+    // seen stable over several runs (then `--tls-max-cpu-ratio 3`).
+    bench_attempts(|| {
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.args(["--builtin", "--seconds", "3", "--rounds", "1", "--tls"]);
+        cmd.args(["--tls-pairs", "5"]);
+        cmd
+    })
 }
 
 /// Goodput through the agent with `[doic]` at 5x a server's capacity, as

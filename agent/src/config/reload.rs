@@ -7,7 +7,12 @@
 //! dialled, a removed one is sent DPR, §5.4, and closed once its pending
 //! requests are answered or the drain ends; a peer whose `realm` or
 //! `connect` changed is removed and added), the routing table (`[[route]]`,
-//! §2.7) and `[accept]`. Everything else is read once at start and is
+//! §2.7), `[accept]` and `[doic]` with the `trusted` and `doic` keys of
+//! each `[[peer]]` (RFC 7683: every worker's core and the control thread
+//! take the new section at one instant each, the overload state kept,
+//! `doic::Doic::reconfigure`), but for the `[doic]` keys read only at start
+//! (`doic::DoicConfig::start_only_changes`) and turning DOIC on or off (the
+//! cores exist or not). Everything else is read once at start and is
 //! reported as needing a restart ([`Plan::needs_restart`]).
 
 use super::{Config, PeerConfig};
@@ -26,6 +31,9 @@ pub struct Plan {
     pub routes: bool,
     /// `[accept]` changed: the new patterns admit peers from the next CER.
     pub accept: bool,
+    /// The effective `[doic]` changed (the section, or a peer's `trusted`
+    /// or `doic`) while DOIC stays on: the cores take the new one.
+    pub doic: bool,
     /// Keys that changed but are read only at start: the running values
     /// stay until a restart.
     pub needs_restart: Vec<&'static str>,
@@ -51,9 +59,14 @@ impl Plan {
             .map(|o| o.host.clone())
             .collect();
         let routes = running.routes != new.routes || !add.is_empty() || !remove.is_empty();
+        let doic = matches!(
+            (running.doic_effective(), new.doic_effective()),
+            (Some(a), Some(b)) if a != b
+        );
         Plan {
             routes,
             accept: running.accept != new.accept,
+            doic,
             needs_restart: needs_restart(running, new),
             add,
             remove,
@@ -63,7 +76,7 @@ impl Plan {
     /// True when the reload changes nothing that runs.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.add.is_empty() && self.remove.is_empty() && !self.routes && !self.accept
+        self.add.is_empty() && self.remove.is_empty() && !self.routes && !self.accept && !self.doic
     }
 }
 
@@ -94,10 +107,12 @@ fn needs_restart(running: &Config, new: &Config) -> Vec<&'static str> {
     if running.retry != new.retry {
         keys.push("retry");
     }
-    // The cores are built from `[doic]` and the peers' `trusted` and `doic`
-    // flags folded into it.
-    if running.doic_effective() != new.doic_effective() {
-        keys.push("doic");
+    // DOIC turned on or off: the cores exist or not. Otherwise the keys of
+    // `[doic]` read only at start.
+    match (running.doic_effective(), new.doic_effective()) {
+        (Some(a), Some(b)) => keys.extend(a.start_only_changes(&b)),
+        (None, None) => {}
+        _ => keys.push("doic"),
     }
     keys
 }
@@ -182,6 +197,7 @@ mod tests {
             + "[ebpf]\nmode = \"off\"\n[retry]\nbudget_percent = 5\n[doic]\n";
         let plan = Plan::between(&parse(BASE), &parse(&new));
         assert!(plan.is_empty(), "{plan:?}");
+        // `[doic]` added: DOIC turned on needs the cores built at start.
         assert_eq!(
             plan.needs_restart,
             [
@@ -194,14 +210,37 @@ mod tests {
                 "doic"
             ]
         );
-        // A peer newly trusted changes what the DOIC cores were built with.
+        // Keys of `[doic]` read at start.
+        let with_doic = format!("{BASE}[doic]\n");
+        let plan = Plan::between(
+            &parse(&with_doic),
+            &parse(&format!("{with_doic}max_ocs = 10\npeer_report = false\n")),
+        );
+        assert_eq!(plan.needs_restart, ["doic.peer_report", "doic.max_ocs"]);
+    }
+
+    /// RFC 7683 §10.4, §8: a peer's trust and the answer to a throttled
+    /// request change live; DOIC stays on.
+    #[test]
+    fn doic_changes_live() {
         let with_doic = format!("{BASE}[doic]\n");
         let trusted = with_doic.replace(
             "connect = \"127.0.0.1:3869\"",
             "connect = \"127.0.0.1:3869\"\ntrusted = true",
         );
         let plan = Plan::between(&parse(&with_doic), &parse(&trusted));
+        assert!(plan.doic && !plan.is_empty(), "{plan:?}");
+        assert!(plan.needs_restart.is_empty(), "{:?}", plan.needs_restart);
+        let result = format!(
+            "{with_doic}throttle_result = \"retry_not_allowed\"\n[doic.protect]\nbackoff = 0.8\n"
+        );
+        let plan = Plan::between(&parse(&with_doic), &parse(&result));
+        assert!(plan.doic && plan.needs_restart.is_empty(), "{plan:?}");
+        assert!(plan.add.is_empty() && !plan.routes && !plan.accept);
+        // DOIC turned off: needs a restart, nothing live.
+        let off = format!("{BASE}[doic]\nenabled = false\n");
+        let plan = Plan::between(&parse(&with_doic), &parse(&off));
+        assert!(!plan.doic);
         assert_eq!(plan.needs_restart, ["doic"]);
-        assert!(plan.is_empty());
     }
 }

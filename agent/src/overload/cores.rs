@@ -3,7 +3,8 @@
 //! configuration, so that the per-request path takes no lock. Before each
 //! use the core applies what the other workers accepted ([`super::inbox`])
 //! and, when woken for it, the protection reports the control thread
-//! published ([`super::protect`]).
+//! published ([`super::protect`]), and a `[doic]` a reload published
+//! ([`super::Overload::reconfigure`]), at the instant of that use.
 
 use std::cell::{Cell, RefCell};
 
@@ -14,6 +15,14 @@ use super::Overload;
 thread_local! {
     pub(super) static WORKER: Cell<usize> = const { Cell::new(usize::MAX) };
     pub(super) static CORE: RefCell<Option<Doic>> = const { RefCell::new(None) };
+    /// The generation of `[doic]` this thread's core runs with.
+    static CONFIG_APPLIED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Puts `generation` as this thread's core's `[doic]` generation; the
+/// previous one back (a hosted worker lends its core, [`super::hosted`]).
+pub(super) fn swap_config_applied(generation: u64) -> u64 {
+    CONFIG_APPLIED.with(|a| a.replace(generation))
 }
 
 /// Marks the current thread as worker `index` (called once by the worker
@@ -36,14 +45,18 @@ pub(crate) fn with_core<R>(ov: &Overload, f: impl FnOnce(&mut Doic, usize) -> R)
         if c.is_none() {
             let seed = ov.sequence_base ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             let board = ov.realm_board.clone();
+            let cfg = ov.cfg.held();
             match Doic::with_realm_board(
                 &ov.identity,
-                ov.cfg.clone(),
+                cfg.get().clone(),
                 seed,
                 ov.sequence_base,
                 board,
             ) {
-                Ok(d) => *c = Some(d),
+                Ok(d) => {
+                    *c = Some(d);
+                    CONFIG_APPLIED.with(|a| a.set(cfg.generation()));
+                }
                 Err(e) => {
                     tracing::error!(cause = %e, "DOIC core not started");
                     return None;
@@ -52,10 +65,36 @@ pub(crate) fn with_core<R>(ov: &Overload, f: impl FnOnce(&mut Doic, usize) -> R)
         }
         let core = c.as_mut()?;
         if ov.inboxes.drain(worker, core) {
-            super::protect::apply(ov, core, ov.clock.now());
+            let now = ov.clock.now();
+            reconfigure(ov, core, worker, now);
+            super::protect::apply(ov, core, now);
         }
         Some(f(core, worker))
     })
+}
+
+/// Applies the `[doic]` a reload published, if this core does not run
+/// with it yet, at `now`.
+#[cold]
+fn reconfigure(ov: &Overload, core: &mut Doic, worker: usize, now: std::time::Instant) {
+    let generation = ov.cfg.generation();
+    if CONFIG_APPLIED.with(Cell::get) == generation {
+        return;
+    }
+    let cfg = ov.cfg.held();
+    CONFIG_APPLIED.with(|a| a.set(cfg.generation()));
+    match core.reconfigure(now, cfg.get()) {
+        Ok(0) => tracing::debug!(worker, "doic: new configuration applied"),
+        Ok(ended) => tracing::info!(
+            worker,
+            ended,
+            "doic: new configuration applied; overload states of peers no longer trusted ended"
+        ),
+        // The reload's check validated it; a core never runs a half-applied one.
+        Err(e) => {
+            tracing::error!(worker, cause = %e, "doic: new configuration not applied; the running one stays")
+        }
+    }
 }
 
 /// Forgets this thread's core: the next use makes a new one (tests).

@@ -1,6 +1,6 @@
 //! The DOIC state of a worker that is not a thread. On pinned workers
 //! ([`crate::agent::Agent::start`]) each worker thread keeps its core, its
-//! index and the generation of own reports its core holds in thread-locals
+//! index and the generations of own reports and of `[doic]` its core holds in thread-locals
 //! ([`super::cores::with_core`], [`super::own`]). On a caller's runtime
 //! ([`crate::agent::Agent::start_on`]) one thread polls the tasks of every
 //! worker (and a task may move between threads): there each worker keeps
@@ -28,6 +28,7 @@ struct Lent {
     core: Option<Doic>,
     own_applied: u64,
     protect_applied: u64,
+    config_applied: u64,
 }
 
 impl HostedCore {
@@ -69,6 +70,7 @@ impl Lending<'_> {
         CORE.with(|c| std::mem::swap(&mut *c.borrow_mut(), &mut self.held.core));
         self.held.own_applied = own::swap_applied(self.held.own_applied);
         self.held.protect_applied = protect::swap_applied(self.held.protect_applied);
+        self.held.config_applied = super::cores::swap_config_applied(self.held.config_applied);
     }
 }
 

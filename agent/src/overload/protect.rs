@@ -164,12 +164,14 @@ impl ProtectState {
 /// every upstream server's estimator moves, its bucket follows the limit,
 /// and changed report versions are published.
 pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
-    let cfg = &ov.cfg.protect;
+    // The `[doic]` in force: a reload's takes effect from this tick.
+    let doic = ov.config();
+    let cfg = &doic.protect;
     if !cfg.enabled {
         return;
     }
     let st = &ov.protect;
-    let Ok(bucket) = ov.cfg.rate.bucket_config() else {
+    let Ok(bucket) = doic.rate.bucket_config() else {
         return;
     };
     let slots = table.all();
@@ -177,8 +179,8 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
     let mut servers = st.servers.lock().unwrap_or_else(PoisonError::into_inner);
     let mut changed = false;
     for (_, slot) in slots {
-        let policy = ov.cfg.peer(&slot.host);
-        if policy.protect == Mode::Native {
+        let policy = doic.peer(&slot.host);
+        if policy.protect == Mode::Native && !servers.contains_key(&slot.host) {
             continue;
         }
         let taken = slot.sensed.take();
@@ -199,6 +201,11 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                 ..ServerView::default()
             },
         });
+        // A reload's new knobs apply to what was learnt: the limit in force
+        // and the baseline stay.
+        if s.est.params() != &cfg.params() || s.est.mode() != policy.protect {
+            s.est.reconfigure(cfg.params(), policy.protect);
+        }
         let mut samples = taken.samples;
         if !policy.trusted {
             // Its reports would be stripped and ignored (RFC 7683 §10.4):

@@ -8,9 +8,12 @@
 //! or the drain ends; no new request is routed to them); the added peers
 //! get slots; the new routing table is published, which each connection
 //! takes at its next wake-up ([`crate::routing::live`]); then the added
-//! peers are dialled. A request routed meanwhile with the previous table
-//! reaches a peer that is still open or is rerouted as on any peer's
-//! closing: none is lost.
+//! peers are dialled; a changed `[doic]` is published to the DOIC cores
+//! ([`crate::overload::Overload::reconfigure`]: each worker's core applies
+//! it at its next request, at that instant, its overload state kept; the
+//! control thread at its next tick). A request routed meanwhile with the
+//! previous table reaches a peer that is still open or is rerouted as on
+//! any peer's closing: none is lost.
 
 use std::sync::Arc;
 
@@ -54,6 +57,11 @@ pub(crate) fn apply(ctx: &Arc<ConnCtx>, workers: &Workers, plan: &Plan, new: &Co
     if plan.accept {
         ctx.set_accept(new.accept.clone());
     }
+    if plan.doic
+        && let (Some(ov), Some(cfg)) = (&ctx.relay.overload, new.doic_effective())
+    {
+        ov.reconfigure(&cfg);
+    }
     for (id, addr, client) in dial {
         workers.spawn_on(
             id,
@@ -61,13 +69,18 @@ pub(crate) fn apply(ctx: &Arc<ConnCtx>, workers: &Workers, plan: &Plan, new: &Co
         );
     }
     for key in &plan.needs_restart {
-        tracing::warn!(%key, "changed in the file but read only at start: needs restart; the running value stays");
+        if *key == "doic" {
+            tracing::warn!(%key, "DOIC turned on or off: the cores are built at start; needs restart; the running value stays");
+        } else {
+            tracing::warn!(%key, "changed in the file but read only at start: needs restart; the running value stays");
+        }
     }
     tracing::info!(
         added = plan.add.len(),
         removed = plan.remove.len(),
         routes = plan.routes,
         accept = plan.accept,
+        doic = plan.doic,
         needs_restart = plan.needs_restart.len(),
         "configuration reloaded"
     );

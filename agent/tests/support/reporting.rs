@@ -53,6 +53,8 @@ pub struct Script {
 pub struct Seen {
     /// Application requests received.
     pub requests: AtomicU64,
+    /// CERs received (one per connection the agent made).
+    pub cer: AtomicU64,
     /// The OC-Supported-Features AVPs of the last request (all of them).
     pub last_features: Mutex<Vec<OcSupportedFeatures>>,
     /// Requests that carried no OC-Supported-Features.
@@ -133,6 +135,9 @@ async fn serve(
                 continue;
             }
             match tools::loadgen::answer_base(&mut out, h, (&id, ip), &[TEST_APP], true) {
+                Some(tools::loadgen::BaseRequest::Capabilities) => {
+                    seen.cer.fetch_add(1, Ordering::Relaxed);
+                }
                 Some(_) => {}
                 None => {
                     seen.requests.fetch_add(1, Ordering::Relaxed);

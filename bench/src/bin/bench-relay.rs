@@ -12,7 +12,10 @@
 //! - with `--tls`, through two agents in a row (1 worker each), the hop
 //!   between them plain TCP and TLS/TCP with mutual authentication (RFC 6733
 //!   §13; certificates made at start with rcgen): what TLS costs the relay,
-//!   against TCP in the same rounds,
+//!   against TCP in paired rounds ([`bench::relay_tls`]: TCP and TLS
+//!   alternated under the same closed-loop load, the median of the per-pair
+//!   ratios of throughput and of the agents' CPU time per request;
+//!   `--tls-max-cpu-ratio` gates the CPU one),
 //! - with `--agent-bin NAME=PATH` (repeatable), through a `doic-agent`
 //!   binary run as its own process (`PATH run --config FILE`, 1 worker, no
 //!   kernel program): two builds of the agent side by side in one run, e.g.
@@ -77,6 +80,13 @@ struct Args {
     /// Also two agents in a row, the hop between them TCP and TLS.
     #[arg(long)]
     tls: bool,
+    /// Paired rounds (one TCP, one TLS) of `--tls`.
+    #[arg(long, default_value_t = 5)]
+    tls_pairs: usize,
+    /// Fail when the median TLS / TCP ratio of CPU time per request is
+    /// above this.
+    #[arg(long)]
+    tls_max_cpu_ratio: Option<f64>,
     /// Rounds of freeDiameter's `test_app` client over every path (0: none;
     /// needs the freeDiameter server, so not with `--builtin`).
     #[arg(long, default_value_t = 0)]
@@ -280,13 +290,8 @@ fn main() -> anyhow::Result<()> {
     let pki = args.tls.then(|| pki::Pki::new("bench-relay"));
     let mut pairs = Vec::new();
     if let Some(pki) = &pki {
-        for (name, p) in [
-            ("2 agents, TCP hop", None),
-            ("2 agents, TLS hop", Some(pki)),
-        ] {
-            let pair = agent_pair(&server_target, p)?;
-            targets.push(target(name, pair.0.local_addrs()[0]));
-            pairs.push(pair);
+        for p in [None, Some(pki)] {
+            pairs.push(agent_pair(&server_target, p)?);
         }
     }
     let mut processes = Vec::new();
@@ -335,6 +340,23 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let best_agent = print_table(&targets, open_rate);
+    let tls_cpu = match pairs.as_slice() {
+        [tcp, tls] => {
+            eprintln!(
+                "bench-relay: TLS vs TCP hop, {} paired rounds x {} s, closed loop {} outstanding",
+                args.tls_pairs, args.seconds, args.outstanding
+            );
+            let fig = bench::relay_tls::measure(
+                &rt,
+                ([&tcp.0, &tcp.1], [&tls.0, &tls.1]),
+                args.tls_pairs,
+                (Pace::Closed(args.outstanding), args.seconds),
+            )?;
+            fig.print(&format!("{} outstanding", args.outstanding));
+            Some(fig.cpu_ratio())
+        }
+        _ => None,
+    };
     if args.fd_client_rounds > 0 {
         let Some(server) = &server else {
             anyhow::bail!("--fd-client-rounds needs the freeDiameter server (not --builtin)");
@@ -356,6 +378,12 @@ fn main() -> anyhow::Result<()> {
     drop(pipe);
     drop(relay);
     drop(server);
+    if let (Some(max), Some(ratio)) = (args.tls_max_cpu_ratio, tls_cpu) {
+        anyhow::ensure!(
+            ratio <= max,
+            "TLS costs {ratio:.2}x the CPU per request of TCP, above the bound {max:.2}"
+        );
+    }
     if let Some(req) = args.require {
         anyhow::ensure!(
             best_agent >= req,

@@ -283,10 +283,10 @@ impl Log {
                             let i = get(e.sequence, &mut log, &mut index);
                             close(&mut log.versions[i], "expired", e.counts, false);
                         }
-                        "removed" => {
+                        "removed" | "untrusted" => {
                             let i = get(e.sequence, &mut log, &mut index);
                             let v = &mut log.versions[i];
-                            close(v, "removed", e.counts, true);
+                            close(v, &e.event, e.counts, true);
                             if v.open.is_empty() {
                                 v.removed_ms = Some(t);
                             }

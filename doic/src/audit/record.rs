@@ -269,6 +269,7 @@ pub const fn event_name(e: OcsEvent) -> &'static str {
         OcsEvent::Ended => "ended",
         OcsEvent::Ramping => "ramping",
         OcsEvent::Removed => "removed",
+        OcsEvent::Untrusted => "untrusted",
     }
 }
 

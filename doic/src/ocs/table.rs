@@ -46,6 +46,42 @@ impl OcsTable {
         self.ending
     }
 
+    /// New controlled-ending and rate-bucket parameters (a reload of
+    /// `[doic]`): entries in force keep their versions, phases and buckets;
+    /// the next ending and the next bucket made follow the new ones.
+    pub fn set_params(&mut self, ending: Ending, rate: BucketConfig) {
+        self.ending = ending;
+        self.rate = rate;
+    }
+
+    /// Ends at once, recording [`OcsEvent::Untrusted`] at `now`, the host
+    /// and peer entries whose id `untrusted` names: their reporting node is
+    /// no longer trusted (RFC 7683 §10.2). Returns how many were removed.
+    pub fn remove_untrusted(
+        &mut self,
+        now: Instant,
+        untrusted: impl Fn(&str) -> bool,
+        audit: &mut Audit,
+    ) -> usize {
+        let mut removed = 0;
+        for ((_, rt), inner) in &mut self.map {
+            if !matches!(rt, ReportType::Host | ReportType::Peer) {
+                continue;
+            }
+            inner.retain(|id, o| {
+                let keep = o.own || !untrusted(id);
+                if !keep {
+                    audit.version(o.record(now, OcsEvent::Untrusted, o.counts));
+                    removed += 1;
+                }
+                keep
+            });
+        }
+        self.map.retain(|_, m| !m.is_empty());
+        self.len -= removed;
+        removed
+    }
+
     /// Number of entries (active or ending).
     #[must_use]
     pub fn len(&self) -> usize {

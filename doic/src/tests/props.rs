@@ -144,7 +144,7 @@ proptest! {
                         "{prev:?} -> {} for {k:?}", v.sequence);
                     last.insert(k, v.sequence);
                 }
-                OcsEvent::Removed => {
+                OcsEvent::Removed | OcsEvent::Untrusted => {
                     last.remove(&k);
                 }
                 OcsEvent::Expired | OcsEvent::Ramping => {}

@@ -145,6 +145,21 @@ impl BenchSpec {
     pub fn run(self) -> Result<BenchResult, Error> {
         self.start()?.wait()
     }
+
+    /// The smoke check of a path: one second at 10 requests in flight (the
+    /// spec's other settings, TLS included, kept), the result printed, and
+    /// every request answered 2001.
+    ///
+    /// # Panics
+    /// When the client cannot run or a request was not answered 2001 (a
+    /// test's check).
+    #[track_caller]
+    pub fn run_all_ok(self) -> BenchResult {
+        let r = self.seconds(1).concurrency(10).run().unwrap();
+        eprintln!("{r}");
+        assert!(r.all_answered_ok(), "{r}");
+        r
+    }
 }
 
 /// A benchmark client that is sending.

@@ -89,38 +89,41 @@ pub(crate) fn enforce(
     let features = routing
         .oc_supported_features()
         .and_then(|a| OcSupportedFeatures::from_raw(&a).ok());
-    let policy = ov.cfg.peer(&slot.host);
-    let receives = ov.cfg.peer_report
-        && policy.trusted
-        && policy.receive_reports
-        && doic::features::peer_supports_peer_report(features.as_ref(), &slot.host);
-    if receives {
-        if !limit.receives.load(Ordering::Relaxed) {
-            limit.receives.store(true, Ordering::Relaxed);
+    // The worker's core holds the `[doic]` in force (a reload replaces it,
+    // `Overload::reconfigure`), without a lock.
+    let (result, act) = with_core(ov, |core, _| {
+        let cfg = core.config();
+        let policy = cfg.peer(&slot.host);
+        let receives = cfg.peer_report
+            && policy.trusted
+            && policy.receive_reports
+            && doic::features::peer_supports_peer_report(features.as_ref(), &slot.host);
+        if receives {
+            if !limit.receives.load(Ordering::Relaxed) {
+                limit.receives.store(true, Ordering::Relaxed);
+            }
+            if nanos(ov, now) < limit.grace_until.load(Ordering::Relaxed) {
+                return None;
+            }
         }
-        if nanos(ov, now) < limit.grace_until.load(Ordering::Relaxed) {
+        let drmp = routing.drmp().and_then(|d| u8::try_from(d).ok());
+        let priority = cfg.priority(head.application_id, head.command_code, drmp);
+        if rate.admit(now, priority) {
             return None;
         }
-    }
-    let drmp = routing.drmp().and_then(|d| u8::try_from(d).ok());
-    let priority = ov
-        .cfg
-        .priority(head.application_id, head.command_code, drmp);
-    if rate.admit(now, priority) {
-        return None;
-    }
-    limit.throttled.fetch_add(1, Ordering::Relaxed);
-    let result = ThrottleAnswer::for_cause(Cause::Peer, ov.cfg.throttle_result);
-    let view = RequestView {
-        app_id: head.application_id,
-        command_code: head.command_code,
-        from_peer: &slot.host,
-        dest_realm: "",
-        dest_host: None,
-        features: features.as_ref(),
-        drmp,
-    };
-    let act = with_core(ov, |core, _| core.local_answer(now, &view)).unwrap_or_default();
+        limit.throttled.fetch_add(1, Ordering::Relaxed);
+        let result = ThrottleAnswer::for_cause(Cause::Peer, cfg.throttle_result);
+        let view = RequestView {
+            app_id: head.application_id,
+            command_code: head.command_code,
+            from_peer: &slot.host,
+            dest_realm: "",
+            dest_host: None,
+            features: features.as_ref(),
+            drmp,
+        };
+        Some((result, core.local_answer(now, &view)))
+    })??;
     tracing::trace!(peer = %slot.host, code = result.code(), "own overload: client above its allocation");
     Some((throttle_answer(route, msg, result, &act), result.code()))
 }
@@ -153,10 +156,11 @@ pub(super) fn update<'a>(
             }
             continue;
         }
+        let rate = ov.config().rate;
         let params = doic::rate::RateParams {
-            tau1: ov.cfg.rate.tau1 * TOLERANCE_FACTOR,
-            tau2: ov.cfg.rate.tau2 * TOLERANCE_FACTOR,
-            ..ov.cfg.rate
+            tau1: rate.tau1 * TOLERANCE_FACTOR,
+            tau2: rate.tau2 * TOLERANCE_FACTOR,
+            ..rate
         };
         let config = match params.bucket_config() {
             Ok(c) => c,
