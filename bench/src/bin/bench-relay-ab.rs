@@ -23,9 +23,10 @@
 //! The program-free rounds give the same statistic with no program at all
 //! (A/A): the method's own error.
 //!
-//! The run fails when an A/A median (throughput, CPU per request) is more
-//! than `--aa-limit` from 1 (the sides were not comparable), or, unless
-//! `--no-gate`, when the median throughput ratio is below `1 - tolerance`;
+//! Unless `--no-gate`, the run fails when an A/A median (throughput, CPU per
+//! request) is more than `--aa-limit` from 1 (the sides were not comparable;
+//! with `--no-gate` that is printed instead), or when the median throughput
+//! ratio is below `1 - tolerance`;
 //! for `doic` also when the relay's own capacity ratio (the inverse of its
 //! worker thread's CPU time per request, with over without) is. Medians come
 //! with a distribution-free 95% confidence interval.
@@ -294,16 +295,26 @@ fn main() -> anyhow::Result<()> {
             "program run time / cpu per request without: median {share:.4}, 95% CI {share_ci} (the statistics' own timer included)"
         );
     }
+    let comparable = (aa - 1.0).abs() <= args.aa_limit && (aa_cpu - 1.0).abs() <= args.aa_limit;
+    let loss = (1.0 - ratio) * 100.0;
+    if args.no_gate {
+        // A measurement that is only reported does not fail on the
+        // machine's noise: it says that this run's figure is not one.
+        if comparable {
+            println!("measured only (--no-gate): loss {loss:.1}%");
+        } else {
+            println!(
+                "measured only (--no-gate): A/A medians {aa:.4} (throughput), {aa_cpu:.4} (cpu) are more than {:.1}% from 1, so this run's loss ({loss:.1}%) is not a figure",
+                args.aa_limit * 100.0
+            );
+        }
+        return Ok(());
+    }
     anyhow::ensure!(
-        (aa - 1.0).abs() <= args.aa_limit && (aa_cpu - 1.0).abs() <= args.aa_limit,
+        comparable,
         "A/A medians {aa:.4} (throughput), {aa_cpu:.4} (cpu) are more than {:.1}% from 1: the sides are not comparable in this run",
         args.aa_limit * 100.0
     );
-    let loss = (1.0 - ratio) * 100.0;
-    if args.no_gate {
-        println!("measured only (--no-gate): loss {loss:.1}%");
-        return Ok(());
-    }
     anyhow::ensure!(
         ratio >= 1.0 - args.tolerance,
         "throughput with {} on is {loss:.1}% below without, beyond the {:.1}% bound",
