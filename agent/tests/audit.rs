@@ -72,11 +72,7 @@ async fn log_when(dir: &Path, done: impl Fn(&Log) -> bool) -> Log {
 fn totals(log: &Log) -> doic::audit::Totals {
     let mut t = doic::audit::Totals::default();
     for (_, s) in &log.seconds {
-        t.requests += s.totals.requests;
-        t.forwarded += s.totals.forwarded;
-        t.throttled += s.totals.throttled;
-        t.diverted += s.totals.diverted;
-        t.no_route += s.totals.no_route;
+        t.add_counts(&s.totals);
     }
     t
 }

@@ -136,6 +136,18 @@ pub struct Counters {
     pub split: Split,
 }
 
+impl Counters {
+    /// Adds `other`'s counts to it (the split is summed apart, as a
+    /// [`Spread`]).
+    pub fn add_counts(&mut self, other: &Counters) {
+        self.matched += other.matched;
+        self.passed += other.passed;
+        self.diverted += other.diverted;
+        self.throttled += other.throttled;
+        self.delegated += other.delegated;
+    }
+}
+
 /// What happened to a received overload report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -248,6 +260,18 @@ pub struct Totals {
     /// [`Spread`]).
     #[serde(skip)]
     pub split: Split,
+}
+
+impl Totals {
+    /// Adds `other`'s counts to it (the split is summed apart, as a
+    /// [`Spread`]).
+    pub fn add_counts(&mut self, other: &Totals) {
+        self.requests += other.requests;
+        self.forwarded += other.forwarded;
+        self.diverted += other.diverted;
+        self.throttled += other.throttled;
+        self.no_route += other.no_route;
+    }
 }
 
 /// The evidence trail.

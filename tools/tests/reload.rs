@@ -8,6 +8,7 @@
 //! running configuration goes on relaying.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,27 @@ fn free_port() -> u16 {
 
 /// The agent's file: listening on `listen` (Diameter, metrics), the
 /// `peers` (host, realm, port) and the `routes` (realm, hosts).
+/// `doic-agent run FILE` with JSON logs, once it listens.
+fn run_agent(file: &Path) -> AgentProcess {
+    let args: [&std::ffi::OsStr; 4] = [
+        "run".as_ref(),
+        file.as_os_str(),
+        "--log-format".as_ref(),
+        "json".as_ref(),
+    ];
+    let agent = AgentProcess::spawn(env!("CARGO_BIN_EXE_doic-agent"), &args);
+    agent.wait_for("listening", |l| l.contains("\"listening\""));
+    agent
+}
+
+/// Writes the configuration whole, then renames it into place: the agent
+/// never reads half a file.
+fn replace_whole(file: &Path, text: &str) {
+    let tmp = file.with_extension("toml.new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, file).unwrap();
+}
+
 fn config(
     (listen, metrics): (u16, u16),
     peers: &[(&str, &str, u16)],
@@ -124,12 +146,7 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
     let dir = std::env::temp_dir().join(format!("doic-reload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("agent.toml");
-    let write = |text: &str| {
-        // Written whole, then renamed: the agent never reads half a file.
-        let tmp = dir.join("agent.toml.new");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, &file).unwrap();
-    };
+    let write = |text: &str| replace_whole(&file, text);
     write(&config(
         (listen, metrics),
         &[
@@ -138,15 +155,7 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
         ],
         &[("example.net", &["a.example.net", "b.example.net"])],
     ));
-    let bin = env!("CARGO_BIN_EXE_doic-agent");
-    let args: [&std::ffi::OsStr; 4] = [
-        "run".as_ref(),
-        file.as_os_str(),
-        "--log-format".as_ref(),
-        "json".as_ref(),
-    ];
-    let mut agent = AgentProcess::spawn(bin, &args);
-    agent.wait_for("listening", |l| l.contains("\"listening\""));
+    let mut agent = run_agent(&file);
     let count = |s: &Server| {
         (
             s.stats.cer.load(Ordering::Relaxed),
@@ -223,7 +232,7 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
         &[("a.example.net", "example.net", port(&kept))],
         &[("example.net", &["ghost.example.net"])],
     ));
-    let out = std::process::Command::new(bin)
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_doic-agent"))
         .args(["reload", "--pid", &agent.pid().to_string()])
         .output()
         .unwrap();
@@ -250,7 +259,7 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
     assert_eq!(count(&added), (1, 0));
     assert_eq!(count(&kept), (1, 0));
     // A process that is not there: one line, exit 1.
-    let out = std::process::Command::new(bin)
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_doic-agent"))
         .args(["reload", "--pid", "999999999"])
         .output()
         .unwrap();
@@ -316,20 +325,10 @@ fn sighup_applies_a_doic_change_and_refuses_a_bad_one() {
             &format!("connect = \"127.0.0.1:{}\"\n", server.addr.port()),
             &format!("connect = \"127.0.0.1:{}\"\n{peer}", server.addr.port()),
         ) + doic;
-        let tmp = dir.join("agent.toml.new");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, &file).unwrap();
+        replace_whole(&file, &text);
     };
     write("[doic]\nthrottle_result = \"too_busy\"\n", "");
-    let bin = env!("CARGO_BIN_EXE_doic-agent");
-    let args: [&std::ffi::OsStr; 4] = [
-        "run".as_ref(),
-        file.as_os_str(),
-        "--log-format".as_ref(),
-        "json".as_ref(),
-    ];
-    let mut agent = AgentProcess::spawn(bin, &args);
-    agent.wait_for("listening", |l| l.contains("\"listening\""));
+    let mut agent = run_agent(&file);
     let cer = || server.stats.cer.load(Ordering::Relaxed);
     wait_until("the peer up", || cer() == 1);
     let addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();

@@ -19,11 +19,7 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
     let mut verdicts: BTreeMap<String, u64> = BTreeMap::new();
     let mut ocs: BTreeMap<(&'static str, String), u64> = BTreeMap::new();
     for s in &snaps {
-        t.requests += s.totals.requests;
-        t.forwarded += s.totals.forwarded;
-        t.diverted += s.totals.diverted;
-        t.throttled += s.totals.throttled;
-        t.no_route += s.totals.no_route;
+        t.add_counts(&s.totals);
         for (k, v) in &s.verdicts {
             *verdicts.entry(k.clone()).or_insert(0) += v;
         }

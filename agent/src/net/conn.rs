@@ -228,6 +228,29 @@ impl Conn {
         )
     }
 
+    /// Writes this node's DWR (`answer_to` None, with a fresh Hop-by-Hop
+    /// Identifier) or its DWA to the DWR with header `answer_to` (RFC 6733
+    /// §5.5.1, §5.5.2).
+    fn put_watchdog(&mut self, answer_to: Option<Header>) {
+        let hbh = if answer_to.is_none() {
+            self.alloc_hbh()
+        } else {
+            0
+        };
+        let origin = (
+            self.ctx.relay.origin_host.as_str(),
+            self.ctx.config.node.origin_realm.as_str(),
+        );
+        put_base(
+            &mut self.out,
+            cmd::DEVICE_WATCHDOG,
+            origin,
+            answer_to,
+            hbh,
+            None,
+        );
+    }
+
     async fn main_loop(&mut self) {
         let mut shutdown = self.ctx.stop.receiver();
         if *shutdown.borrow() {
@@ -441,18 +464,7 @@ impl Conn {
         self.pump_watchdog();
         if head.is_request() {
             match head.command_code {
-                cmd::DEVICE_WATCHDOG => {
-                    let o = self.origin();
-                    let (h, r) = (o.0.to_owned(), o.1.to_owned());
-                    put_base(
-                        &mut self.out,
-                        cmd::DEVICE_WATCHDOG,
-                        (&h, &r),
-                        Some(head),
-                        0,
-                        None,
-                    );
-                }
+                cmd::DEVICE_WATCHDOG => self.put_watchdog(Some(head)),
                 cmd::DISCONNECT_PEER => {
                     self.last_dpr = Some(head);
                     // Answers to the peer's own requests still on their way

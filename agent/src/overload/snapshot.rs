@@ -151,22 +151,13 @@ impl Overload {
             BTreeMap::new();
         self.each_snapshot(|s| {
             sum_split.add(&s.totals_split);
-            let t = s.totals;
-            sum.requests += t.requests;
-            sum.forwarded += t.forwarded;
-            sum.diverted += t.diverted;
-            sum.throttled += t.throttled;
-            sum.no_route += t.no_route;
+            sum.add_counts(&s.totals);
             for o in &s.ocs {
                 let (c, split) = ocs
                     .entry((o.app_id, o.report_type, o.target.clone(), o.sequence))
                     .or_default();
                 split.add(&o.split);
-                c.matched += o.counts.matched;
-                c.passed += o.counts.passed;
-                c.diverted += o.counts.diverted;
-                c.throttled += o.counts.throttled;
-                c.delegated += o.counts.delegated;
+                c.add_counts(&o.counts);
             }
         });
         let ocs = ocs

@@ -165,14 +165,6 @@ pub struct Explain {
     pub cannot_show: Vec<String>,
 }
 
-fn add(a: &mut Counters, b: Counters) {
-    a.matched += b.matched;
-    a.passed += b.passed;
-    a.diverted += b.diverted;
-    a.throttled += b.throttled;
-    a.delegated += b.delegated;
-}
-
 impl Log {
     /// The log of `lines` (any order; sorted by time here, stable).
     #[must_use]
@@ -253,7 +245,7 @@ impl Log {
                                     v.split = Spread::default();
                                     v.closed_any = true;
                                 }
-                                add(&mut v.counts, counts);
+                                v.counts.add_counts(&counts);
                                 v.split.add(&e.split);
                             }
                             v.delegated.extend(e.delegated.iter().cloned());
@@ -411,11 +403,7 @@ impl Log {
             // A second record counts the second before it.
             if *t > v.from_ms && t.saturating_sub(1000) < end {
                 wide_split.add(&s.split);
-                wide.requests += s.totals.requests;
-                wide.forwarded += s.totals.forwarded;
-                wide.diverted += s.totals.diverted;
-                wide.throttled += s.totals.throttled;
-                wide.no_route += s.totals.no_route;
+                wide.add_counts(&s.totals);
             }
         }
         let c = v.counts;

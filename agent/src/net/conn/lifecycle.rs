@@ -10,8 +10,6 @@ use super::exchange::cer_timed_out;
 use super::{Cause, Conn, READ_CHUNK, WRITE_CAPACITY};
 use crate::peer::table::state;
 use crate::relay;
-use diameter::codec::answer::put_base;
-use diameter::dictionary::cmd;
 use diameter::peer::fsm::{DisconnectCause, State};
 use diameter::peer::watchdog::{Watchdog, WatchdogAction, WatchdogState};
 
@@ -60,17 +58,7 @@ impl Conn {
             match a {
                 WatchdogAction::SendDwr => {
                     self.count(|st| &st.dwr_sent);
-                    let hbh = self.alloc_hbh();
-                    let o = self.origin();
-                    let (h, r) = (o.0.to_owned(), o.1.to_owned());
-                    put_base(
-                        &mut self.out,
-                        cmd::DEVICE_WATCHDOG,
-                        (&h, &r),
-                        None,
-                        hbh,
-                        None,
-                    );
+                    self.put_watchdog(None);
                 }
                 WatchdogAction::Failover => {
                     tracing::info!(peer = %self.peer_host(), "peer suspect: failing over pending requests");
