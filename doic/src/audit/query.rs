@@ -458,7 +458,7 @@ impl Log {
             issued_claim(&self.agent, v, &issued, &sent_to, &interval, share)
         } else {
             format!(
-                "A {} {} report ({}, sequence {}) for {} was in force at {} {interval}; of the {} requests it matched there, {} were throttled, {} diverted and {} passed ({share:.1} % abated{}).",
+                "A {} {} report ({}, sequence {}) for {} was in force at {} {interval}; of the {} requests it matched there, {}.",
                 if v.own { "issued" } else { "received" },
                 v.report_type.to_uppercase(),
                 v.asks(),
@@ -466,17 +466,7 @@ impl Log {
                 v.target,
                 self.agent,
                 c.matched,
-                c.throttled,
-                c.diverted,
-                c.passed,
-                if c.delegated > 0 {
-                    format!(
-                        "; {} delegated to clients that abate themselves",
-                        c.delegated
-                    )
-                } else {
-                    String::new()
-                },
+                treated(c, share),
             )
         };
         let mut cannot_show = vec![
@@ -563,11 +553,21 @@ fn issued_claim(
         )
     };
     format!(
-        "{agent} issued a {} report for {} (sequence {}, {asks}){why}, in force {interval}; {sent}, and of the {} requests it matched at this agent, {} were throttled, {} diverted and {} passed ({share:.1} % abated{}).",
+        "{agent} issued a {} report for {} (sequence {}, {asks}){why}, in force {interval}; {sent}, and of the {} requests it matched at this agent, {}.",
         v.report_type.to_uppercase(),
         v.target,
         v.sequence,
         c.matched,
+        treated(c, share),
+    )
+}
+
+/// What was done with the matched requests of `c`, `share` percent of
+/// them abated: `9 were throttled, 0 diverted and 6 passed (60.0 %
+/// abated)`.
+fn treated(c: Counters, share: f64) -> String {
+    format!(
+        "{} were throttled, {} diverted and {} passed ({share:.1} % abated{})",
         c.throttled,
         c.diverted,
         c.passed,
