@@ -5,8 +5,10 @@
 //!
 //! Who feeds it, never waiting: each worker at its control tick sends the
 //! records its core kept since the last tick (received reports, OCS version
-//! events: [`doic::audit::Audit::take_new`]); the control thread sends the
-//! agent's own peer reports as it issues them and, once a second, the
+//! events: [`doic::audit::Audit::take_new`]; the REALM reports it made:
+//! [`doic::audit::Audit::take_issued`]); the control thread sends the
+//! agent's own peer reports and the HOST reports on behalf of protected
+//! servers as it issues them and, once a second, the
 //! agent-wide counts and each version's counts from the workers'
 //! snapshots. Nothing is added to the request path: the counts are the
 //! counters the cores already keep. All go over one bounded crossbeam feed
@@ -287,6 +289,9 @@ pub(crate) fn feed_worker(log: &AuditLog, worker: usize, audit: &mut doic::audit
     for r in &reports {
         log.send(r.at, Record::Report(ReportEntry::of(worker, r)));
     }
+    for i in audit.take_issued() {
+        log.send(i.at, Record::Issued(i.entry));
+    }
     for v in &versions {
         log.send(
             v.at,
@@ -350,10 +355,45 @@ pub(crate) fn feed_issued<'a>(
                 loss_percent,
                 max_rate,
                 validity: r.report.validity.as_secs_f64(),
-                inputs: inputs.clone(),
+                target: None,
+                app_ids: Vec::new(),
+                inputs: Some(inputs.clone()),
+                server: None,
+                realm: None,
             }),
         );
     }
+}
+
+/// Feeds a version of the HOST report issued on behalf of the protected
+/// `server` for `app_ids` at `now` (control thread, when a version is
+/// made: issued, renewed, changed, ended), with the decision's inputs.
+pub(crate) fn feed_behalf(
+    log: &AuditLog,
+    now: Instant,
+    (server, app_ids): (&str, Vec<u32>),
+    r: &doic::protect::BehalfReport,
+    inputs: doic::audit::record::ServerInputs,
+) {
+    use doic::audit::record::{IssuedEntry, abatement_fields};
+    let (loss_percent, max_rate) = abatement_fields(r.report.abatement);
+    log.send(
+        now,
+        Record::Issued(IssuedEntry {
+            report_type: "host".into(),
+            to: "*".into(),
+            sequence: r.report.sequence,
+            // The loss clients' percentage of the same version.
+            loss_percent: loss_percent.or(Some(r.loss_percent)),
+            max_rate,
+            validity: r.report.validity.as_secs_f64(),
+            target: Some(server.to_owned()),
+            app_ids,
+            inputs: None,
+            server: Some(inputs),
+            realm: None,
+        }),
+    );
 }
 
 #[cfg(test)]

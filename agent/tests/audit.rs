@@ -8,24 +8,17 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent::agent::Agent;
-use clap::Parser as _;
 use diameter::codec::doic::ReportType;
 use diameter::dictionary::doic::OLR_DEFAULT_ALGO;
 use doic::audit::query::Log;
+use support::audit_log::{ask, audit, fresh_dir, log_when};
 use support::*;
-use tools::cli::{Cli, Command};
 
 const S1: &str = "server1.example.net";
-
-fn fresh_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("doic-audit-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
 
 /// An agent with two workers, `[doic]` with a 4 s ramp, the audit log in
 /// `dir` flushed every 100 ms, in front of `s1` (trusted).
@@ -34,39 +27,6 @@ async fn agent_logging(s1: &Reporter, dir: &Path) -> Agent {
     config.audit.dir = Some(dir.to_owned());
     config.audit.flush_ms = 100;
     start_agent(config, 1).await
-}
-
-/// `doic-agent audit --dir DIR ARGS...` as the binary runs it.
-fn audit(dir: &Path, args: &[&str]) -> tools::audit::Output {
-    ask(&["--dir", dir.to_str().unwrap()], args).unwrap()
-}
-
-/// `doic-agent audit SOURCE... ARGS...` as the binary runs it.
-fn ask(source: &[&str], args: &[&str]) -> Result<tools::audit::Output, tools::audit::AuditError> {
-    let argv = ["doic-agent", "audit"]
-        .into_iter()
-        .chain(source.iter().copied())
-        .chain(args.iter().copied());
-    let Some(Command::Audit(a)) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not an audit command")
-    };
-    tools::audit::run(&a)
-}
-
-/// The log of `dir` once `done` holds of it (the writer flushes every
-/// 100 ms; the control thread writes each second's counts).
-async fn log_when(dir: &Path, done: impl Fn(&Log) -> bool) -> Log {
-    let t0 = Instant::now();
-    loop {
-        let (lines, bad) = agent::audit::read::read_dir(dir).unwrap();
-        assert!(bad.is_empty(), "{bad:?}");
-        let log = Log::read(&lines);
-        if done(&log) {
-            return log;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20), "{log:#?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn totals(log: &Log) -> doic::audit::Totals {

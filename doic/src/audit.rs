@@ -240,6 +240,21 @@ pub struct VersionRecord {
     /// The DOIC clients that were sent the version this event closes
     /// (sorted).
     pub delegated: Vec<String>,
+    /// The DOIC clients that were sent the version this event closes and
+    /// that the agent still holds to it (sorted; the HOST reports on a
+    /// server's behalf, RFC 7683 §5.1.3).
+    pub sent_to: Vec<String>,
+}
+
+/// A report the agent issued (a HOST report on a server's behalf made by
+/// the control path, a REALM report made by a core), as the durable log
+/// records it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IssuedRecord {
+    /// When it was issued.
+    pub at: Instant,
+    /// The record.
+    pub entry: record::IssuedEntry,
 }
 
 /// Agent-wide treatment totals.
@@ -280,6 +295,9 @@ pub struct Audit {
     cap: usize,
     reports: VecDeque<ReportRecord>,
     versions: VecDeque<VersionRecord>,
+    /// Reports issued by this core (its REALM versions) not yet taken by
+    /// [`Audit::take_issued`]: at most `cap`, older ones dropped.
+    issued: VecDeque<IssuedRecord>,
     /// Records evicted because the trail was full.
     pub dropped: u64,
     /// Agent-wide totals.
@@ -300,6 +318,7 @@ impl Audit {
             cap: cap.max(1),
             reports: VecDeque::new(),
             versions: VecDeque::new(),
+            issued: VecDeque::new(),
             dropped: 0,
             totals: Totals::default(),
             pushed: (0, 0),
@@ -349,6 +368,21 @@ impl Audit {
         }
         self.versions.push_back(v);
         self.pushed.1 += 1;
+    }
+
+    /// Records a report this core issued (a version it made, once).
+    pub fn issued(&mut self, r: IssuedRecord) {
+        if self.issued.len() == self.cap {
+            self.issued.pop_front();
+            self.dropped += 1;
+        }
+        self.issued.push_back(r);
+    }
+
+    /// The issued reports recorded since the last call, oldest first
+    /// (for the durable log, at the worker's tick).
+    pub fn take_issued(&mut self) -> Vec<IssuedRecord> {
+        self.issued.drain(..).collect()
     }
 
     /// The records kept since the last call, oldest first: what the durable
@@ -473,6 +507,7 @@ mod tests {
                 validity: Duration::ZERO,
                 closed_counts: Counters::default(),
                 delegated: Vec::new(),
+                sent_to: Vec::new(),
             });
             if seq == 1 {
                 assert_eq!(a.take_new().1.len(), 2, "both kept so far");

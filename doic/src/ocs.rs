@@ -89,6 +89,10 @@ pub struct Ocs {
     pub own: bool,
     bucket: Option<RateControl>,
     delivered: HashSet<String>,
+    /// Clients sent this version that the agent still holds to it (its own
+    /// HOST reports on a server's behalf): named in the audit, never
+    /// delegated.
+    sent: HashSet<String>,
     /// Requests bound for this peer seen by the host/realm step (peer OCS only).
     seen_first_step: u64,
     /// Of those, throttled by the host/realm step.
@@ -108,6 +112,11 @@ impl Ocs {
             closed_counts: closed,
             delegated: {
                 let mut d: Vec<String> = self.delivered.iter().cloned().collect();
+                d.sort();
+                d
+            },
+            sent_to: {
+                let mut d: Vec<String> = self.sent.iter().cloned().collect();
                 d.sort();
                 d
             },
@@ -235,6 +244,15 @@ impl Ocs {
     #[must_use]
     pub fn delivered_to(&self, client: &str) -> bool {
         self.delivered.contains(client)
+    }
+
+    /// Remembers that `client` was sent this version of the agent's own
+    /// report and is still held to it by the agent (bounded as
+    /// [`Self::mark_delivered`]; for the audit only).
+    pub fn mark_sent(&mut self, client: &str) {
+        if self.sent.len() < MAX_DELIVERED && !self.sent.contains(client) {
+            self.sent.insert(client.to_owned());
+        }
     }
 
     /// Remembers that `client` was sent this version (bounded; past the bound

@@ -46,7 +46,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::report::{Abatement, Report, ReportType};
-use crate::audit::{Audit, Counters, OcsEvent, VersionRecord};
+use crate::audit::record::{IssuedEntry, RealmInputs};
+use crate::audit::{Audit, Counters, IssuedRecord, OcsEvent, VersionRecord};
 use crate::ocs::OcsKey;
 
 pub mod board;
@@ -211,6 +212,7 @@ impl RealmState {
             },
             closed_counts: std::mem::take(&mut self.counts),
             delegated,
+            sent_to: Vec::new(),
         });
     }
 }
@@ -421,6 +423,19 @@ impl RealmSynth {
                 sequence = v.sequence,
                 "own realm report"
             );
+            // The version is this core's: its record, once for the agent.
+            audit.issued(issued_record(
+                &v,
+                (app_id, realm),
+                self.validity,
+                RealmInputs {
+                    servers: st.servers.clone(),
+                    limits: demand.map(|d| mean * d),
+                    demand,
+                    capacity_share: mean,
+                    shortage_percent: percent,
+                },
+            ));
             if self.replicate
                 && let Some(r) = st.replica(app_id, realm, None)
             {
@@ -534,6 +549,36 @@ impl RealmSynth {
     }
 }
 
+/// The audit record of the version `v` of the realm report for (`app_id`,
+/// `realm`) issued with `inputs` (RFC 7683 §5.1.3, seed 002).
+fn issued_record(
+    v: &RealmVersion,
+    (app_id, realm): (u32, &str),
+    validity: Duration,
+    inputs: RealmInputs,
+) -> IssuedRecord {
+    IssuedRecord {
+        at: v.at,
+        entry: IssuedEntry {
+            report_type: "realm".into(),
+            to: "*".into(),
+            sequence: v.sequence,
+            loss_percent: Some(v.percent),
+            max_rate: None,
+            validity: if v.percent == 0 {
+                0.0
+            } else {
+                validity.as_secs_f64()
+            },
+            target: Some(realm.to_owned()),
+            app_ids: vec![app_id],
+            inputs: None,
+            server: None,
+            realm: Some(inputs),
+        },
+    }
+}
+
 /// The mean capacity of `servers` in fair shares of `demand` (requests/s),
 /// each at most `headroom`, and whether a rate was weighed against the
 /// demand; `None` when a server has a rate and the demand is not known yet.
@@ -607,6 +652,28 @@ mod tests {
         let end = r.report(t0, 1, "realm").unwrap();
         assert!(end.validity.is_zero());
         assert_eq!(end.sequence, 1002);
+        // Each version issued is recorded once, with the estimate's inputs.
+        let issued: Vec<_> = a.take_issued().into_iter().map(|i| i.entry).collect();
+        let seen: Vec<_> = issued
+            .iter()
+            .map(|e| {
+                (
+                    e.sequence,
+                    e.loss_percent,
+                    e.validity,
+                    e.realm.as_ref().unwrap().shortage_percent,
+                )
+            })
+            .collect();
+        assert_eq!(seen, [(1001, Some(20), 30.0, 20), (1002, Some(0), 0.0, 0)]);
+        let first = issued[0].realm.as_ref().unwrap();
+        assert_eq!(first.servers, servers);
+        assert!((first.capacity_share - 0.8).abs() < 1e-9, "{first:?}");
+        assert_eq!(
+            (issued[0].target.as_deref(), &issued[0].app_ids[..]),
+            (Some("realm"), &[1][..])
+        );
+        assert!(a.take_issued().is_empty(), "taken once");
         assert!(r.report(t0 + Duration::from_secs(31), 1, "realm").is_none());
     }
 }

@@ -239,19 +239,29 @@ pub fn timeline_text(log: &Log) -> String {
         }
     }
     for (t, i) in &log.issued {
-        let _ = writeln!(
-            s,
-            "{t}  issued: {} report #{} to {}: {} (capacity {}/s, offered {:.0}/s, validity {} s)",
-            i.report_type,
-            i.sequence,
-            i.to,
-            abatement(i.loss_percent, i.max_rate),
-            i.inputs.capacity,
-            i.inputs.offered,
-            i.validity
-        );
+        let _ = writeln!(s, "{t}  issued: {}", issued_text(i));
     }
     s
+}
+
+/// An issued report and why: `host report #S for T to *: 120/s (10 %),
+/// validity 10 s, from ...`.
+fn issued_text(i: &doic::audit::record::IssuedEntry) -> String {
+    let what = match (i.max_rate, i.loss_percent) {
+        (Some(r), Some(p)) if i.report_type == "host" => format!("{r}/s ({p} % to loss clients)"),
+        (r, p) => abatement(p, r),
+    };
+    format!(
+        "{} report #{}{} to {}: {what}, validity {} s, {}",
+        i.report_type,
+        i.sequence,
+        i.target
+            .as_deref()
+            .map_or_else(String::new, |t| format!(" for {t}")),
+        i.to,
+        i.validity,
+        i.why()
+    )
 }
 
 /// What was in force at a moment.
@@ -262,7 +272,14 @@ pub fn at_text(at: &AtView) -> String {
         s += "  no OCS in force\n";
     }
     for (phase, v) in &at.ocs {
-        let _ = writeln!(s, "  {} ({phase}, since {}): {}", name(v), v.from, v.asks());
+        let _ = writeln!(
+            s,
+            "  {}{} ({phase}, since {}): {}",
+            name(v),
+            if v.own { " (issued)" } else { "" },
+            v.from,
+            v.asks()
+        );
     }
     s
 }
@@ -287,7 +304,23 @@ pub fn explain_text(e: &Explain) -> String {
                     .map_or_else(|| "default".into(), |d| d.to_string())
             );
         }
-        None if v.own => s += "issued by this agent\n",
+        None if v.own && e.issued.is_empty() => {
+            s += "issued by this agent (no record of its issue in the log)\n";
+        }
+        None if v.own => {
+            for (t, i) in &e.issued {
+                let _ = writeln!(s, "issued {t}: {}", issued_text(i));
+            }
+            let _ = writeln!(
+                s,
+                "   sent to: {}",
+                if e.sent_to.is_empty() {
+                    "no client".into()
+                } else {
+                    e.sent_to.join(", ")
+                }
+            );
+        }
         None => s += "no received report in the log\n",
     }
     let _ = writeln!(

@@ -247,6 +247,11 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                 );
             }
             log_version(&slot.host, r, &s.est);
+            if let Some(log) = ov.audit_log() {
+                let apps = s.apps.iter().copied().collect();
+                let inputs = server_inputs(&s.est, limit, outstanding);
+                crate::audit::feed_behalf(log, now, (&slot.host, apps), r, inputs);
+            }
         }
         changed |= versioned || (new_app && s.behalf.current().is_some());
         s.view.native = s.est.is_native();
@@ -308,6 +313,24 @@ fn measure_demands(
         }
     }
     out
+}
+
+/// The inputs of a version made for a server (its audit record).
+fn server_inputs(
+    est: &Estimator,
+    limit: Option<u32>,
+    outstanding: u64,
+) -> doic::audit::record::ServerInputs {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let m = est.measures();
+    doic::audit::record::ServerInputs {
+        limit,
+        baseline_ms: est.baseline().map(ms),
+        latency_ms: m.latency.map(ms),
+        outstanding,
+        offered: m.offered_rate,
+        answered: m.answered_rate,
+    }
 }
 
 fn log_version(server: &str, r: &BehalfReport, est: &Estimator) {

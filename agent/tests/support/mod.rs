@@ -3,6 +3,7 @@
 //!
 //! | module | what it does |
 //! | --- | --- |
+//! | [`audit_log`] | the audit log read back: a fresh directory, the log once a condition holds, `doic-agent audit` as the binary runs it |
 //! | [`node`] | the agent in front of loopback servers: its configuration, starting it on pinned workers or on the test's runtime (where a paused clock drives its timers), waiting for its peers, its metrics, stopping it |
 //! | [`messages`] | test requests as a client sends them, reading answers, Result-Codes |
 //! | [`reporting`] | a scripted DOIC reporting server and request/answer exchanges through the agent |
@@ -24,6 +25,7 @@
     reason = "each test binary uses its own part of the helpers"
 )]
 
+pub mod audit_log;
 pub mod capture;
 pub mod handmade;
 pub mod messages;

@@ -60,8 +60,11 @@ pub struct Version {
     /// Whether every worker that held it closed its counts (otherwise the
     /// counts are those of the last second recorded, or partial).
     pub counts_closed: bool,
-    /// The clients that were sent it.
+    /// The clients that were sent it and abate it themselves.
     pub delegated: BTreeSet<String>,
+    /// The clients that were sent it and that the agent still held to it
+    /// (its HOST reports on a server's behalf).
+    pub sent_to: BTreeSet<String>,
     /// The workers that held it.
     pub workers: BTreeSet<usize>,
     #[serde(skip)]
@@ -152,6 +155,13 @@ pub struct Explain {
     pub version: Version,
     /// The report that made it, as received (none for the agent's own).
     pub requested: Option<(String, ReportEntry)>,
+    /// For the agent's own version: the records of its issue, with the
+    /// decision's inputs (one per version; several when the version was
+    /// made for several applications).
+    pub issued: Vec<(String, IssuedEntry)>,
+    /// For the agent's own version: the clients it was sent to (those that
+    /// abate it themselves and those it still held to it), sorted.
+    pub sent_to: Vec<String>,
     /// Reports for the same OCS while it was in force that changed nothing.
     pub ignored: Vec<Ignored>,
     /// Agent-wide counts over its interval (whole seconds it overlaps):
@@ -249,6 +259,7 @@ impl Log {
                                 v.split.add(&e.split);
                             }
                             v.delegated.extend(e.delegated.iter().cloned());
+                            v.sent_to.extend(e.sent_to.iter().cloned());
                         }
                     };
                     match e.event.as_str() {
@@ -419,32 +430,48 @@ impl Log {
         } else {
             abated as f64 / c.matched as f64 * 100.0
         };
-        let claim = format!(
-            "A {} {} report ({}, sequence {}) for {} was in force at {} {interval}; of the {} requests it matched there, {} were throttled, {} diverted and {} passed ({share:.1} % abated{}).",
-            if v.own { "issued" } else { "received" },
-            v.report_type.to_uppercase(),
-            v.asks(),
-            v.sequence,
-            v.target,
-            self.agent,
-            c.matched,
-            c.throttled,
-            c.diverted,
-            c.passed,
-            if c.delegated > 0 {
-                format!(
-                    "; {} delegated to clients that abate themselves",
-                    c.delegated
-                )
-            } else {
-                String::new()
-            },
-        );
+        let issued: Vec<(String, IssuedEntry)> = self
+            .issued
+            .iter()
+            .filter(|(_, i)| {
+                v.own
+                    && i.sequence == v.sequence
+                    && i.report_type == v.report_type
+                    && i.target.as_deref() == Some(v.target.as_str())
+            })
+            .cloned()
+            .collect();
+        let sent_to: Vec<String> = v.delegated.union(&v.sent_to).cloned().collect();
+        let claim = if v.own {
+            issued_claim(&self.agent, v, &issued, &sent_to, &interval, share)
+        } else {
+            format!(
+                "A {} {} report ({}, sequence {}) for {} was in force at {} {interval}; of the {} requests it matched there, {}.",
+                if v.own { "issued" } else { "received" },
+                v.report_type.to_uppercase(),
+                v.asks(),
+                v.sequence,
+                v.target,
+                self.agent,
+                c.matched,
+                treated(c, share),
+            )
+        };
         let mut cannot_show = vec![
             format!("arrivals at {} from other paths than this agent", v.target),
             "the application outcome: retries, completed transactions, user impact".into(),
             "whether traffic was zero: only what this agent did with the requests it saw".into(),
         ];
+        if v.own {
+            cannot_show.push(format!(
+                "whether the clients sent it abated at the source: only the requests this agent saw from them afterwards (the counts above){}",
+                if issued.is_empty() {
+                    "; the record of its issue is not in the log"
+                } else {
+                    ""
+                }
+            ));
+        }
         if !v.delegated.is_empty() {
             cannot_show.push(format!(
                 "how much the delegated clients ({}) abated at the source",
@@ -473,6 +500,8 @@ impl Log {
         Explain {
             version: v.clone(),
             requested,
+            issued,
+            sent_to,
             ignored,
             agent_wide: wide,
             agent_wide_split: wide_split,
@@ -482,169 +511,64 @@ impl Log {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::audit::Totals;
-    use crate::audit::record::{OcsCount, StartEntry, VersionEntry};
-
-    const T0: u64 = 1_796_152_692_000;
-
-    fn version(worker: usize, t: u64, event: &str, seq: u64, counts: Counters) -> Line {
-        Line::new(
-            "agent.example",
-            T0 + t,
-            Record::Version(VersionEntry {
-                worker,
-                app_id: 4,
-                report_type: "host".into(),
-                target: "s1".into(),
-                own: false,
-                event: event.into(),
-                sequence: seq,
-                loss_percent: Some(if seq == 1 { 50 } else { 80 }),
-                max_rate: None,
-                validity: if event == "ended" { 0.0 } else { 60.0 },
-                counts,
-                split: Spread {
-                    throttled_by: [("5012".to_owned(), counts.throttled)]
-                        .into_iter()
-                        .filter(|(_, n)| *n > 0)
-                        .collect(),
-                    ..Spread::default()
-                },
-                delegated: Vec::new(),
-            }),
+/// The one sentence of an issued version: what the agent decided and why,
+/// to whom it went, what it did itself.
+fn issued_claim(
+    agent: &str,
+    v: &Version,
+    issued: &[(String, IssuedEntry)],
+    sent_to: &[String],
+    interval: &str,
+    share: f64,
+) -> String {
+    let c = v.counts;
+    let asks = if v.validity == 0.0 {
+        "end (validity 0)".to_owned()
+    } else {
+        v.asks()
+    };
+    let why = issued
+        .first()
+        .map_or_else(String::new, |(t, i)| format!(", decided {t} {}", i.why()));
+    let sent = if sent_to.is_empty() {
+        "it was sent to no client".to_owned()
+    } else {
+        format!(
+            "it was sent to {} client{} ({})",
+            sent_to.len(),
+            if sent_to.len() == 1 { "" } else { "s" },
+            sent_to.join(", ")
         )
-    }
-
-    fn c(matched: u64, throttled: u64) -> Counters {
-        Counters {
-            matched,
-            passed: matched - throttled,
-            throttled,
-            ..Counters::default()
-        }
-    }
-
-    #[test]
-    fn workers_merge_updates_close_the_previous_version_and_removal_the_ending() {
-        let lines = [
-            version(0, 0, "created", 1, Counters::default()),
-            version(1, 5, "created", 1, Counters::default()),
-            version(0, 1000, "updated", 2, c(10, 5)),
-            version(1, 1003, "updated", 2, c(4, 2)),
-            version(0, 2000, "ended", 3, c(10, 8)),
-            version(1, 2001, "ended", 3, c(5, 4)),
-            version(0, 3000, "removed", 3, c(3, 1)),
-            version(1, 3000, "removed", 3, c(2, 0)),
-        ];
-        let log = Log::read(&lines);
-        assert_eq!(log.versions.len(), 3);
-        let v1 = &log.versions[0];
-        assert_eq!((v1.sequence, v1.counts), (1, c(14, 7)));
-        assert_eq!(
-            v1.split.throttled_by,
-            [("5012".to_owned(), 7)].into(),
-            "the split summed as the counts"
-        );
-        assert_eq!(v1.until_by.as_deref(), Some("updated"));
-        assert_eq!(v1.until.as_deref(), Some(rfc3339(T0 + 1000).as_str()));
-        assert!(v1.counts_closed);
-        assert_eq!(log.versions[1].counts, c(15, 12));
-        assert_eq!(log.versions[2].counts, c(5, 1));
-        assert_eq!(
-            log.versions[2].removed.as_deref(),
-            Some(rfc3339(T0 + 3000).as_str())
-        );
-        let at = log.at(T0 + 1500);
-        assert_eq!(at.ocs.len(), 1);
-        assert_eq!((at.ocs[0].0.as_str(), at.ocs[0].1.sequence), ("active", 2));
-        assert_eq!(log.at(T0 + 2500).ocs[0].0, "ending");
-        assert!(log.at(T0 + 3000).ocs.is_empty());
-        let e = log.explain(&log.versions[1]);
-        assert!(e.claim.contains("80 % reduction"), "{}", e.claim);
-        assert!(
-            e.claim
-                .contains("15 requests it matched there, 12 were throttled")
-        );
-    }
-
-    #[test]
-    fn a_split_reads_back_through_its_line() {
-        let line = version(0, 0, "updated", 2, c(10, 4));
-        let text = serde_json::to_string(&line).unwrap();
-        assert!(
-            text.contains(r#""split":{"throttled_by":{"5012":4}}"#),
-            "{text}"
-        );
-        assert_eq!(serde_json::from_str::<Line>(&text).unwrap(), line);
-    }
-
-    #[test]
-    fn a_gap_is_read_and_narrows_the_explanation_of_what_it_overlaps() {
-        let gap = GapEntry {
-            report: 5,
-            second: 2,
-            ..GapEntry::default()
-        };
-        let lines = [
-            version(0, 0, "created", 1, Counters::default()),
-            Line::new("agent.example", T0 + 500, Record::Gap(gap)),
-            version(0, 1000, "removed", 1, c(4, 2)),
-        ];
-        let log = Log::read(&lines);
-        assert_eq!(log.gaps, [(rfc3339(T0 + 500), gap)]);
-        let e = log.explain(&log.versions[0]);
-        assert!(
-            e.cannot_show
-                .iter()
-                .any(|s| s.starts_with("7 records lost")),
-            "{:?}",
-            e.cannot_show
-        );
-        assert!(log.timeline(Some(T0 + 600), None).gaps.is_empty());
-    }
-
-    #[test]
-    fn a_restart_ends_what_was_in_force_and_the_log_reads_on() {
-        let mut lines = vec![version(0, 0, "created", 1, Counters::default())];
-        lines.push(Line::new(
-            "agent.example",
-            T0 + 900,
-            Record::Second(SecondEntry {
-                totals: Totals::default(),
-                split: Spread::default(),
-                ocs: vec![OcsCount {
-                    app_id: 4,
-                    report_type: "host".into(),
-                    target: "s1".into(),
-                    sequence: 1,
-                    counts: c(6, 3),
-                    split: Spread::default(),
-                }],
-            }),
-        ));
-        lines.push(Line::new(
-            "agent.example",
-            T0 + 1000,
-            Record::Start(StartEntry { workers: 2 }),
-        ));
-        lines.push(version(0, 2000, "created", 2, Counters::default()));
-        let log = Log::read(&lines);
-        assert_eq!(log.starts.len(), 1);
-        let v1 = &log.versions[0];
-        assert_eq!(v1.until_by.as_deref(), Some("restart"));
-        assert_eq!(v1.counts, c(6, 3), "the last second's counts");
-        assert!(!v1.counts_closed);
-        assert!(
-            log.explain(v1)
-                .cannot_show
-                .iter()
-                .any(|s| s.contains("not closed"))
-        );
-        assert_eq!(log.at(T0 + 1500).ocs.len(), 0);
-        assert_eq!(log.at(T0 + 2500).ocs[0].1.sequence, 2);
-        assert_eq!(log.timeline(Some(T0 + 1500), None).versions.len(), 1);
-    }
+    };
+    format!(
+        "{agent} issued a {} report for {} (sequence {}, {asks}){why}, in force {interval}; {sent}, and of the {} requests it matched at this agent, {}.",
+        v.report_type.to_uppercase(),
+        v.target,
+        v.sequence,
+        c.matched,
+        treated(c, share),
+    )
 }
+
+/// What was done with the matched requests of `c`, `share` percent of
+/// them abated: `9 were throttled, 0 diverted and 6 passed (60.0 %
+/// abated)`.
+fn treated(c: Counters, share: f64) -> String {
+    format!(
+        "{} were throttled, {} diverted and {} passed ({share:.1} % abated{})",
+        c.throttled,
+        c.diverted,
+        c.passed,
+        if c.delegated > 0 {
+            format!(
+                "; {} delegated to clients that abate themselves",
+                c.delegated
+            )
+        } else {
+            String::new()
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -159,26 +159,55 @@ pub struct VersionEntry {
     /// (they abate it themselves: delegated, RFC 7683 §5.2.3).
     #[serde(default)]
     pub delegated: Vec<String>,
+    /// The DOIC clients that were sent the version the event closes and
+    /// that the agent still holds to it (the HOST reports on a server's
+    /// behalf, docs/protect.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sent_to: Vec<String>,
 }
 
-/// A report the agent issued itself, with its decision's inputs.
+/// A report the agent issued itself, with its decision's inputs: its own
+/// PEER reports (RFC 8581 §6.2.4), the HOST reports on behalf of servers
+/// without DOIC (RFC 7683 §5.1.3), its REALM reports (RFC 7683 §5.1.3,
+/// seed 002). One record per version: issued, renewed with a new validity,
+/// changed, or ended (validity 0, §5.2.3).
+///
+/// The fields after `validity` came with the HOST and REALM records: a
+/// line without them (an older PEER record) reads with them absent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IssuedEntry {
-    /// `peer` (its own overload, RFC 8581 §6.2.4).
+    /// `peer`, `host` or `realm`.
     pub report_type: String,
-    /// The client it is for; `*` for the loss report to every client
-    /// without the rate algorithm.
+    /// Who it is for: the client of a PEER report; `*` for the loss report
+    /// to every client without the rate algorithm, and for a HOST or REALM
+    /// report (every authorised DOIC client whose answers it goes in: who
+    /// was sent it is in the `version` records, `sent_to` and `delegated`).
     pub to: String,
     /// OC-Sequence-Number.
     pub sequence: u64,
     /// OC-Reduction-Percentage (loss).
     pub loss_percent: Option<u32>,
-    /// OC-Maximum-Rate (rate): the client's allocation.
+    /// OC-Maximum-Rate (rate): the client's allocation, or the server's
+    /// limit.
     pub max_rate: Option<u32>,
     /// OC-Validity-Duration in seconds (0: the end of the condition).
     pub validity: f64,
-    /// The decision's inputs.
-    pub inputs: IssuedInputs,
+    /// What it is about: the protected server (HOST), the realm (REALM);
+    /// absent for the agent's own PEER reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The Application-IDs it is made for (HOST, REALM).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub app_ids: Vec<u32>,
+    /// The inputs of a PEER report: the agent's own load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<IssuedInputs>,
+    /// The inputs of a HOST report on a server's behalf.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerInputs>,
+    /// The inputs of a REALM report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realm: Option<RealmInputs>,
 }
 
 /// What the agent measured when it issued its own report.
@@ -194,6 +223,43 @@ pub struct IssuedInputs {
     pub queue_delay_ms: f64,
     /// Requests pending at upstream servers.
     pub pending: u64,
+}
+
+/// What the agent measured of a protected server when it issued a HOST
+/// report on its behalf (docs/protect.md).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerInputs {
+    /// Its estimated limit, requests per second (absent: lifted, the end).
+    pub limit: Option<u32>,
+    /// Its unloaded latency as estimated, in milliseconds.
+    pub baseline_ms: Option<f64>,
+    /// The mean latency of its last tick's answers, in milliseconds.
+    pub latency_ms: Option<f64>,
+    /// Requests sent to it and not answered.
+    pub outstanding: u64,
+    /// Requests offered toward it per second (relayed and throttled).
+    pub offered: f64,
+    /// Its answers other than 3004 per second.
+    pub answered: f64,
+}
+
+/// What the agent estimated of a realm when it issued a REALM report
+/// (seed 002, `doic::realm`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RealmInputs {
+    /// The realm's servers.
+    pub servers: Vec<String>,
+    /// Their summed capacity as the estimate counts it (limits, shares of
+    /// loss reports, headroom), requests per second; absent when no
+    /// demand was measured.
+    pub limits: Option<f64>,
+    /// The realm's demand at the agent, requests per second (all cores,
+    /// with what the clients sent the report abate added back).
+    pub demand: Option<f64>,
+    /// The mean capacity in fair shares of the demand (below 1: short).
+    pub capacity_share: f64,
+    /// The shortage, percent: the reduction asked for (0: the end).
+    pub shortage_percent: u32,
 }
 
 /// One second of counts.
@@ -314,6 +380,44 @@ impl ReportEntry {
     }
 }
 
+impl IssuedEntry {
+    /// Why it was issued, in words: its decision's inputs.
+    #[must_use]
+    pub fn why(&self) -> String {
+        let ms = |d: Option<f64>| d.map_or_else(|| "-".into(), |d| format!("{d:.1} ms"));
+        if let Some(s) = &self.server {
+            let limit = s
+                .limit
+                .map_or_else(|| "lifted".into(), |l| format!("{l} requests/s"));
+            format!(
+                "from the server's limit {limit}, {:.0} requests/s offered toward it, {:.0} answered, latency {} against a baseline of {}, {} outstanding",
+                s.offered,
+                s.answered,
+                ms(s.latency_ms),
+                ms(s.baseline_ms),
+                s.outstanding
+            )
+        } else if let Some(r) = &self.realm {
+            let rate = |x: Option<f64>| x.map_or_else(|| "-".into(), |x| format!("{x:.0}"));
+            format!(
+                "from the realm's servers ({}) taking {} of {} requests/s demanded ({:.2} of their fair shares), short by {} %",
+                r.servers.join(", "),
+                rate(r.limits),
+                rate(r.demand),
+                r.capacity_share,
+                r.shortage_percent
+            )
+        } else if let Some(i) = &self.inputs {
+            format!(
+                "from the agent's capacity {} requests/s, {:.0} requests/s offered, utilisation {:.2}, queue delay {:.1} ms, {} pending",
+                i.capacity, i.offered, i.utilisation, i.queue_delay_ms, i.pending
+            )
+        } else {
+            "(no inputs recorded)".into()
+        }
+    }
+}
+
 impl VersionEntry {
     /// The record of a version event on `worker`, whose diverted slots
     /// name `peers` ([`super::Audit::peers`]).
@@ -334,6 +438,7 @@ impl VersionEntry {
             counts: v.closed_counts,
             split: v.closed_counts.split.named(peers),
             delegated: v.delegated.clone(),
+            sent_to: v.sent_to.clone(),
         }
     }
 }
@@ -473,5 +578,103 @@ mod tests {
             r#"{"v":1,"time":"1970-01-01T00:00:00.000Z","agent":"agent.example","kind":"start","workers":2}"#
         );
         assert_eq!(serde_json::from_str::<Line>(&s).unwrap(), l);
+    }
+
+    /// A PEER record as schema 1 wrote it before the HOST and REALM ones.
+    const OLD_ISSUED: &str = r#"{"v":1,"time":"2026-12-01T19:18:12.345Z","agent":"a","kind":"issued","report_type":"peer","to":"c1","sequence":5,"loss_percent":null,"max_rate":100,"validity":30.0,"inputs":{"capacity":200,"offered":350.0,"utilisation":0.9,"queue_delay_ms":2.5,"pending":4}}"#;
+
+    #[test]
+    fn an_old_issued_line_reads_with_the_new_fields_absent_and_writes_back_the_same() {
+        let l: Line = serde_json::from_str(OLD_ISSUED).unwrap();
+        let Record::Issued(i) = &l.record else {
+            panic!("{l:?}")
+        };
+        assert_eq!((i.report_type.as_str(), i.sequence), ("peer", 5));
+        assert_eq!(i.inputs.as_ref().map(|x| x.capacity), Some(200));
+        assert_eq!((&i.target, &i.app_ids), (&None, &Vec::new()));
+        assert_eq!((&i.server, &i.realm), (&None, &None));
+        assert_eq!(serde_json::to_string(&l).unwrap(), OLD_ISSUED);
+        assert!(i.why().contains("capacity 200 requests/s"), "{}", i.why());
+    }
+
+    #[test]
+    fn host_and_realm_records_carry_their_own_inputs_and_read_back() {
+        let host = IssuedEntry {
+            report_type: "host".into(),
+            to: "*".into(),
+            sequence: 1_796_152_692_345,
+            loss_percent: Some(67),
+            max_rate: Some(200),
+            validity: 10.0,
+            target: Some("s1".into()),
+            app_ids: vec![4],
+            inputs: None,
+            server: Some(ServerInputs {
+                limit: Some(200),
+                baseline_ms: Some(1.5),
+                latency_ms: Some(40.0),
+                outstanding: 12,
+                offered: 600.0,
+                answered: 198.0,
+            }),
+            realm: None,
+        };
+        let realm = IssuedEntry {
+            report_type: "realm".into(),
+            loss_percent: Some(67),
+            max_rate: None,
+            validity: 30.0,
+            target: Some("example.net".into()),
+            server: None,
+            realm: Some(RealmInputs {
+                servers: vec!["s1".into(), "s2".into()],
+                limits: Some(400.0),
+                demand: Some(1200.0),
+                capacity_share: 0.333,
+                shortage_percent: 67,
+            }),
+            ..host.clone()
+        };
+        for (e, has, lacks, why) in [
+            (
+                &host,
+                r#""server":{"limit":200"#,
+                "realm",
+                "limit 200 requests/s, 600 requests/s offered",
+            ),
+            (
+                &realm,
+                r#""realm":{"servers":["s1","s2"]"#,
+                "\"server\"",
+                "taking 400 of 1200 requests/s demanded",
+            ),
+        ] {
+            let l = Line::new("a", 0, Record::Issued(e.clone()));
+            let text = serde_json::to_string(&l).unwrap();
+            assert!(text.contains(has), "{text}");
+            assert!(text.contains(r#""target":"#) && text.contains(r#""app_ids":[4]"#));
+            assert!(
+                !text.contains(r#""inputs""#) && !text.contains(&format!("\"{lacks}\":{{")),
+                "{text}"
+            );
+            assert_eq!(serde_json::from_str::<Line>(&text).unwrap(), l);
+            assert!(e.why().contains(why), "{}", e.why());
+        }
+    }
+
+    #[test]
+    fn an_old_version_line_reads_without_sent_to() {
+        let old = r#"{"v":1,"time":"2026-12-01T19:18:12.345Z","agent":"a","kind":"version","worker":0,"app_id":4,"report_type":"host","target":"s1","own":true,"event":"ended","sequence":2,"loss_percent":null,"max_rate":200,"validity":0.0,"counts":{"matched":10,"passed":4,"diverted":0,"throttled":6,"delegated":0},"split":{"throttled_by":{"5012":6}},"delegated":[]}"#;
+        let l: Line = serde_json::from_str(old).unwrap();
+        let Record::Version(v) = &l.record else {
+            panic!("{l:?}")
+        };
+        assert!(v.sent_to.is_empty());
+        assert_eq!(v.counts.throttled, 6);
+        assert_eq!(
+            serde_json::to_string(&l).unwrap(),
+            old,
+            "sent_to left out when empty"
+        );
     }
 }

@@ -21,7 +21,7 @@ use crate::audit::Verdict;
 use crate::features::{self, Algorithm, OcSupportedFeatures};
 use crate::protect::BehalfReport;
 use crate::rate::RateControl;
-use crate::report::{Abatement, OcOlr, Report};
+use crate::report::{Abatement, OcOlr, Report, ReportType};
 
 /// A version as a worker's core holds it.
 #[derive(Clone, Debug)]
@@ -82,10 +82,11 @@ impl Doic {
     /// The OC-OLR the agent sends an authorised DOIC client `client` (its
     /// features `cf`) for the protected server `server` and `app_id` at
     /// `now`: its share as a rate to a rate client, else the loss
-    /// percentage; `None` when no version is in force.
-    #[must_use]
+    /// percentage; `None` when no version is in force. The host OCS of the
+    /// version remembers that `client` was sent it (`sent_to` of its audit
+    /// records; the client is still held to the limit by the agent).
     pub fn behalf_olr(
-        &self,
+        &mut self,
         now: Instant,
         (app_id, server): (u32, &str),
         client: &str,
@@ -111,6 +112,11 @@ impl Doic {
                 percent: e.loss_percent,
             }
         };
+        if let Some(o) = self.ocs.get_mut(app_id, ReportType::Host, server)
+            && o.sequence == r.sequence
+        {
+            o.mark_sent(client);
+        }
         Some(r.to_olr())
     }
 

@@ -183,6 +183,7 @@ impl OcsTable {
                 o.counts = Counters::default();
                 audit.version(o.record(now, OcsEvent::Ended, closed));
                 o.delivered.clear();
+                o.sent.clear();
                 if !keep {
                     audit.version(o.record(now, OcsEvent::Removed, Counters::default()));
                     inner.remove(id);
@@ -214,6 +215,7 @@ impl OcsTable {
             };
             audit.version(o.record(now, OcsEvent::Updated, closed));
             o.delivered.clear();
+            o.sent.clear();
             return if rollover {
                 Verdict::Rollover
             } else {
@@ -244,6 +246,7 @@ impl OcsTable {
                 Abatement::Loss { .. } => None,
             },
             delivered: HashSet::new(),
+            sent: HashSet::new(),
             seen_first_step: 0,
             throttled_first_step: 0,
         };
