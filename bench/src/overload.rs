@@ -549,3 +549,57 @@ pub fn table(setup: &Setup, cells: &[Cell]) -> String {
     }
     t
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> Setup {
+        Setup {
+            capacity: 2000,
+            seconds: 1.0,
+            timeout: Duration::from_secs(2),
+            warmup: 0.0,
+            drain: Duration::ZERO,
+            host_routed: false,
+        }
+    }
+
+    #[test]
+    fn server_c_is_measured_against_its_own_capacity() {
+        let fd = ServerKind::Fd {
+            cpu: FdShare {
+                share: 0.1,
+                period_us: 20_000,
+            },
+            capacity: 2124,
+        };
+        let s = setup();
+        assert_eq!(s.capacity_of(fd), 2124);
+        assert_eq!(s.capacity_of(ServerKind::Fifo), 2000);
+        assert_eq!(s.capacity_of(ServerKind::Reject(0.05)), 2000);
+        let report = Report {
+            ok_latencies_us: vec![1_000; 1062],
+            elapsed: Duration::from_secs(1),
+            ..Report::default()
+        };
+        let run = Run {
+            report,
+            sent_rate: 2124.0,
+            samples: Vec::new(),
+            measured_from: 0.0,
+        };
+        let cell = Cell {
+            spec: CellSpec {
+                server: fd,
+                path: PathKind::Direct,
+                load: 1.0,
+            },
+            runs: vec![run],
+        };
+        assert!((cell.goodput_share(&s) - 0.5).abs() < 1e-9);
+        assert!((cell.sent_share(&s) - 1.0).abs() < 1e-9);
+        // Its arrivals are not sampled: no standard deviation, not 0.
+        assert_eq!(cell.arrivals_sd(), None);
+    }
+}

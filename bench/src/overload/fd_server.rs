@@ -176,3 +176,34 @@ pub fn calibrate(
         capacity: best.round() as u32,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quota_below_one_millisecond_is_refused_before_anything_starts() {
+        // `CpuLimit` would grant 1 ms: 0.1 CPU in 5 ms periods would be 0.2.
+        let e = LimitedFd::start(
+            ("server1.example.net", "example.net"),
+            FdShare {
+                share: 0.1,
+                period_us: 5_000,
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("quota below 1 ms"), "{e}");
+    }
+
+    #[test]
+    fn the_calibration_line_names_c_and_every_run() {
+        let c = Calibration {
+            runs: vec![(4, 1187.2), (16, 1670.0), (64, 2124.4), (256, 1834.0)],
+            capacity: 2124,
+        };
+        assert_eq!(
+            c.line(),
+            "C = 2124/s (4 outstanding 1187/s, 16 outstanding 1670/s, 64 outstanding 2124/s, 256 outstanding 1834/s)"
+        );
+    }
+}
