@@ -6,13 +6,16 @@
 //! and fresh relays, so no queue is left over from the cell before.
 //!
 //! Servers ([`ServerKind`]): the built-in server queueing FIFO at C/s, or
-//! rejecting with 3004 above C (`tools::loadgen::Busy`). Paths
+//! rejecting with 3004 above C (`tools::loadgen::Busy`), or freeDiameter's
+//! `test_app` server held to a share of one CPU by a cgroup, its C measured
+//! first ([`fd_server`]). Paths
 //! ([`PathKind`]): direct, a freeDiameter relay, the agent without
 //! `[doic]`, the agent with `[doic]` (non-DOIC client), and a DOIC
 //! reacting client in front: a second agent as the client's edge
 //! (RFC 8581 agent chain) offering the rate (RFC 8582) or only the loss
 //! algorithm (RFC 7683 §6).
 
+pub mod fd_server;
 pub mod svg;
 
 use std::net::SocketAddr;
@@ -23,14 +26,14 @@ use std::time::{Duration, Instant};
 use agent::agent::Agent;
 use anyhow::Context;
 use interop::fd::{FdNode, FdRelay, PeerTarget};
-use tools::loadgen::{
-    Busy, Client, Identity, Pace, Report, Server, ServerBehaviour, TEST_APP, Traffic,
-};
+use tools::loadgen::{Busy, Identity, Pace, Report, Server, ServerBehaviour, Traffic};
 
-use crate::relay::{CLIENT_HOST, median, start_agent};
+use fd_server::{FdShare, LimitedFd};
+
+use crate::relay::{connect_client, median, start_agent};
 
 /// The servers' DiameterIdentity and realm.
-const SERVER: (&str, &str) = ("server1.example.net", "example.net");
+pub const SERVER: (&str, &str) = ("server1.example.net", "example.net");
 
 /// How often the sampler reads the server's counters (the standard
 /// deviation of arrivals is per this interval).
@@ -43,6 +46,15 @@ pub enum ServerKind {
     Fifo,
     /// (b) 3004 above C, each rejection costing this share of a request.
     Reject(f64),
+    /// (c) freeDiameter's `test_app` server in a cgroup held to `cpu`, of
+    /// measured capacity `capacity` (requests per second,
+    /// [`fd_server::calibrate`]).
+    Fd {
+        /// Its cgroup.
+        cpu: FdShare,
+        /// Its measured capacity C.
+        capacity: u32,
+    },
 }
 
 impl ServerKind {
@@ -52,13 +64,19 @@ impl ServerKind {
         match self {
             ServerKind::Fifo => "FIFO at C/s".into(),
             ServerKind::Reject(c) => format!("3004 above C (cost {c})"),
+            ServerKind::Fd { cpu, capacity } => {
+                format!("freeDiameter at {} CPU (C {capacity})", cpu.share)
+            }
         }
     }
 
-    fn busy(self) -> Busy {
+    /// The word used in `--servers` and in the plots' file names.
+    #[must_use]
+    pub fn slug(self) -> &'static str {
         match self {
-            ServerKind::Fifo => Busy::Queue,
-            ServerKind::Reject(cost) => Busy::Reject { cost },
+            ServerKind::Fifo => "fifo",
+            ServerKind::Reject(_) => "reject",
+            ServerKind::Fd { .. } => "fd",
         }
     }
 }
@@ -177,7 +195,7 @@ pub struct CellSpec {
 /// What every cell shares.
 #[derive(Debug, Clone, Copy)]
 pub struct Setup {
-    /// The server's capacity C, requests per second.
+    /// The built-in servers' capacity C, requests per second.
     pub capacity: u32,
     /// Seconds of offered load per measurement.
     pub seconds: f64,
@@ -188,11 +206,43 @@ pub struct Setup {
     pub warmup: f64,
     /// How long after the load the client waits for the last answers.
     pub drain: Duration,
+    /// Requests name the server in Destination-Host (host-routed, RFC 7683
+    /// §2); by default they carry Destination-Realm only (realm-routed).
+    pub host_routed: bool,
+}
+
+impl Setup {
+    /// The capacity C of `server`: the built-in servers', or what was
+    /// measured for server (c).
+    #[must_use]
+    pub fn capacity_of(&self, server: ServerKind) -> u32 {
+        match server {
+            ServerKind::Fd { capacity, .. } => capacity,
+            _ => self.capacity,
+        }
+    }
+}
+
+/// The server of one cell.
+enum Upstream {
+    /// Servers (a) and (b), whose arrivals and queue wait are sampled.
+    Builtin(Server),
+    /// Server (c).
+    Fd(LimitedFd),
+}
+
+impl Upstream {
+    fn addr(&self) -> SocketAddr {
+        match self {
+            Upstream::Builtin(s) => s.addr,
+            Upstream::Fd(f) => f.addr(),
+        }
+    }
 }
 
 /// Relays and servers of one cell, stopped on drop.
 struct Rig {
-    server: Server,
+    server: Option<Upstream>,
     agents: Vec<Agent>,
     relay: Option<FdNode>,
     entry: SocketAddr,
@@ -205,7 +255,12 @@ impl Drop for Rig {
             a.join();
         }
         self.relay.take();
-        self.server.stop();
+        match self.server.take() {
+            Some(Upstream::Builtin(s)) => s.stop(),
+            // Stopped, then its cgroup removed.
+            Some(Upstream::Fd(f)) => drop(f),
+            None => {}
+        }
     }
 }
 
@@ -231,21 +286,35 @@ const CORE: &str = "core.example.com";
 /// The client's edge agent (reacting node).
 const EDGE: &str = "edge.example.com";
 
-fn rig(peers: &tokio::runtime::Runtime, setup: &Setup, cell: CellSpec) -> anyhow::Result<Rig> {
+fn upstream(
+    peers: &tokio::runtime::Runtime,
+    setup: &Setup,
+    server: ServerKind,
+) -> anyhow::Result<Upstream> {
+    let busy = match server {
+        ServerKind::Fifo => Busy::Queue,
+        ServerKind::Reject(cost) => Busy::Reject { cost },
+        ServerKind::Fd { cpu, .. } => return Ok(Upstream::Fd(LimitedFd::start(SERVER, cpu)?)),
+    };
     let behaviour = ServerBehaviour {
         capacity: Some(setup.capacity),
-        busy: cell.server.busy(),
+        busy,
         ..Default::default()
     };
-    let server = peers.block_on(Server::spawn(
+    Ok(Upstream::Builtin(peers.block_on(Server::spawn(
         "127.0.0.1:0".parse()?,
         Identity::new(SERVER.0, SERVER.1),
         behaviour,
-    ))?;
-    let upstream = (SERVER.0, server.addr);
+    ))?))
+}
+
+fn rig(peers: &tokio::runtime::Runtime, setup: &Setup, cell: CellSpec) -> anyhow::Result<Rig> {
+    let server = upstream(peers, setup, cell.server)?;
+    let server_addr = server.addr();
+    let upstream = (SERVER.0, server_addr);
     let mut rig = Rig {
-        entry: server.addr,
-        server,
+        entry: server_addr,
+        server: Some(server),
         agents: vec![],
         relay: None,
     };
@@ -253,7 +322,7 @@ fn rig(peers: &tokio::runtime::Runtime, setup: &Setup, cell: CellSpec) -> anyhow
     match cell.path {
         PathKind::Direct => {}
         PathKind::FdRelay => {
-            let relay = FdRelay::builder(PeerTarget::new(SERVER.0, rig.server.addr)?, SERVER.1)
+            let relay = FdRelay::builder(PeerTarget::new(SERVER.0, server_addr)?, SERVER.1)
                 .start()
                 .context("freeDiameter relay")?;
             rig.entry = relay.target().addr;
@@ -299,25 +368,20 @@ pub fn measure(
     cell: CellSpec,
 ) -> anyhow::Result<Run> {
     let rig = rig(peers, setup, cell)?;
-    let rate = (f64::from(setup.capacity) * cell.load).round() as u64;
+    let rate = (f64::from(setup.capacity_of(cell.server)) * cell.load).round() as u64;
     let done = Arc::new(AtomicBool::new(false));
     let (entry, seconds, drain, warmup) = (rig.entry, setup.seconds, setup.drain, setup.warmup);
+    let destination_host = setup.host_routed.then(|| SERVER.0.to_owned());
     let client_done = done.clone();
     let client = std::thread::spawn(move || -> anyhow::Result<Report> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         let r = rt.block_on(async {
-            let mut c = Client::connect(
-                entry,
-                Identity::new(CLIENT_HOST, "example.org"),
-                vec![TEST_APP],
-            )
-            .await?;
-            anyhow::ensure!(c.cea_result == 2001, "CEA {} from {entry}", c.cea_result);
+            let mut c = connect_client(entry).await?;
             let t = Traffic {
                 destination_realm: SERVER.1.into(),
-                destination_host: None,
+                destination_host,
             };
             let never = AtomicBool::new(false);
             // The warm-up's late answers arrive during the measurement and
@@ -346,11 +410,13 @@ pub fn measure(
         client_done.store(true, Ordering::Relaxed);
         r
     });
-    let samples = sample(
-        &rig.server,
-        &done,
-        Duration::from_secs_f64(warmup + seconds),
-    );
+    // Server (c) counts nothing the benchmark can read: no samples.
+    let samples = match &rig.server {
+        Some(Upstream::Builtin(server)) => {
+            sample(server, &done, Duration::from_secs_f64(warmup + seconds))
+        }
+        _ => Vec::new(),
+    };
     let report = client
         .join()
         .map_err(|_| anyhow::anyhow!("the load client panicked"))??;
@@ -365,21 +431,28 @@ pub fn measure(
 }
 
 /// Samples the server's arrivals and queue wait every [`SAMPLE`] until
-/// `done` or `seconds` have passed.
+/// `done` or `seconds` have passed. The arrival rate of a sample is its
+/// count over the time since the previous read, not over the nominal
+/// [`SAMPLE`]: a sampler woken late (a loaded machine) would otherwise
+/// read its own lateness as a burst of arrivals.
 fn sample(server: &Server, done: &AtomicBool, seconds: Duration) -> Vec<Sample> {
     let t0 = Instant::now();
     let mut last = server.stats.requests.load(Ordering::Relaxed);
+    let mut last_at = t0;
     let mut out = Vec::new();
     let mut next = t0 + SAMPLE;
     while !done.load(Ordering::Relaxed) && t0.elapsed() < seconds {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         let now = server.stats.requests.load(Ordering::Relaxed);
+        let at = Instant::now();
+        let dt = at.duration_since(last_at).as_secs_f64().max(1e-6);
         out.push(Sample {
-            at: t0.elapsed().as_secs_f64(),
-            admitted: (now - last) as f64 / SAMPLE.as_secs_f64(),
+            at: at.duration_since(t0).as_secs_f64(),
+            admitted: (now - last) as f64 / dt,
             server_wait_ms: server.backlog().as_secs_f64() * 1000.0,
         });
         last = now;
+        last_at = at;
         next += SAMPLE;
     }
     out
@@ -420,16 +493,27 @@ impl Cell {
         self.runs.iter().map(Run::unanswered).max().unwrap_or(0)
     }
 
-    /// Median share of the offered load the client actually sent.
+    /// Median goodput as a share of the server's capacity C.
     #[must_use]
-    pub fn sent_share(&self, capacity: u32) -> f64 {
-        self.med(|r| r.sent_rate / (f64::from(capacity) * self.spec.load))
+    pub fn goodput_share(&self, setup: &Setup) -> f64 {
+        self.goodput(setup.timeout) / f64::from(setup.capacity_of(self.spec.server))
     }
 
-    /// Median standard deviation of per-[`SAMPLE`] arrivals at the server.
+    /// Median share of the offered load the client actually sent.
     #[must_use]
-    pub fn arrivals_sd(&self) -> f64 {
-        self.med(Run::arrivals_sd)
+    pub fn sent_share(&self, setup: &Setup) -> f64 {
+        let c = f64::from(setup.capacity_of(self.spec.server));
+        self.med(|r| r.sent_rate / (c * self.spec.load))
+    }
+
+    /// Median standard deviation of per-[`SAMPLE`] arrivals at the server
+    /// (`None` for server (c), whose arrivals are not sampled).
+    #[must_use]
+    pub fn arrivals_sd(&self) -> Option<f64> {
+        self.runs
+            .iter()
+            .all(|r| !r.samples.is_empty())
+            .then(|| self.med(Run::arrivals_sd))
     }
 }
 
@@ -437,9 +521,8 @@ impl Cell {
 /// unanswered, and the load generator's own share of the offered load.
 #[must_use]
 pub fn table(setup: &Setup, cells: &[Cell]) -> String {
-    let c = f64::from(setup.capacity);
     let mut t = format!(
-        "C = {} requests/s, T = {} s, {} s of offered load per run after {} s of warm-up at the same load, medians of {} rounds.\n\n\
+        "C = {} requests/s for the built-in servers (server (c): its C measured first, in its row), T = {} s, {} s of offered load per run after {} s of warm-up at the same load, medians of {} rounds.\n\n\
          | server | path | offered | goodput/C | 2001 p50 ms | 2001 p99 ms | unanswered | arrivals sd /100 ms | sent/offered |\n\
          | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         setup.capacity,
@@ -451,17 +534,72 @@ pub fn table(setup: &Setup, cells: &[Cell]) -> String {
     for cell in cells {
         let (p50, p99) = cell.ok_latency_ms();
         t.push_str(&format!(
-            "| {} | {} | {}x | {:.2} | {:.1} | {:.1} | {} | {:.1} | {:.2} |\n",
+            "| {} | {} | {}x | {:.2} | {:.1} | {:.1} | {} | {} | {:.2} |\n",
             cell.spec.server.name(),
             cell.spec.path.name(),
             cell.spec.load,
-            cell.goodput(setup.timeout) / c,
+            cell.goodput_share(setup),
             p50,
             p99,
             cell.unanswered(),
-            cell.arrivals_sd(),
-            cell.sent_share(setup.capacity),
+            cell.arrivals_sd()
+                .map_or_else(|| "-".to_owned(), |sd| format!("{sd:.1}")),
+            cell.sent_share(setup),
         ));
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> Setup {
+        Setup {
+            capacity: 2000,
+            seconds: 1.0,
+            timeout: Duration::from_secs(2),
+            warmup: 0.0,
+            drain: Duration::ZERO,
+            host_routed: false,
+        }
+    }
+
+    #[test]
+    fn server_c_is_measured_against_its_own_capacity() {
+        let fd = ServerKind::Fd {
+            cpu: FdShare {
+                share: 0.1,
+                period_us: 20_000,
+            },
+            capacity: 2124,
+        };
+        let s = setup();
+        assert_eq!(s.capacity_of(fd), 2124);
+        assert_eq!(s.capacity_of(ServerKind::Fifo), 2000);
+        assert_eq!(s.capacity_of(ServerKind::Reject(0.05)), 2000);
+        let report = Report {
+            ok_latencies_us: vec![1_000; 1062],
+            elapsed: Duration::from_secs(1),
+            ..Report::default()
+        };
+        let run = Run {
+            report,
+            sent_rate: 2124.0,
+            samples: Vec::new(),
+            measured_from: 0.0,
+        };
+        let cell = Cell {
+            spec: CellSpec {
+                server: fd,
+                path: PathKind::Direct,
+                load: 1.0,
+            },
+            runs: vec![run],
+        };
+        assert!((cell.goodput_share(&s) - 0.5).abs() < 1e-9);
+        assert!((cell.sent_share(&s) - 1.0).abs() < 1e-9);
+        // Its arrivals are not sampled: no standard deviation, not 0.
+        assert_eq!(cell.arrivals_sd(), None);
+    }
 }

@@ -15,6 +15,22 @@ use tools::loadgen::{Client, Identity, Pace, Report, TEST_APP, Traffic};
 /// The load client's DiameterIdentity.
 pub const CLIENT_HOST: &str = "client1.example.org";
 
+/// The test_app load client [`CLIENT_HOST`] connected to `addr`, its CER
+/// answered 2001.
+///
+/// # Errors
+/// A failed connection, or a CEA with another Result-Code.
+pub async fn connect_client(addr: SocketAddr) -> anyhow::Result<Client> {
+    let c = Client::connect(
+        addr,
+        Identity::new(CLIENT_HOST, "example.org"),
+        vec![TEST_APP],
+    )
+    .await?;
+    anyhow::ensure!(c.cea_result == 2001, "CEA {} from {addr}", c.cea_result);
+    Ok(c)
+}
+
 /// Starts the agent from TOML text and waits (15 s at most) until one of its
 /// peers is OKAY, so measurements never include the capabilities exchange.
 ///
@@ -80,16 +96,10 @@ pub fn measure_as(
     at_start: impl FnOnce(),
 ) -> anyhow::Result<Report> {
     rt.block_on(async {
-        let mut c = Client::connect(
-            addr,
-            Identity::new(CLIENT_HOST, "example.org"),
-            vec![TEST_APP],
-        )
-        .await?;
+        let mut c = connect_client(addr).await?;
         if doic_client {
             c.announce_doic();
         }
-        anyhow::ensure!(c.cea_result == 2001, "CEA {} from {addr}", c.cea_result);
         let t = Traffic {
             destination_realm: "example.net".into(),
             destination_host: None,

@@ -60,7 +60,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-overload",
-        about: "goodput under overload at 5x C, FIFO and 3004 servers, direct vs the agent with [doic]: goodput >= 0.95 C through the agent",
+        about: "goodput under overload at 5x C, FIFO and 3004 servers, direct vs the agent with [doic]: goodput >= 0.95 C through the agent; the agent chain's arrivals sd, rate / loss, printed (target <= 1/3, not gated)",
         run: bench_overload,
     },
     Stage {
@@ -386,7 +386,8 @@ const OVERLOAD_GATE_ENFORCED: bool = true;
 /// The reduced efficacy benchmark (bench/src/bin/bench-overload.rs): 5x
 /// the capacity, both built-in server kinds, direct (reported) and the
 /// agent with `[doic]` (gated), three rounds of 3 s after 2 s of warm-up;
-/// about 100 s.
+/// then the agent chain's smoothness at 5x, FIFO server (reported, not
+/// gated: [`CHAIN_GATE_ENFORCED`]); about 100 s in all.
 fn bench_overload() -> anyhow::Result<()> {
     let bin = bench_bin("bench-overload")?;
     let require = OVERLOAD_GATE_GOODPUT.to_string();
@@ -404,12 +405,36 @@ fn bench_overload() -> anyhow::Result<()> {
             "--drain",
             "1",
         ]);
-        cmd.args(["--paths", "direct,agent-doic", "--require", &require]);
+        cmd.args(["--servers", "fifo,reject", "--paths", "direct,agent-doic"]);
+        cmd.args(["--require", &require]);
         cmd.args(["--max-p99-ms", &max_p99]);
         cmd
     };
-    gated_run("bench-overload", OVERLOAD_GATE_ENFORCED, make)
+    gated_run("bench-overload", OVERLOAD_GATE_ENFORCED, make)?;
+    // The RFC 8581 chain's smoothness (issue 12: arrivals' standard
+    // deviation under rate at most a third of that under loss), printed.
+    let ratio = CHAIN_GATE_SD_RATIO.to_string();
+    let chain = || {
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.args(["--loads", "5", "--seconds", "3", "--rounds", "3"]);
+        cmd.args(["--drain", "1", "--servers", "fifo"]);
+        cmd.args(["--paths", "chain-rate,chain-loss"]);
+        cmd.args(["--max-chain-sd-ratio", &ratio]);
+        cmd
+    };
+    gated_run("bench-overload (chain)", CHAIN_GATE_ENFORCED, chain)
 }
+
+/// The most the standard deviation of per-100 ms arrivals at the server
+/// through the agent chain under rate may be, as a share of that under
+/// loss (issue 12's target).
+const CHAIN_GATE_SD_RATIO: f64 = 1.0 / 3.0;
+
+/// Whether a miss of [`CHAIN_GATE_SD_RATIO`] fails the stage. It does not:
+/// the ratio was 1.40 at 3x and 1.82 at 5x (medians of three rounds of
+/// 8 s, FIFO server), 2.09 at 5x with this stage's command
+/// (docs/overload.md, "The agent chain"), not met in any round.
+const CHAIN_GATE_ENFORCED: bool = false;
 
 /// A benchmark with a gate: with the benchmarks' attempts when `enforced`;
 /// else one run for the figures, its miss reported and not failed.
@@ -428,8 +453,9 @@ fn gated_run(
 }
 
 /// The full efficacy grid (`cargo xtask bench overload`): loads 1x to 10x,
-/// every server kind and path, three rounds; writes docs/overload.md's
-/// table and the plots next to it. About 40 minutes.
+/// every server kind and path (server (c), freeDiameter in a cgroup,
+/// needs root), three rounds; writes docs/overload.md's table and the
+/// plots next to it. About an hour.
 pub(crate) fn bench_overload_full() -> anyhow::Result<()> {
     crate::peers::install()?;
     let bin = bench_bin("bench-overload")?;

@@ -5,6 +5,11 @@
 //! markers) with the SVG plots: goodput vs offered load per path, and the
 //! time series of one 5x episode through the agent with `[doic]`.
 //!
+//! Server `fd` (server (c)) is freeDiameter's `test_app` server held to
+//! `--fd-share` of one CPU by a cgroup (root); its capacity C is measured
+//! first (`bench::overload::fd_server::calibrate`) and its loads are
+//! multiples of that C.
+//!
 //! With `--require F` it fails unless every gated path (`--gated`, default
 //! `agent-doic`) reaches goodput >= F x C at every load measured, and with
 //! `--max-p99-ms M` unless the median p99 of its 2001 answers' latency is
@@ -13,8 +18,11 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use bench::overload::fd_server::{self, FdShare};
 use bench::overload::svg::{Chart, Series};
-use bench::overload::{Cell, CellSpec, PathKind, Run, SAMPLE, ServerKind, Setup, measure, table};
+use bench::overload::{
+    Cell, CellSpec, PathKind, Run, SAMPLE, SERVER, ServerKind, Setup, measure, table,
+};
 use clap::Parser;
 
 #[global_allocator]
@@ -26,7 +34,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Goodput under overload: direct, freeDiameter relay, the agent with and without DOIC, an agent chain"
 )]
 struct Args {
-    /// The server's capacity C, requests per second.
+    /// The built-in servers' capacity C, requests per second.
     #[arg(long, default_value_t = 2000)]
     capacity: u32,
     /// Offered loads as multiples of C.
@@ -47,9 +55,19 @@ struct Args {
     /// Seconds the client waits for the last answers after the load.
     #[arg(long, default_value_t = 3.0)]
     drain: f64,
-    /// Server kinds: `fifo`, `reject`.
-    #[arg(long, value_delimiter = ',', default_value = "fifo,reject")]
+    /// Server kinds: `fifo`, `reject`, `fd` (freeDiameter's test_app in a
+    /// cgroup, its C measured first).
+    #[arg(long, value_delimiter = ',', default_value = "fifo,reject,fd")]
     servers: Vec<String>,
+    /// Server `fd`'s share of one CPU.
+    #[arg(long, default_value_t = 0.1)]
+    fd_share: f64,
+    /// Server `fd`'s cgroup bandwidth period, µs.
+    #[arg(long, default_value_t = 20_000)]
+    fd_period_us: u64,
+    /// Seconds of each closed-loop run measuring server `fd`'s C.
+    #[arg(long, default_value_t = 3.0)]
+    fd_calibration: f64,
     /// Share of a request's service time a 3004 costs the rejecting server.
     #[arg(long, default_value_t = 0.05)]
     reject_cost: f64,
@@ -60,6 +78,10 @@ struct Args {
         default_value = "direct,fd-relay,agent,agent-doic,chain-rate,chain-loss"
     )]
     paths: Vec<String>,
+    /// Requests carry Destination-Host (the server): host-routed, so that a
+    /// reacting node in front knows which server they reach (RFC 7683 §2).
+    #[arg(long)]
+    host_routed: bool,
     /// Fail unless every gated path reaches this share of C at every load.
     #[arg(long)]
     require: Option<f64>,
@@ -67,6 +89,12 @@ struct Args {
     /// rounds) is at most this many milliseconds at every load.
     #[arg(long, value_name = "MS")]
     max_p99_ms: Option<f64>,
+    /// Fail unless, at every server and load measured with both
+    /// `chain-rate` and `chain-loss`, the standard deviation of arrivals at
+    /// the server per 100 ms under rate is at most this share of that under
+    /// loss (issue 12's target: 1/3).
+    #[arg(long, value_name = "RATIO")]
+    max_chain_sd_ratio: Option<f64>,
     /// The paths `--require` and `--max-p99-ms` apply to.
     #[arg(long, value_delimiter = ',', default_value = "agent-doic")]
     gated: Vec<String>,
@@ -93,6 +121,7 @@ fn main() -> anyhow::Result<()> {
         timeout: Duration::from_secs_f64(args.timeout),
         warmup: args.warmup,
         drain: Duration::from_secs_f64(args.drain),
+        host_routed: args.host_routed,
     };
     let servers: Vec<ServerKind> = args
         .servers
@@ -100,7 +129,25 @@ fn main() -> anyhow::Result<()> {
         .map(|s| match s.as_str() {
             "fifo" => Ok(ServerKind::Fifo),
             "reject" => Ok(ServerKind::Reject(args.reject_cost)),
-            _ => bail!("unknown server {s:?}: fifo or reject"),
+            "fd" => {
+                let cpu = FdShare {
+                    share: args.fd_share,
+                    period_us: args.fd_period_us,
+                };
+                let cal = fd_server::calibrate(SERVER, cpu, args.fd_calibration)
+                    .context("measuring the capacity of server fd")?;
+                eprintln!(
+                    "server fd: freeDiameter test_app at {} CPU (period {} ms), closed loop: {}",
+                    cpu.share,
+                    cpu.period_us / 1000,
+                    cal.line()
+                );
+                Ok(ServerKind::Fd {
+                    cpu,
+                    capacity: cal.capacity,
+                })
+            }
+            _ => bail!("unknown server {s:?}: fifo, reject or fd"),
         })
         .collect::<anyhow::Result<_>>()?;
     let kinds = paths(&args.paths)?;
@@ -138,7 +185,7 @@ fn main() -> anyhow::Result<()> {
                 cell.spec.server.name(),
                 cell.spec.path.name(),
                 cell.spec.load,
-                r.goodput(setup.timeout) / f64::from(args.capacity),
+                r.goodput(setup.timeout) / f64::from(setup.capacity_of(cell.spec.server)),
                 r.sent,
                 r.answered,
                 run.unanswered(),
@@ -149,10 +196,11 @@ fn main() -> anyhow::Result<()> {
             cell.runs.push(run);
         }
     }
-    let t = table(&setup, &cells);
+    let chain = chain_summary(&cells);
+    let t = table(&setup, &cells) + &chain_table(&chain);
     println!("\n{t}");
     for cell in &cells {
-        let share = cell.sent_share(args.capacity);
+        let share = cell.sent_share(&setup);
         if share < 0.95 {
             eprintln!(
                 "warning: the load client sent only {share:.2} of the offered load in {:?}: the figure measures the client",
@@ -160,7 +208,6 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
-    chain_summary(&cells);
     if let Some(dir) = &args.docs {
         write_docs(dir, &setup, &cells, &t)?;
     }
@@ -192,11 +239,32 @@ fn main() -> anyhow::Result<()> {
             slow.join("; ")
         );
     }
+    if let Some(max) = args.max_chain_sd_ratio {
+        anyhow::ensure!(
+            !chain.is_empty(),
+            "--max-chain-sd-ratio without chain-rate and chain-loss cells"
+        );
+        let rough: Vec<String> = chain
+            .iter()
+            .filter_map(|c| {
+                let ratio = c.ratio();
+                eprintln!(
+                    "gate: chain {} arrivals sd rate {:.1} / loss {:.1} = {ratio:.2} (at most {max:.2})",
+                    c.label, c.rate, c.loss
+                );
+                (ratio.is_nan() || ratio > max).then(|| format!("{}: {ratio:.2}", c.label))
+            })
+            .collect();
+        anyhow::ensure!(
+            rough.is_empty(),
+            "chain arrivals sd rate / loss above {max:.2}: {}",
+            rough.join("; ")
+        );
+    }
     if let Some(req) = args.require {
-        let c = f64::from(args.capacity);
         let mut failed = Vec::new();
         for cell in cells.iter().filter(|x| gated.contains(&x.spec.path)) {
-            let g = cell.goodput(setup.timeout) / c;
+            let g = cell.goodput_share(&setup);
             let direct = cells
                 .iter()
                 .find(|d| {
@@ -204,7 +272,7 @@ fn main() -> anyhow::Result<()> {
                         && d.spec.server == cell.spec.server
                         && d.spec.load == cell.spec.load
                 })
-                .map(|d| d.goodput(setup.timeout) / c);
+                .map(|d| d.goodput_share(&setup));
             eprintln!(
                 "gate: {} {} {}x goodput/C {g:.2} (required {req:.2}; direct {})",
                 cell.spec.server.name(),
@@ -230,9 +298,29 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The RFC 8581 chain's smoothness: arrivals' standard deviation under rate
-/// against loss, per server and load (target: rate <= 1/3 of loss).
-fn chain_summary(cells: &[Cell]) {
+/// One (server, load) of the RFC 8581 chain: the standard deviation of
+/// per-[`SAMPLE`] arrivals at the server under rate and under loss.
+struct Chain {
+    label: String,
+    rate: f64,
+    loss: f64,
+}
+
+impl Chain {
+    /// Rate's standard deviation as a share of loss's (target <= 1/3).
+    fn ratio(&self) -> f64 {
+        if self.loss > 0.0 {
+            self.rate / self.loss
+        } else {
+            f64::NAN
+        }
+    }
+}
+
+/// The chain's smoothness for every server and load measured with both
+/// `chain-rate` and `chain-loss` (servers whose arrivals are sampled).
+fn chain_summary(cells: &[Cell]) -> Vec<Chain> {
+    let mut out = Vec::new();
     for rate in cells.iter().filter(|c| c.spec.path == PathKind::ChainRate) {
         let Some(loss) = cells.iter().find(|c| {
             c.spec.path == PathKind::ChainLoss
@@ -241,31 +329,54 @@ fn chain_summary(cells: &[Cell]) {
         }) else {
             continue;
         };
-        let (r, l) = (rate.arrivals_sd(), loss.arrivals_sd());
-        eprintln!(
-            "chain {} {}x: arrivals sd per 100 ms rate {r:.1} loss {l:.1} (ratio {:.2}, target <= 0.33)",
-            rate.spec.server.name(),
-            rate.spec.load,
-            if l > 0.0 { r / l } else { f64::NAN }
-        );
+        let (Some(r), Some(l)) = (rate.arrivals_sd(), loss.arrivals_sd()) else {
+            continue;
+        };
+        out.push(Chain {
+            label: format!("{} {}x", rate.spec.server.name(), rate.spec.load),
+            rate: r,
+            loss: l,
+        });
     }
+    out
+}
+
+/// The chain figure as Markdown lines (empty without chain cells).
+fn chain_table(chain: &[Chain]) -> String {
+    if chain.is_empty() {
+        return String::new();
+    }
+    let mut t = format!(
+        "\nAgent chain, arrivals at the server per {} ms, standard deviation (medians of the rounds; target: rate / loss <= 0.33):\n\n\
+         | server, offered | chain-rate sd | chain-loss sd | rate / loss |\n| --- | ---: | ---: | ---: |\n",
+        SAMPLE.as_millis()
+    );
+    for c in chain {
+        t.push_str(&format!(
+            "| {} | {:.1} | {:.1} | {:.2} |\n",
+            c.label,
+            c.rate,
+            c.loss,
+            c.ratio()
+        ));
+    }
+    t
 }
 
 fn write_docs(dir: &std::path::Path, setup: &Setup, cells: &[Cell], t: &str) -> anyhow::Result<()> {
-    let c = f64::from(setup.capacity);
     let mut servers: Vec<ServerKind> = Vec::new();
     for cell in cells {
         if !servers.contains(&cell.spec.server) {
             servers.push(cell.spec.server);
         }
     }
-    for (i, &server) in servers.iter().enumerate() {
+    for &server in &servers {
         let mut left = Vec::new();
         for path in PathKind::ALL {
             let points: Vec<(f64, f64)> = cells
                 .iter()
                 .filter(|x| x.spec.server == server && x.spec.path == path)
-                .map(|x| (x.spec.load, x.goodput(setup.timeout) / c))
+                .map(|x| (x.spec.load, x.goodput_share(setup)))
                 .collect();
             if !points.is_empty() {
                 left.push(Series {
@@ -283,9 +394,9 @@ fn write_docs(dir: &std::path::Path, setup: &Setup, cells: &[Cell], t: &str) -> 
             ),
             left,
             right: None,
-            note: format!("C = {}/s, medians", setup.capacity),
+            note: format!("C = {}/s, medians", setup.capacity_of(server)),
         };
-        let name = ["overload-goodput-fifo.svg", "overload-goodput-reject.svg"][i.min(1)];
+        let name = format!("overload-goodput-{}.svg", server.slug());
         std::fs::write(dir.join(name), chart.render())?;
     }
     if let Some(cell) = cells.iter().find(|x| {
