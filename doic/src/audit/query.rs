@@ -418,11 +418,7 @@ impl Log {
             }
         }
         let c = v.counts;
-        let interval = match (&v.until, &v.removed) {
-            (Some(u), Some(r)) if u != r => format!("from {} until {u} (ending until {r})", v.from),
-            (Some(u), _) => format!("from {} until {u}", v.from),
-            (None, _) => format!("from {} and still in force at the end of the log", v.from),
-        };
+        let interval = interval_phrase(&v.from, v.until.as_deref(), v.removed.as_deref());
         let abated = c.diverted + c.throttled;
         #[expect(clippy::cast_precision_loss, reason = "a share of counters")]
         let share = if c.matched == 0 {
@@ -530,16 +526,7 @@ fn issued_claim(
     let why = issued
         .first()
         .map_or_else(String::new, |(t, i)| format!(", decided {t} {}", i.why()));
-    let sent = if sent_to.is_empty() {
-        "it was sent to no client".to_owned()
-    } else {
-        format!(
-            "it was sent to {} client{} ({})",
-            sent_to.len(),
-            if sent_to.len() == 1 { "" } else { "s" },
-            sent_to.join(", ")
-        )
-    };
+    let sent = sent_phrase(sent_to);
     format!(
         "{agent} issued a {} report for {} (sequence {}, {asks}){why}, in force {interval}; {sent}, and of the {} requests it matched at this agent, {}.",
         v.report_type.to_uppercase(),
@@ -548,6 +535,30 @@ fn issued_claim(
         c.matched,
         treated(c, share),
     )
+}
+
+/// An interval in words: `from A until B (ending until C)`, or still in
+/// force at the end of the log.
+fn interval_phrase(from: &str, until: Option<&str>, removed: Option<&str>) -> String {
+    match (until, removed) {
+        (Some(u), Some(r)) if u != r => format!("from {from} until {u} (ending until {r})"),
+        (Some(u), _) => format!("from {from} until {u}"),
+        (None, _) => format!("from {from} and still in force at the end of the log"),
+    }
+}
+
+/// To whom an issued report went: `it was sent to 2 clients (c1, c2)`.
+fn sent_phrase(sent_to: &[String]) -> String {
+    if sent_to.is_empty() {
+        "it was sent to no client".to_owned()
+    } else {
+        format!(
+            "it was sent to {} client{} ({})",
+            sent_to.len(),
+            if sent_to.len() == 1 { "" } else { "s" },
+            sent_to.join(", ")
+        )
+    }
 }
 
 /// What was done with the matched requests of `c`, `share` percent of
@@ -569,6 +580,9 @@ fn treated(c: Counters, share: f64) -> String {
         },
     )
 }
+
+mod peer;
+pub use peer::{PeerClient, PeerExplain, allocation};
 
 #[cfg(test)]
 mod tests;
