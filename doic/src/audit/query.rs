@@ -526,7 +526,16 @@ fn issued_claim(
     let why = issued
         .first()
         .map_or_else(String::new, |(t, i)| format!(", decided {t} {}", i.why()));
-    let sent = sent_phrase(sent_to);
+    let sent = if sent_to.is_empty() {
+        "it was sent to no client".to_owned()
+    } else {
+        format!(
+            "it was sent to {} client{} ({})",
+            sent_to.len(),
+            if sent_to.len() == 1 { "" } else { "s" },
+            sent_to.join(", ")
+        )
+    };
     format!(
         "{agent} issued a {} report for {} (sequence {}, {asks}){why}, in force {interval}; {sent}, and of the {} requests it matched at this agent, {}.",
         v.report_type.to_uppercase(),
@@ -544,20 +553,6 @@ fn interval_phrase(from: &str, until: Option<&str>, removed: Option<&str>) -> St
         (Some(u), Some(r)) if u != r => format!("from {from} until {u} (ending until {r})"),
         (Some(u), _) => format!("from {from} until {u}"),
         (None, _) => format!("from {from} and still in force at the end of the log"),
-    }
-}
-
-/// To whom an issued report went: `it was sent to 2 clients (c1, c2)`.
-fn sent_phrase(sent_to: &[String]) -> String {
-    if sent_to.is_empty() {
-        "it was sent to no client".to_owned()
-    } else {
-        format!(
-            "it was sent to {} client{} ({})",
-            sent_to.len(),
-            if sent_to.len() == 1 { "" } else { "s" },
-            sent_to.join(", ")
-        )
     }
 }
 

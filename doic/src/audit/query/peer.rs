@@ -9,13 +9,14 @@
 //! client's report lasts until the next record for it with a greater
 //! sequence: renewed (same allocation), changed, or ended (validity 0); or
 //! until a restart. The treatment is the agent-wide per-second records over
-//! that interval: the agent's own enforcement answers 3004 before routing
-//! (RFC 8581 §6.2.4, docs/operations.md), with no OCS version to count it
-//! under.
+//! that interval: the requests that reached routing. The agent's own
+//! enforcement answers its 3004s before routing (RFC 8581 §6.2.4), and the
+//! per-second records do not count those: the explanation says so among
+//! what the records cannot show.
 
 use serde::Serialize;
 
-use super::{Log, interval_phrase, sent_phrase};
+use super::{Log, interval_phrase};
 use crate::audit::record::{IssuedEntry, parse_rfc3339};
 use crate::audit::{Spread, Totals};
 
@@ -42,7 +43,8 @@ pub struct PeerExplain {
     pub sequence: u64,
     /// When the decision was made, RFC 3339.
     pub decided: String,
-    /// Each client of the decision with its allocation and its interval.
+    /// Each client of the decision with its allocation and its interval
+    /// (`*`: the loss report to the clients without the rate algorithm).
     pub clients: Vec<PeerClient>,
     /// The interval of the reports of `sequence`: from the decision until
     /// the last of them was replaced (absent: in force at the end of the
@@ -138,8 +140,9 @@ impl Log {
         let claim = peer_claim(self, seq, (decided, until.as_deref()), &clients, &wide);
         let mut cannot_show = vec![
             "whether each client abated at the source: only the requests this agent saw from them afterwards (the agent-wide counts)".to_owned(),
+            "which clients received it: a client that does not announce peer reports gets none and is held to its allocation by the agent itself (RFC 7683 §5.2.3); the records of its issue do not say which".into(),
             "arrivals at the servers from other paths than this agent".into(),
-            "which of the agent-wide throttles were its own enforcement (3004 before routing) and which were OCS or server protection: the per-second records count throttles by Result-Code for the whole agent, not by cause".into(),
+            "the agent's own enforcement of the report: its 3004s are answered before routing, and the per-second records count neither them nor the requests they answered (the throttles above are those of OCS versions and server protection; `doic_own_client_throttled_total` in /metrics counts the own ones per client)".into(),
             "the application outcome: retries, completed transactions, user impact".into(),
         ];
         let lost: u64 = self
@@ -207,7 +210,7 @@ fn peer_claim(
     let why = clients
         .first()
         .map_or_else(String::new, |c| format!(" {}", c.report.why()));
-    let sent: Vec<String> = clients
+    let allocated: Vec<String> = clients
         .iter()
         .map(|c| {
             format!(
@@ -224,9 +227,9 @@ fn peer_claim(
         w.throttled as f64 / w.requests as f64 * 100.0
     };
     format!(
-        "{} issued its own PEER report #{seq} decided {decided}{why}; {}; in force {}; agent-wide over those seconds, of {} requests {} were throttled ({share:.1} %), {} forwarded, {} diverted and {} had no route.",
+        "{} issued its own PEER report #{seq} decided {decided}{why}; it allocated {}; in force {}; agent-wide over those seconds, of {} requests that reached routing {} were throttled ({share:.1} %), {} forwarded, {} diverted and {} had no route.",
         log.agent,
-        sent_phrase(&sent),
+        allocated.join(", "),
         interval_phrase(decided, until, None),
         w.requests,
         w.throttled,
