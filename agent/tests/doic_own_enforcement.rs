@@ -5,7 +5,10 @@
 //! `[doic] own_capacity`, in bursts of many requests per write: what
 //! reaches the server stays within 10 % of the capacity, every request is
 //! answered (the excess 3004 at once), and the DOIC client received the
-//! peer report.
+//! peer report. The audit log records the report as issued with its
+//! inputs, and `doic-agent audit explain --report SEQ` explains it: the
+//! client's allocation, and the agent-wide 3004s, which over the whole log
+//! equal the clients' own count of 3004 answers.
 
 mod support;
 
@@ -27,8 +30,10 @@ async fn clients_above_the_configured_capacity_are_held_to_it() {
     // The protection of the server (on by default) is off: on a busy machine
     // the server's latency can rise enough for it to answer 5012 on the
     // server's behalf, and this test is about the agent's own capacity.
+    let dir = audit_log::fresh_dir("own-enforcement");
     let tail = format!(
-        "[metrics]\nlisten = \"127.0.0.1:0\"\n[doic]\nown_capacity = {CAPACITY}\n[doic.protect]\nenabled = false\n[doic.peers.\"{CLIENT}\"]\ntrusted = true\n"
+        "[audit]\ndir = \"{}\"\nflush_ms = 100\n[metrics]\nlisten = \"127.0.0.1:0\"\n[doic]\nown_capacity = {CAPACITY}\n[doic.protect]\nenabled = false\n[doic.peers.\"{CLIENT}\"]\ntrusted = true\n",
+        dir.display()
     );
     // The default worker count.
     let agent = start_agent(agent_toml(None, "", &upstreams, &tail), 1).await;
@@ -128,5 +133,56 @@ async fn clients_above_the_configured_capacity_are_held_to_it() {
         let sample = format!("doic_own_reports_active{{peer=\"{peer}\"}}");
         assert_eq!(gauge(&body, &sample), shown, "{peer}: {body}");
     }
+    explained(&dir, olr.sequence_number, share, s1.requests()).await;
     stop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The audit log of the run: the own PEER report of sequence `seq` issued
+/// to `CLIENT` with its allocation `share` and the agent's inputs, its
+/// agent-wide treatment with its denominator, at most what reached the
+/// server (`reached`: the own 3004s are answered before routing and not in
+/// the per-second records, which the explanation says).
+async fn explained(dir: &std::path::Path, seq: u64, share: u32, reached: u64) {
+    let log = audit_log::log_when(dir, |log| {
+        log.explain_peer(seq)
+            .is_some_and(|e| e.until.is_some() && e.seconds > 0)
+    })
+    .await;
+    let wide = log.explain_peer(seq).unwrap();
+    let e: serde_json::Value = serde_json::from_str(
+        &audit_log::audit(dir, &["--json", "explain", "--report", &seq.to_string()]).text,
+    )
+    .unwrap();
+    let mine: Vec<&serde_json::Value> = e["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["report"]["sequence"] == seq)
+        .collect();
+    assert_eq!(mine.len(), 1, "{e:#}");
+    let r = &mine[0]["report"];
+    assert_eq!(r["to"], CLIENT, "{e:#}");
+    assert_eq!(r["max_rate"], share, "{e:#}");
+    assert_eq!(r["inputs"]["capacity"], CAPACITY, "{e:#}");
+    assert!(mine[0]["until_by"].is_string(), "{e:#}");
+    let w = &wide.agent_wide;
+    assert_eq!(w.requests, e["agent_wide"]["requests"].as_u64().unwrap());
+    assert_eq!(
+        w.requests,
+        w.forwarded + w.diverted + w.throttled + w.no_route,
+        "{e:#}"
+    );
+    assert!(w.requests > 0 && w.forwarded <= reached, "{e:#}");
+    let text = audit_log::audit(dir, &["explain", "--report", &seq.to_string()]).text;
+    eprintln!("{text}");
+    assert!(
+        text.contains(&format!(
+            "requests {} = forwarded {}",
+            w.requests, w.forwarded
+        )),
+        "{text}"
+    );
+    assert!(text.contains("own enforcement"), "{text}");
+    assert!(text.contains("abated at the source"), "{text}");
 }

@@ -11,7 +11,7 @@ pub mod fetch;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use doic::audit::query::{AtView, Explain, Log, Version};
+use doic::audit::query::{AtView, Explain, Log, PeerExplain, Version, allocation};
 use doic::audit::record::{parse_rfc3339, rfc3339};
 
 use crate::cli::audit::{AuditArgs, AuditQuery};
@@ -89,7 +89,11 @@ pub fn run(args: &AuditArgs) -> Result<Output, AuditError> {
             source,
         })?,
     };
-    let warnings = bad.iter().map(ToString::to_string).collect();
+    let warnings: Vec<String> = bad.iter().map(ToString::to_string).collect();
+    let output = |text: String| Output {
+        text,
+        warnings: warnings.clone(),
+    };
     let log = Log::read(&lines);
     let time = |t: &str| parse_rfc3339(t).ok_or_else(|| AuditError::Time(t.to_owned()));
     let json = |v: serde_json::Result<String>| v.unwrap_or_default() + "\n";
@@ -120,7 +124,14 @@ pub fn run(args: &AuditArgs) -> Result<Output, AuditError> {
             let seq = sequence.or(*report).unwrap_or_default();
             let found: Vec<&Version> = log.find(seq, target.as_deref()).collect();
             let v = match found.as_slice() {
-                [] => return Err(AuditError::NoVersion(seq)),
+                // The agent's own PEER reports make no OCS version here.
+                [] => match log.explain_peer(seq).filter(|_| target.is_none()) {
+                    Some(e) if args.json => {
+                        return Ok(output(json(serde_json::to_string_pretty(&e))));
+                    }
+                    Some(e) => return Ok(output(peer_explain_text(&e))),
+                    None => return Err(AuditError::NoVersion(seq)),
+                },
                 [v] => *v,
                 many => {
                     return Err(AuditError::Ambiguous {
@@ -369,19 +380,72 @@ pub fn explain_text(e: &Explain) -> String {
         }
     );
     let _ = writeln!(s, "   {}", split_text(&v.split));
-    let w = e.agent_wide;
+    s += "5. ";
+    wide_text(&mut s, &e.agent_wide, &e.agent_wide_split);
+    claim_text(&mut s, &e.claim, &e.cannot_show);
+    s
+}
+
+/// The receipt chain of one of the agent's own PEER reports.
+#[must_use]
+pub fn peer_explain_text(e: &PeerExplain) -> String {
+    let mut s = format!("own PEER report #{} (RFC 8581 §6.2.4)\n", e.sequence);
+    let _ = writeln!(s, "1. decided {}:", e.decided);
+    for c in &e.clients {
+        let _ = writeln!(s, "   {}", issued_text(&c.report));
+    }
+    s += "2. allocated to, and until:\n";
+    for c in &e.clients {
+        let _ = writeln!(
+            s,
+            "   {} #{}: {}, validity {} s, issued {}, re-sent unchanged {} times, until {} ({})",
+            c.report.to,
+            c.report.sequence,
+            allocation(c.report.loss_percent, c.report.max_rate),
+            c.report.validity,
+            c.issued,
+            c.resent,
+            c.until.as_deref().unwrap_or("the end of the log"),
+            c.until_by.as_deref().unwrap_or("-")
+        );
+    }
     let _ = writeln!(
         s,
-        "5. agent-wide over those seconds: requests {} = forwarded {} + diverted {} + throttled {} + no_route {}",
+        "3. in force: from {} until {}",
+        e.from,
+        e.until.as_deref().unwrap_or("the end of the log")
+    );
+    let _ = write!(
+        s,
+        "4. treatment: no OCS version at this node; the requests that reached routing ({} seconds; own enforcement's 3004s, answered before routing, are not in them): ",
+        e.seconds
+    );
+    wide_text(&mut s, &e.agent_wide, &e.agent_wide_split);
+    claim_text(&mut s, &e.claim, &e.cannot_show);
+    s
+}
+
+/// `agent-wide over those seconds: requests R = ...` and its split, with
+/// the throttled by Result-Code over the requests.
+fn wide_text(s: &mut String, w: &doic::audit::Totals, split: &doic::audit::Spread) {
+    let _ = writeln!(
+        s,
+        "agent-wide over those seconds: requests {} = forwarded {} + diverted {} + throttled {} + no_route {}",
         w.requests, w.forwarded, w.diverted, w.throttled, w.no_route
     );
-    let _ = writeln!(s, "   {}", split_text(&e.agent_wide_split));
-    let _ = writeln!(s, "claim: {}", e.claim);
-    s += "the records cannot show:\n";
-    for c in &e.cannot_show {
+    let _ = writeln!(s, "   {}", split_text(split));
+    for (code, n) in &split.throttled_by {
+        let _ = writeln!(s, "   throttled {code}: {n} of {} requests", w.requests);
+    }
+}
+
+/// The claim and what the records cannot show.
+fn claim_text(s: &mut String, claim: &str, cannot_show: &[String]) {
+    let _ = writeln!(s, "claim: {claim}");
+    *s += "the records cannot show:\n";
+    for c in cannot_show {
         let _ = writeln!(s, "  - {c}");
     }
-    s
 }
 
 /// `throttled by Result-Code 3004: 12, 5012: 3; diverted to s2: 40`.

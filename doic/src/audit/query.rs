@@ -418,11 +418,7 @@ impl Log {
             }
         }
         let c = v.counts;
-        let interval = match (&v.until, &v.removed) {
-            (Some(u), Some(r)) if u != r => format!("from {} until {u} (ending until {r})", v.from),
-            (Some(u), _) => format!("from {} until {u}", v.from),
-            (None, _) => format!("from {} and still in force at the end of the log", v.from),
-        };
+        let interval = interval_phrase(&v.from, v.until.as_deref(), v.removed.as_deref());
         let abated = c.diverted + c.throttled;
         #[expect(clippy::cast_precision_loss, reason = "a share of counters")]
         let share = if c.matched == 0 {
@@ -550,6 +546,16 @@ fn issued_claim(
     )
 }
 
+/// An interval in words: `from A until B (ending until C)`, or still in
+/// force at the end of the log.
+fn interval_phrase(from: &str, until: Option<&str>, removed: Option<&str>) -> String {
+    match (until, removed) {
+        (Some(u), Some(r)) if u != r => format!("from {from} until {u} (ending until {r})"),
+        (Some(u), _) => format!("from {from} until {u}"),
+        (None, _) => format!("from {from} and still in force at the end of the log"),
+    }
+}
+
 /// What was done with the matched requests of `c`, `share` percent of
 /// them abated: `9 were throttled, 0 diverted and 6 passed (60.0 %
 /// abated)`.
@@ -569,6 +575,9 @@ fn treated(c: Counters, share: f64) -> String {
         },
     )
 }
+
+mod peer;
+pub use peer::{PeerClient, PeerExplain, allocation};
 
 #[cfg(test)]
 mod tests;

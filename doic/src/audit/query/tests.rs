@@ -258,3 +258,149 @@ fn an_issued_version_is_explained_from_its_inputs_to_whom_it_went_and_what_was_d
     ]);
     assert!(received.explain(&received.versions[0]).issued.is_empty());
 }
+
+fn peer(t: u64, to: &str, seq: u64, loss: Option<u32>, rate: Option<u32>, validity: f64) -> Line {
+    Line::new(
+        "agent.example",
+        T0 + t,
+        Record::Issued(IssuedEntry {
+            report_type: "peer".into(),
+            to: to.into(),
+            sequence: seq,
+            loss_percent: loss,
+            max_rate: rate,
+            validity,
+            target: None,
+            app_ids: Vec::new(),
+            inputs: Some(crate::audit::record::IssuedInputs {
+                capacity: 300,
+                offered: 450.0,
+                utilisation: 0.9,
+                queue_delay_ms: 4.0,
+                pending: 7,
+            }),
+            server: None,
+            realm: None,
+        }),
+    )
+}
+
+fn wide(t: u64, forwarded: u64, throttled: u64) -> Line {
+    Line::new(
+        "agent.example",
+        T0 + t,
+        Record::Second(SecondEntry {
+            totals: Totals {
+                requests: forwarded + throttled,
+                forwarded,
+                throttled,
+                ..Totals::default()
+            },
+            split: Spread {
+                throttled_by: [("3004".to_owned(), throttled)].into(),
+                ..Spread::default()
+            },
+            ocs: Vec::new(),
+        }),
+    )
+}
+
+#[test]
+fn an_own_peer_report_is_explained_from_its_issue_records_and_the_agent_wide_seconds() {
+    // One tick numbers its reports in turn (RFC 7683 §5.2.1.4): c1's rate
+    // allocation (RFC 8582) #10, the loss report to the others `*` #11.
+    let lines = [
+        wide(0, 50, 0),
+        peer(0, "c1", 10, None, Some(200), 30.0),
+        peer(0, "*", 11, Some(20), None, 30.0),
+        wide(1000, 90, 10),
+        // Another client's change re-sends both unchanged.
+        peer(2000, "c1", 10, None, Some(200), 30.0),
+        peer(2000, "*", 11, Some(20), None, 30.0),
+        peer(2000, "c2", 12, None, Some(100), 30.0),
+        wide(2000, 80, 20),
+        wide(3000, 70, 30),
+        // c1 renewed (same allocation), `*` changed.
+        peer(3000, "c1", 13, None, Some(200), 30.0),
+        peer(3000, "*", 14, Some(40), None, 30.0),
+        wide(4000, 60, 40),
+        // The end: validity 0.
+        peer(5000, "c1", 15, None, Some(200), 0.0),
+        peer(5000, "*", 16, Some(40), None, 0.0),
+        wide(5000, 100, 0),
+        wide(6000, 100, 0),
+    ];
+    let log = Log::read(&lines);
+    assert!(log.find(10, None).next().is_none(), "no OCS version here");
+    let e = log.explain_peer(10).expect("the report of #10");
+    assert_eq!(e.decided, rfc3339(T0));
+    let to: Vec<(&str, u64)> = e
+        .clients
+        .iter()
+        .map(|c| (c.report.to.as_str(), c.report.sequence))
+        .collect();
+    assert_eq!(to, [("c1", 10), ("*", 11)], "the decision's records");
+    let c1 = &e.clients[0];
+    assert_eq!((c1.report.max_rate, c1.resent), (Some(200), 1));
+    assert_eq!(c1.until.as_deref(), Some(rfc3339(T0 + 3000).as_str()));
+    assert_eq!(c1.until_by.as_deref(), Some("renewed (#13)"));
+    let star = &e.clients[1];
+    assert_eq!(star.report.loss_percent, Some(20));
+    assert_eq!(
+        star.until_by.as_deref(),
+        Some("changed (#14: 40 % reduction)")
+    );
+    // #10 lasts until T0 + 3000: the seconds ending at 1000, 2000, 3000.
+    assert_eq!(e.until.as_deref(), Some(rfc3339(T0 + 3000).as_str()));
+    assert_eq!(e.seconds, 3);
+    assert_eq!((e.agent_wide.requests, e.agent_wide.throttled), (300, 60));
+    assert_eq!(
+        e.agent_wide_split.throttled_by,
+        [("3004".to_owned(), 60)].into()
+    );
+    assert!(e.claim.contains("capacity 300 requests/s"), "{}", e.claim);
+    assert!(
+        e.claim
+            .contains("it allocated c1 200 requests/s, * 20 % reduction"),
+        "{}",
+        e.claim
+    );
+    assert!(
+        e.claim
+            .contains("of 300 requests that reached routing 60 were throttled (20.0 %)"),
+        "{}",
+        e.claim
+    );
+    assert!(
+        e.cannot_show.iter().any(|c| c.contains("own enforcement")),
+        "own-enforcement throttles are not in the per-second records"
+    );
+    assert!(
+        e.cannot_show
+            .iter()
+            .any(|c| c.contains("abated at the source"))
+    );
+    // The ending: #15 lasts until the end of the log; the second record
+    // written with it counts the second before it.
+    let end = log.explain_peer(15).expect("#15");
+    assert_eq!(end.clients[0].report.validity, 0.0);
+    assert_eq!((end.until, end.seconds), (None, 1));
+    assert!(end.claim.contains("still in force at the end of the log"));
+    assert!(log.explain_peer(99).is_none());
+}
+
+#[test]
+fn a_restart_ends_an_own_peer_report() {
+    let lines = [
+        peer(0, "c1", 10, None, Some(200), 30.0),
+        Line::new(
+            "agent.example",
+            T0 + 4000,
+            Record::Start(StartEntry { workers: 2 }),
+        ),
+        peer(6000, "c1", 20, None, Some(150), 30.0),
+    ];
+    let e = Log::read(&lines).explain_peer(10).expect("#10");
+    assert_eq!(e.clients[0].until_by.as_deref(), Some("restart"));
+    assert_eq!(e.until.as_deref(), Some(rfc3339(T0 + 4000).as_str()));
+}
