@@ -417,7 +417,7 @@ pub fn peer_explain_text(e: &PeerExplain) -> String {
     );
     let _ = write!(
         s,
-        "4. treatment: no OCS version at this node; the requests that reached routing ({} seconds; own enforcement's 3004s, answered before routing, are not in them): ",
+        "4. treatment: no OCS version at this node; the agent-wide requests ({} seconds; own enforcement's answers included): ",
         e.seconds
     );
     wide_text(&mut s, &e.agent_wide, &e.agent_wide_split);

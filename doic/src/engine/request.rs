@@ -127,6 +127,16 @@ impl Doic {
         ThrottleAnswer::for_cause(cause, self.cfg.throttle_result).slot()
     }
 
+    /// Counts a request the node answered before DOIC treatment, throttled
+    /// with `result`: the enforcement of its own overload reports (RFC 8581
+    /// §6.2.4). The agent-wide totals keep requests = forwarded + diverted +
+    /// throttled + no_route over every request the node received.
+    pub fn count_throttled_before_treatment(&mut self, result: ThrottleAnswer) {
+        self.audit.totals.requests += 1;
+        self.audit.totals.throttled += 1;
+        self.audit.totals.split.throttled(result.slot());
+    }
+
     fn throttle<'a>(&mut self, cause: Cause) -> Treatment<'a> {
         self.audit.totals.throttled += 1;
         let result = ThrottleAnswer::for_cause(cause, self.cfg.throttle_result);

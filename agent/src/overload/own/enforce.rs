@@ -122,7 +122,10 @@ pub(crate) fn enforce(
             features: features.as_ref(),
             drmp,
         };
-        Some((result, core.local_answer(now, &view)))
+        let act = core.local_answer(now, &view);
+        // In the agent-wide totals of the audit log and /metrics.
+        core.count_throttled_before_treatment(result);
+        Some((result, act))
     })??;
     tracing::trace!(peer = %slot.host, code = result.code(), "own overload: client above its allocation");
     Some((throttle_answer(route, msg, result, &act), result.code()))

@@ -9,10 +9,10 @@
 //! client's report lasts until the next record for it with a greater
 //! sequence: renewed (same allocation), changed, or ended (validity 0); or
 //! until a restart. The treatment is the agent-wide per-second records over
-//! that interval: the requests that reached routing. The agent's own
-//! enforcement answers its 3004s before routing (RFC 8581 §6.2.4), and the
-//! per-second records do not count those: the explanation says so among
-//! what the records cannot show.
+//! that interval, the answers of the agent's own enforcement (its 3004s
+//! before routing, RFC 8581 §6.2.4) included; the records do not tell them
+//! apart from the throttles of OCS versions and server protection: the
+//! explanation says so among what the records cannot show.
 
 use serde::Serialize;
 
@@ -142,7 +142,7 @@ impl Log {
             "whether each client abated at the source: only the requests this agent saw from them afterwards (the agent-wide counts)".to_owned(),
             "which clients received it: a client that does not announce peer reports gets none and is held to its allocation by the agent itself (RFC 7683 §5.2.3); the records of its issue do not say which".into(),
             "arrivals at the servers from other paths than this agent".into(),
-            "the agent's own enforcement of the report: its 3004s are answered before routing, and the per-second records count neither them nor the requests they answered (the throttles above are those of OCS versions and server protection; `doic_own_client_throttled_total` in /metrics counts the own ones per client)".into(),
+            "which of the throttles were the agent's own enforcement of the report: the per-second records count its answers (before routing) with those of OCS versions and server protection (`doic_own_client_throttled_total` in /metrics counts the own ones per client)".into(),
             "the application outcome: retries, completed transactions, user impact".into(),
         ];
         let lost: u64 = self
@@ -227,7 +227,7 @@ fn peer_claim(
         w.throttled as f64 / w.requests as f64 * 100.0
     };
     format!(
-        "{} issued its own PEER report #{seq} decided {decided}{why}; it allocated {}; in force {}; agent-wide over those seconds, of {} requests that reached routing {} were throttled ({share:.1} %), {} forwarded, {} diverted and {} had no route.",
+        "{} issued its own PEER report #{seq} decided {decided}{why}; it allocated {}; in force {}; agent-wide over those seconds, of {} requests {} were throttled ({share:.1} %), {} forwarded, {} diverted and {} had no route.",
         log.agent,
         allocated.join(", "),
         interval_phrase(decided, until, None),

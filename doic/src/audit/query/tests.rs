@@ -367,13 +367,13 @@ fn an_own_peer_report_is_explained_from_its_issue_records_and_the_agent_wide_sec
     );
     assert!(
         e.claim
-            .contains("of 300 requests that reached routing 60 were throttled (20.0 %)"),
+            .contains("of 300 requests 60 were throttled (20.0 %)"),
         "{}",
         e.claim
     );
     assert!(
         e.cannot_show.iter().any(|c| c.contains("own enforcement")),
-        "own-enforcement throttles are not in the per-second records"
+        "own-enforcement throttles are not told apart in the per-second records"
     );
     assert!(
         e.cannot_show
