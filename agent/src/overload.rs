@@ -66,7 +66,9 @@ mod tests;
 
 pub(crate) use answer::{idle_client_answer, treat_answer, with_avp};
 pub(crate) use cores::{current_worker, set_worker};
-pub(crate) use request::{Decision, RequestIn, Route, idle_forward, retreat, treat_request};
+pub(crate) use request::{
+    Decision, Offers, RequestIn, Route, idle_forward, retreat, treat_request,
+};
 pub use snapshot::SNAPSHOTS_PER_WORKER;
 pub(crate) use snapshot::tick;
 pub use snapshot::{OcsRow, Snapshot};

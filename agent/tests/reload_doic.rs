@@ -243,6 +243,55 @@ async fn a_protection_mode_change_reaches_the_control_thread() {
     stop(agent);
 }
 
+/// RFC 7683 §5.1 and §10.4: a DOIC client's OC-Supported-Features are
+/// judged per transaction under the running `[doic]`, on one connection
+/// that announces the same features throughout: its answers carry the
+/// agent's OC-Supported-Features while the client is trusted, none from
+/// the first request after a reload that no longer trusts it (the agent is
+/// then the reacting node on its behalf), and again after a reload that
+/// trusts it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_client_trust_applies_to_the_next_request_of_a_connection() {
+    let s1 = Reporter::spawn(S1).await;
+    let trusting = |t: bool| {
+        let body = format!("[doic.peers.\"load1.example.org\"]\ntrusted = {t}\n");
+        config(&s1, true, &body)
+    };
+    let agent = start_agent(trusting(true), 1).await;
+    let id = Identity::new("load1.example.org", "example.org");
+    let mut c = Client::connect(agent.local_addrs()[0], id, vec![TEST_APP])
+        .await
+        .unwrap();
+    assert_eq!(c.cea_result, 2001);
+    let features = diameter::codec::doic::OcSupportedFeatures {
+        feature_vector: Some(OLR_DEFAULT_ALGO),
+        source_id: None,
+        peer_algo: None,
+    };
+    let mut hbh = 1;
+    for (i, trusted) in [true, false, true].into_iter().enumerate() {
+        if i > 0 {
+            let plan = agent.reload(trusting(trusted));
+            assert!(plan.doic && plan.needs_restart.is_empty(), "{plan:?}");
+        }
+        let a = exchange(&mut c, hbh, 20, 20, Some(&features)).await;
+        hbh += 20;
+        assert!(a.iter().all(|m| code_of(m) == 2001));
+        let carry: Vec<bool> = a
+            .iter()
+            .map(|m| {
+                diameter::codec::Routing::scan(m)
+                    .unwrap()
+                    .oc_supported_features()
+                    .is_some()
+            })
+            .collect();
+        assert_eq!(carry, vec![trusted; 20], "client trusted: {trusted}");
+    }
+    assert_eq!(s1.seen.cer.load(Ordering::Relaxed), 1, "one connection");
+    stop(agent);
+}
+
 /// s1 puts a 100 % host report (sequence 1, 60 s) in every answer.
 fn report_always(s1: &Reporter) {
     s1.set(Script {

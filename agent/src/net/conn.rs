@@ -137,6 +137,9 @@ struct Conn {
     /// Its peer left the configuration ([`ToConn::Retire`]): what is
     /// pending at the end of the drain fails over instead of 3002.
     retired: bool,
+    /// The client's last OC-Supported-Features as the DOIC idle path read
+    /// them ([`crate::overload::Offers`]).
+    offers: crate::overload::Offers,
 }
 
 /// Runs one connection to the end. `expect` is the peer an initiator
@@ -207,6 +210,7 @@ pub(crate) async fn run(
         undeliverable_warn: relaying::WarnLimit::default(),
         routes: ctx_routes,
         retired: false,
+        offers: crate::overload::Offers::default(),
     };
     async move {
         c.pump_fsm();

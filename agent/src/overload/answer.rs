@@ -27,7 +27,8 @@ fn has_doic_avps(routing: &Routing<'_>) -> bool {
 /// agent's own), nothing is judged or advanced and the answer only gains
 /// the agent's OC-Supported-Features (RFC 7683 §5.1.2, RFC 8581 §6.1.2):
 /// which one ([`Overload::answer_features_avp`], encoded once), and whether
-/// the request may be retried elsewhere (not after 5198). `None`:
+/// the request may be retried elsewhere (not after 5198;
+/// `experimental_result_code` as the relay read it of `routing`). `None`:
 /// [`treat_answer`] is needed. Out of line: the path without client
 /// features only tests `tx.client_features` before calling it.
 #[inline(never)]
@@ -35,6 +36,7 @@ pub(crate) fn idle_client_answer(
     ov: &Overload,
     tx: &TxState,
     routing: &Routing<'_>,
+    experimental_result_code: Option<u32>,
 ) -> Option<(AnswerFeatures, bool)> {
     tx.client_features?;
     if has_doic_avps(routing) {
@@ -43,8 +45,7 @@ pub(crate) fn idle_client_answer(
     let Some(IdleAnswer::Add(which)) = with_core(ov, |core, _| core.answer_idle(tx))? else {
         return None;
     };
-    let retry = retry_allowed(routing.experimental_result_code().map(|(_, c)| c));
-    Some((which, retry))
+    Some((which, retry_allowed(experimental_result_code)))
 }
 
 /// `msg` with `avp` (whole, padded) appended and its Message Length set: the

@@ -98,21 +98,22 @@ pub(crate) fn features_cut(routing: &Routing<'_>) -> FeaturesCut {
 /// this worker. Every request then goes to the router's first choice, so
 /// the relay routes it as without DOIC; counted as forwarded. A DOIC
 /// client's request (RFC 7683 §5.1.1) has its OC-Supported-Features read in
-/// place ([`FeaturesRef`], no allocation) into the core's [`Offer`], and cut
-/// out of the forwarded request as it is written. `None`: the full
-/// treatment is needed (overload state, several or malformed
+/// place ([`FeaturesRef`], no allocation) into the core's [`Offer`], or
+/// taken from the connection's [`Offers`] when it repeats the one read
+/// before, and cut out of the forwarded request as it is written. `None`:
+/// the full treatment is needed (overload state, several or malformed
 /// OC-Supported-Features).
 pub(crate) fn idle_forward(
     ov: &Overload,
     app_id: u32,
     routing: &Routing<'_>,
-    from: &str,
+    (from, offers): (&str, &mut Offers),
 ) -> Option<Decision> {
     let Some(raw) = routing.oc_supported_features() else {
         let tx = with_core(ov, |core, _| core.treat_idle(app_id, from, None))??;
         return Some(Decision::Plain { tx, cut: None });
     };
-    idle_forward_client(ov, app_id, routing, &raw, from)
+    idle_forward_client(ov, app_id, routing, &raw, (from, offers))
 }
 
 /// [`idle_forward`] for a DOIC client's request (`raw`: its
@@ -124,17 +125,62 @@ fn idle_forward_client(
     app_id: u32,
     routing: &Routing<'_>,
     raw: &RawAvp<'_>,
-    from: &str,
+    (from, offers): (&str, &mut Offers),
 ) -> Option<Decision> {
     let FeaturesCut::One(start, end) = features_cut(routing) else {
         return None;
     };
-    let offer = Offer::read(&FeaturesRef::from_raw(raw).ok()?, from);
+    let offer = offers.read(raw, from)?;
     let tx = with_core(ov, |core, _| core.treat_idle(app_id, from, Some(offer)))??;
     Some(Decision::Plain {
         tx,
         cut: Some((start, end)),
     })
+}
+
+/// The last OC-Supported-Features a connection's client sent, as the idle
+/// path read it: a client announces the same AVP in every request (RFC 7683
+/// §5.1.1), so a request whose AVP has the same bytes, from the same peer,
+/// gets the same [`Offer`] without reading it again. The offer is made of
+/// those bytes and the sender alone: the client's policy and the agent's
+/// `[doic]` are the core's, applied to it per request
+/// ([`Doic::treat_idle`]), so a reload or a change of trust takes effect at
+/// once, and different features (other bytes) are read anew.
+#[derive(Debug, Default)]
+pub(crate) struct Offers {
+    /// The AVP (header, data, padding) and the sender it was read for.
+    avp: Vec<u8>,
+    from: String,
+    offer: Option<Offer>,
+}
+
+/// Longest OC-Supported-Features kept for reuse: a feature vector,
+/// OC-Peer-Algo and a SourceID of ordinary length fit; a longer AVP is read
+/// per request.
+const OFFER_AVP_MAX: usize = 256;
+
+impl Offers {
+    /// The [`Offer`] of `raw` received from `from`: the one read before
+    /// when the AVP's bytes and the sender are the same, else read in place
+    /// ([`FeaturesRef::from_raw`]). `None` for a malformed AVP (never kept).
+    pub(crate) fn read(&mut self, raw: &RawAvp<'_>, from: &str) -> Option<Offer> {
+        if let Some(o) = self.offer
+            && self.avp == raw.raw
+            && self.from == from
+        {
+            return Some(o);
+        }
+        self.offer = None;
+        let offer = Offer::read(&FeaturesRef::from_raw(raw).ok()?, from);
+        if raw.raw.len() <= OFFER_AVP_MAX {
+            self.avp.clear();
+            self.avp.extend_from_slice(raw.raw);
+            self.from.clear();
+            self.from.push_str(from);
+            self.offer = Some(offer);
+        }
+        Some(offer)
+    }
 }
 
 /// Treats one request (RFC 8581 §5 order) and applies the decision to its

@@ -166,7 +166,8 @@ fn doic_cfg(peer_algo: doic::Algorithm, trusted: bool) -> DoicConfig {
 /// out of the forwarded request (RFC 7683 §5.1.3, RFC 8581 §6.1.1), the
 /// agent's own OC-Supported-Features in the answer with loss selected
 /// and, toward a peer-report client, SourceID and OC-Peer-Algo (RFC 7683
-/// §5.1.2, RFC 8581 §6.1.2).
+/// §5.1.2, RFC 8581 §6.1.2). Each feature set is sent twice on one
+/// connection's [`Offers`]: read, then reused; the next set is read anew.
 #[test]
 fn idle_doic_client_fast_path_is_byte_identical_to_full_treatment() {
     let answer = diameter::codec::Message::new(272, 4, CommandFlags::default())
@@ -193,13 +194,17 @@ fn idle_doic_client_fast_path_is_byte_identical_to_full_treatment() {
         // This thread's core is made from `ov` on first use.
         reset();
         let mut full = Doic::new("agent", cfg, 1, 1).unwrap();
-        for cf in client_feature_sets() {
+        let mut offers = Offers::default();
+        let twice = client_feature_sets()
+            .into_iter()
+            .flat_map(|cf| [cf.clone(), cf]);
+        for cf in twice {
             let msg = client_request(&cf);
             let routing = Routing::scan(&msg).unwrap();
             let Some(Decision::Plain {
                 tx,
                 cut: Some((a, b)),
-            }) = idle_forward(&ov, 4, &routing, "client")
+            }) = idle_forward(&ov, 4, &routing, ("client", &mut offers))
             else {
                 panic!("no fast path for {cf:?}");
             };
@@ -252,7 +257,8 @@ fn idle_doic_client_fast_path_is_byte_identical_to_full_treatment() {
             let scan = Routing::scan(&answer).unwrap();
             // As the relay does: the idle answer when it applies, else
             // the treatment.
-            let idle = idle_client_answer(&ov, &tx, &scan);
+            let erc = scan.experimental_result_code().map(|(_, c)| c);
+            let idle = idle_client_answer(&ov, &tx, &scan, erc);
             assert_eq!(idle.is_some(), trusted, "idle answer path for {cf:?}");
             let (fast_answer, retry) = match idle {
                 Some((which, retry)) => (
@@ -291,7 +297,7 @@ fn idle_doic_client_fast_path_is_byte_identical_to_full_treatment() {
         let counted = with_core(&ov, |core, _| core.audit().totals).unwrap();
         assert_eq!(counted, full.audit().totals);
     }
-    assert_eq!(checked, 21);
+    assert_eq!(checked, 42);
 }
 
 /// Feature AVPs the fast path does not read are left to the full
@@ -321,7 +327,7 @@ fn unusual_client_features_take_the_full_treatment() {
         twice.to_bytes().unwrap().freeze(),
     ] {
         let routing = Routing::scan(&msg).unwrap();
-        assert!(idle_forward(&ov, 4, &routing, "client").is_none());
+        assert!(idle_forward(&ov, 4, &routing, ("client", &mut Offers::default())).is_none());
     }
     // Two are removed by a copy, not cut.
     let twice = twice.to_bytes().unwrap().freeze();
@@ -330,6 +336,51 @@ fn unusual_client_features_take_the_full_treatment() {
     // Nothing was counted: the full treatment will count them.
     let counted = with_core(&ov, |core, _| core.audit().totals).unwrap();
     assert_eq!(counted.requests, 0);
+}
+
+/// A connection's [`Offers`] gives the offer [`doic::Offer::read`] makes
+/// of the AVP in every case: reused only for the same bytes from the same
+/// sender, read again when the client announces other features, never kept
+/// for a malformed AVP (RFC 7683 §5.1: the features are those of each
+/// transaction).
+#[test]
+fn offers_are_reused_only_for_the_same_avp_from_the_same_peer() {
+    let mut sets: Vec<Bytes> = client_feature_sets().iter().map(client_request).collect();
+    let bad = OcSupportedFeatures {
+        feature_vector: Some(1),
+        source_id: Some("not an identity".into()),
+        peer_algo: None,
+    };
+    sets.push(client_request(&bad));
+    let fresh = |msg: &Bytes, from: &str| {
+        let routing = Routing::scan(msg).unwrap();
+        let raw = routing.oc_supported_features().unwrap();
+        diameter::codec::doic::FeaturesRef::from_raw(&raw)
+            .ok()
+            .map(|f| doic::Offer::read(&f, from))
+    };
+    let mut offers = Offers::default();
+    let mut check = |msg: &Bytes, from: &str| {
+        let routing = Routing::scan(msg).unwrap();
+        let raw = routing.oc_supported_features().unwrap();
+        assert_eq!(offers.read(&raw, from), fresh(msg, from), "from {from}");
+    };
+    // Every pair of AVPs in both orders, each twice in a row, one sender.
+    for from in ["client", "elsewhere"] {
+        for a in &sets {
+            for b in &sets {
+                for msg in [a, a, b, b, a] {
+                    check(msg, from);
+                }
+            }
+        }
+    }
+    // The same AVP from one sender, then another.
+    for msg in &sets {
+        for from in ["client", "client", "elsewhere", "elsewhere", "client"] {
+            check(msg, from);
+        }
+    }
 }
 
 /// A worker's snapshot reaches `/metrics` only through the control

@@ -203,7 +203,12 @@ impl Conn {
         let decision = match &self.ctx.relay.overload {
             None => crate::overload::Decision::Relay,
             Some(ov) => {
-                match crate::overload::idle_forward(ov, head.application_id, &routing, &from) {
+                match crate::overload::idle_forward(
+                    ov,
+                    head.application_id,
+                    &routing,
+                    (&from, &mut self.offers),
+                ) {
                     Some(d) => d,
                     None => crate::overload::treat_request(
                         &self.ctx.relay.doic_route(self.routes.router()),
@@ -319,7 +324,8 @@ impl Conn {
         if let Some(ov) = &self.ctx.relay.overload
             && let Some(tx) = r.doic.as_ref()
             && tx.client_features.is_some()
-            && let Some((features, retry)) = crate::overload::idle_client_answer(ov, tx, &routing)
+            && let Some((features, retry)) =
+                crate::overload::idle_client_answer(ov, tx, &routing, erc)
         {
             // A DOIC client and nothing to judge: the agent's features are
             // appended as the answer is written (`ToConn::AnswerWith`).
