@@ -467,13 +467,30 @@ impl Estimator {
         // a burst); a burst caught in `outstanding` does not. More than a
         // tick's worth of requests waiting is a queue at once, before any
         // answer shows it.
+        //
+        // A tick without any answer is slow only with requests outstanding
+        // (an idle tick shows nothing), and it is no proof of a queue on its
+        // own: requests sent just before the tick to a server that answers in
+        // microseconds are outstanding too. After an idle spell the window
+        // holds no completion, so their number alone would read as an endless
+        // delay and cut a healthy server's limit to its floor; two such ticks
+        // in a row are a stall.
         let tick = self.window.back().map_or(Duration::ZERO, |r| r.span);
         let slow = match (samples.min_latency, target) {
             (Some(min), Some(t)) => min > t,
-            (None, _) => samples.is_empty(),
+            (None, _) => samples.is_empty() && m.outstanding > 0,
             (Some(_), None) => false,
         };
-        let standing = (slow && self.slow_before) || m.delay.is_some_and(|d| d > tick);
+        // Little's law with the window's completion rate also misreads the
+        // first tick of load after an idle spell (the window's rate is that
+        // of the idle time): it counts only when this tick's answers were
+        // slow on average too, as they are behind a queue that forms.
+        let mean_fast = match (samples.mean_latency(), target) {
+            (Some(mean), Some(t)) => mean <= t,
+            _ => false,
+        };
+        let standing = (slow && self.slow_before)
+            || (!samples.is_empty() && !mean_fast && m.delay.is_some_and(|d| d > tick));
         self.slow_before = slow;
         let queueing = match (m.delay, target) {
             (Some(d), Some(t)) if standing && d > t => Some((d - t).as_secs_f64()),

@@ -596,3 +596,97 @@ fn a_chain_reaches_the_server_smoothly_under_rate_and_loss() {
         );
     }
 }
+
+/// A fast server answered at 10,000/s for 2 s, then the agent idle for 1 s:
+/// `k` ticks of 100 ms in a row with `outstanding` requests and no answer.
+fn after_an_idle_spell(ticks_without_answer: &[u64]) -> (Estimator, Instant) {
+    let tick = Duration::from_millis(TICK_MS);
+    let mut now = Instant::now();
+    let mut est = Estimator::new(ProtectParams::default(), Mode::Auto);
+    let mut tick_with = |est: &mut Estimator, answers: u64, outstanding: u64, offered: u64| {
+        for _ in 0..answers {
+            est.handle_sample(Duration::from_micros(50), Outcome::Answered, false);
+        }
+        now += tick;
+        est.handle_tick(
+            now,
+            Load {
+                outstanding,
+                offered,
+                throttled: 0,
+            },
+        );
+    };
+    for _ in 0..20 {
+        tick_with(&mut est, 1000, 0, 1000);
+    }
+    for _ in 0..10 {
+        tick_with(&mut est, 0, 0, 0);
+    }
+    assert_eq!(est.limit(), None, "idle: no limit");
+    for &outstanding in ticks_without_answer {
+        tick_with(&mut est, 0, outstanding, outstanding);
+    }
+    (est, now)
+}
+
+#[test]
+fn load_arriving_at_an_idle_agent_is_no_queue_before_its_answers_show_one() {
+    // A closed loop of 64 starts just before a tick: none answered yet. The
+    // window holds no completion, so Little's law alone would read an
+    // endless delay; the server answers in 50 us.
+    let (mut est, mut now) = after_an_idle_spell(&[64]);
+    assert_eq!(est.limit(), None, "{:?}", est.measures());
+    for _ in 0..10 {
+        for _ in 0..1000 {
+            est.handle_sample(Duration::from_micros(50), Outcome::Answered, false);
+        }
+        now += Duration::from_millis(TICK_MS);
+        est.handle_tick(
+            now,
+            Load {
+                outstanding: 64,
+                offered: 1000,
+                throttled: 0,
+            },
+        );
+        assert_eq!(est.limit(), None, "{:?}", est.measures());
+    }
+}
+
+#[test]
+fn a_server_that_stops_answering_with_requests_outstanding_is_limited_at_the_second_tick() {
+    let (est, _) = after_an_idle_spell(&[500]);
+    assert_eq!(
+        est.limit(),
+        None,
+        "one tick without answers: {:?}",
+        est.measures()
+    );
+    let (est, _) = after_an_idle_spell(&[500, 1000]);
+    assert!(est.limit().is_some(), "two ticks: {:?}", est.measures());
+}
+
+#[test]
+fn the_first_answers_after_an_idle_spell_are_no_queue_when_they_are_fast() {
+    // The closed loop starts late in a tick: 20 answers in 50 us each, 64
+    // outstanding; over a window that was idle, Little's law reads 0.5 s.
+    let (mut est, now) = after_an_idle_spell(&[]);
+    for _ in 0..20 {
+        est.handle_sample(Duration::from_micros(50), Outcome::Answered, false);
+    }
+    est.handle_tick(
+        now + Duration::from_millis(TICK_MS),
+        Load {
+            outstanding: 64,
+            offered: 84,
+            throttled: 0,
+        },
+    );
+    assert!(
+        est.measures().delay > Some(Duration::from_millis(TICK_MS)),
+        "{:?}",
+        est.measures()
+    );
+    assert_eq!(est.limit(), None, "{:?}", est.measures());
+}
