@@ -21,7 +21,11 @@
 //!   will see is `outstanding / completion rate` (answers per second over
 //!   `window`). It reacts at once, where answer latencies lag by the very
 //!   queue wait they measure. The server is queueing when it exceeds the
-//!   target `baseline * (1 + tolerance) + slack`.
+//!   target `baseline * (1 + tolerance) + slack + agent delay`, the last
+//!   being the agent's own lateness in the tick ([`Load::agent_delay`]): an
+//!   agent starved of CPU reads every answer late, which is no queue at the
+//!   server (RFC 7068 §1.2: the agent's own CPU and that of the servers
+//!   behind it are different resources, overloaded apart).
 //! - **Gradient decrease** (Netflix `GradientLimit`, Clearwater
 //!   `load_monitor`): while queueing, the limit is the measured completion
 //!   rate times `1 - (delay - target) / drain`, at least `floor` of it: the
@@ -206,6 +210,11 @@ pub struct Load {
     pub offered: u64,
     /// Of those, the ones the agent answered itself.
     pub throttled: u64,
+    /// The agent's own lateness in the tick: the longest a piece of work
+    /// waited on one of its workers. Every answer may have been read that
+    /// much late, so it widens the latency target: an agent starved of CPU
+    /// must not take its own delay for a queue at the server.
+    pub agent_delay: Duration,
 }
 
 /// One tick's record in the rate window.
@@ -419,7 +428,7 @@ impl Estimator {
             return;
         }
         self.measure(covered, &samples, load);
-        self.decide(now, &samples);
+        self.decide(now, &samples, load.agent_delay);
     }
 
     fn measure(&mut self, covered: Duration, samples: &Samples, load: Load) {
@@ -455,13 +464,13 @@ impl Estimator {
         };
     }
 
-    fn decide(&mut self, now: Instant, samples: &Samples) {
+    fn decide(&mut self, now: Instant, samples: &Samples, agent_delay: Duration) {
         let p = self.params;
         let m = self.measures;
         let target = self
             .baseline
             .get()
-            .map(|b| b.mul_f64(1.0 + p.tolerance) + p.slack);
+            .map(|b| b.mul_f64(1.0 + p.tolerance) + p.slack + agent_delay);
         // CoDel: a standing queue delays even the fastest answer of a tick,
         // here of two ticks in a row (one slow tick is scheduling jitter or
         // a burst); a burst caught in `outstanding` does not. More than a

@@ -139,6 +139,8 @@ pub struct OwnState {
     /// The longest wait of a tick on a worker since the last measurement,
     /// nanoseconds.
     queue_delay_ns: AtomicU64,
+    /// The same since the last control tick (the protection's input).
+    tick_delay_ns: AtomicU64,
     controller: Mutex<Option<Control>>,
     published: Mutex<Arc<[OwnReport]>>,
     generation: AtomicU64,
@@ -176,6 +178,7 @@ impl OwnState {
         Self {
             limits: ClientLimits::default(),
             queue_delay_ns: AtomicU64::new(0),
+            tick_delay_ns: AtomicU64::new(0),
             controller: Mutex::new(Some(controller)),
             published: Mutex::new(Arc::from(Vec::new())),
             generation: AtomicU64::new(0),
@@ -202,6 +205,13 @@ impl OwnState {
 pub(crate) fn note_queue_delay(ov: &Overload, delay: Duration) {
     let ns = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
     ov.own.queue_delay_ns.fetch_max(ns, Ordering::Relaxed);
+    ov.own.tick_delay_ns.fetch_max(ns, Ordering::Relaxed);
+}
+
+/// The longest queue delay on a worker since the last call (control
+/// thread, every tick): how late the agent itself read what arrived.
+pub(crate) fn take_tick_delay(ov: &Overload) -> Duration {
+    Duration::from_nanos(ov.own.tick_delay_ns.swap(0, Ordering::Relaxed))
 }
 
 /// Measures every peer's arrival rate at `now` with the workers'

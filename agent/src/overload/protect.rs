@@ -176,6 +176,9 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
     };
     let slots = table.all();
     let demands = measure_demands(st, &slots, now);
+    // The agent's own lateness this tick: a starved agent reads every
+    // answer late, which is no queue at the server.
+    let agent_delay = super::own::take_tick_delay(ov);
     let mut servers = st.servers.lock().unwrap_or_else(PoisonError::into_inner);
     let mut changed = false;
     for (_, slot) in slots {
@@ -222,6 +225,7 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                 outstanding,
                 offered: admitted + taken.throttled,
                 throttled: taken.throttled,
+                agent_delay,
             },
         );
         let new_app = taken.app != 0 && s.apps.len() < MAX_APPS && s.apps.insert(taken.app);

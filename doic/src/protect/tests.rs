@@ -220,6 +220,7 @@ impl Sim {
                     outstanding: (self.queue.len() + self.inflight.len()) as u64,
                     offered: self.tick_offered,
                     throttled: self.tick_throttled,
+                    agent_delay: Duration::ZERO,
                 };
                 (self.tick_offered, self.tick_throttled) = (0, 0);
                 self.per_tick.push(std::mem::take(&mut self.tick_admitted));
@@ -614,6 +615,7 @@ fn after_an_idle_spell(ticks_without_answer: &[u64]) -> (Estimator, Instant) {
                 outstanding,
                 offered,
                 throttled: 0,
+                agent_delay: Duration::ZERO,
             },
         );
     };
@@ -648,6 +650,7 @@ fn load_arriving_at_an_idle_agent_is_no_queue_before_its_answers_show_one() {
                 outstanding: 64,
                 offered: 1000,
                 throttled: 0,
+                agent_delay: Duration::ZERO,
             },
         );
         assert_eq!(est.limit(), None, "{:?}", est.measures());
@@ -681,6 +684,7 @@ fn the_first_answers_after_an_idle_spell_are_no_queue_when_they_are_fast() {
             outstanding: 64,
             offered: 84,
             throttled: 0,
+            agent_delay: Duration::ZERO,
         },
     );
     assert!(
@@ -689,4 +693,42 @@ fn the_first_answers_after_an_idle_spell_are_no_queue_when_they_are_fast() {
         est.measures()
     );
     assert_eq!(est.limit(), None, "{:?}", est.measures());
+}
+
+/// A healthy server (50 us) read by an agent whose own workers ran `late`
+/// for 3 s: every answer's latency carries that delay and the answers
+/// waiting to be read count as outstanding. The agent knows `known` of it.
+fn starved_agent(late: Duration, known: Duration) -> Estimator {
+    let (mut est, mut now) = after_an_idle_spell(&[]);
+    for _ in 0..30 {
+        for _ in 0..500 {
+            est.handle_sample(Duration::from_micros(50) + late, Outcome::Answered, false);
+        }
+        now += Duration::from_millis(TICK_MS);
+        est.handle_tick(
+            now,
+            Load {
+                outstanding: 400,
+                offered: 500,
+                throttled: 0,
+                agent_delay: known,
+            },
+        );
+    }
+    est
+}
+
+#[test]
+fn an_agent_starved_of_cpu_does_not_take_its_own_delay_for_a_server_queue() {
+    let late = Duration::from_millis(80);
+    // Answers 80 ms late with nothing to explain it: a standing queue at
+    // the server, which is limited.
+    let blind = starved_agent(late, Duration::ZERO);
+    assert!(blind.limit().is_some(), "{:?}", blind.measures());
+    // The same answers with the agent's own lateness known: no queue.
+    let known = starved_agent(late, late);
+    assert_eq!(known.limit(), None, "{:?}", known.measures());
+    // Lateness beyond the agent's own still counts.
+    let beyond = starved_agent(late * 3, late);
+    assert!(beyond.limit().is_some(), "{:?}", beyond.measures());
 }
