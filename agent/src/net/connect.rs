@@ -148,8 +148,8 @@ async fn secure(
     }
 }
 
-/// Accepts connections until shutdown; each runs as a responder on the next
-/// worker.
+/// Accepts connections until shutdown; each runs as a responder on the
+/// worker [`crate::workers::place`] picks.
 pub(crate) async fn listen(
     ctx: Arc<ConnCtx>,
     workers: Arc<Workers>,
@@ -192,7 +192,7 @@ pub(crate) async fn listen(
                     };
                     let s = ctx.clone();
                     let tls = tls.clone();
-                    workers.spawn_next(async move {
+                    workers.spawn_accepted(async move {
                         match TcpStream::from_std(std) {
                             Ok(stream) => conn::accept(s, stream, waiting, tls).await,
                             Err(_) => s.admission.release(&waiting.ticket),
