@@ -100,14 +100,16 @@ pub fn measure_as(
         if doic_client {
             c.announce_doic();
         }
-        drive(c, addr, (pace, seconds), at_start).await
+        drive(c, addr, (pace, seconds), async { at_start() }).await
     })
 }
 
-/// [`measure`] with `clients` connections at once (`client1.example.org`,
-/// `client2.example.org`, ...), the pace split evenly among them (each
-/// keeps its share of the outstanding requests or of the rate): one
-/// report, merged ([`merge`]). One client is [`measure`].
+/// [`measure_from`] with `clients` connections at once
+/// (`client1.example.org`, `client2.example.org`, ...), the pace split
+/// evenly among them (each keeps its share of the outstanding requests or
+/// of the rate): one report, merged ([`merge`]). `at_start` runs once every
+/// client has warmed up; then they all start. One client is
+/// [`measure_from`].
 ///
 /// # Errors
 /// As [`measure`], for any of the clients.
@@ -116,9 +118,10 @@ pub fn measure_clients(
     addr: SocketAddr,
     (pace, seconds): (Pace, u64),
     clients: usize,
+    at_start: impl FnOnce(),
 ) -> anyhow::Result<Report> {
     if clients <= 1 {
-        return measure(rt, addr, pace, seconds);
+        return measure_from(rt, addr, pace, seconds, at_start);
     }
     let each = match pace {
         Pace::Closed(n) => Pace::Closed((n / clients).max(1)),
@@ -126,16 +129,34 @@ pub fn measure_clients(
         other => anyhow::bail!("{other:?} is not split among clients"),
     };
     rt.block_on(async {
+        let warm = std::sync::Arc::new(tokio::sync::Barrier::new(clients + 1));
+        let go = std::sync::Arc::new(tokio::sync::Barrier::new(clients + 1));
         let mut set = tokio::task::JoinSet::new();
         for i in 1..=clients {
+            let (warm, go) = (warm.clone(), go.clone());
             set.spawn(async move {
                 let host = format!("client{i}.example.org");
                 let c = Client::connect(addr, Identity::new(&host, "example.org"), vec![TEST_APP])
                     .await?;
                 anyhow::ensure!(c.cea_result == 2001, "CEA {} from {addr}", c.cea_result);
-                drive(c, addr, (each, seconds), || {}).await
+                drive(c, addr, (each, seconds), async move {
+                    warm.wait().await;
+                    go.wait().await;
+                })
+                .await
             });
         }
+        // A client that fails before the barrier ends the run with its
+        // error instead of leaving the others waiting.
+        tokio::select! {
+            _ = warm.wait() => {}
+            Some(r) = set.join_next() => {
+                r??;
+                anyhow::bail!("a client ended before the measurement");
+            }
+        }
+        at_start();
+        go.wait().await;
         let mut reports = Vec::with_capacity(clients);
         while let Some(r) = set.join_next().await {
             reports.push(r??);
@@ -150,7 +171,7 @@ async fn drive(
     mut c: Client,
     addr: SocketAddr,
     (pace, seconds): (Pace, u64),
-    at_start: impl FnOnce(),
+    at_start: impl Future<Output = ()>,
 ) -> anyhow::Result<Report> {
     let t = Traffic {
         destination_realm: "example.net".into(),
@@ -166,7 +187,7 @@ async fn drive(
         &stop,
     )
     .await?;
-    at_start();
+    at_start.await;
     let r = c
         .run(
             &t,

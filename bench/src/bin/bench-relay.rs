@@ -113,11 +113,45 @@ struct Args {
     fd_client_rounds: usize,
 }
 
-struct Target {
+struct Target<'a> {
     name: String,
     addr: SocketAddr,
     closed: Vec<Report>,
     open: Vec<Report>,
+    /// The relay's CPU time, for the agents.
+    cpu: Cpu<'a>,
+    /// CPU µs per answer of each closed-loop round.
+    cpu_us: Vec<f64>,
+}
+
+/// Where a path's relay CPU time is read.
+#[derive(Clone, Copy)]
+enum Cpu<'a> {
+    /// Not read (direct, the pipe, freeDiameter's relay).
+    None,
+    /// An agent in this process: its worker threads (`Workers::cpu_time`).
+    Agent(&'a Agent),
+    /// An agent process: every thread of it (`/proc/PID/stat`).
+    Process(u32),
+}
+
+impl Cpu<'_> {
+    /// CPU seconds used so far.
+    fn seconds(self) -> Option<f64> {
+        match self {
+            Cpu::None => None,
+            Cpu::Agent(a) => {
+                let w = a.workers();
+                Some(
+                    (0..w.count())
+                        .filter_map(|i| w.cpu_time(i))
+                        .map(|d| d.as_secs_f64())
+                        .sum(),
+                )
+            }
+            Cpu::Process(pid) => bench::own::cpu_secs(pid),
+        }
+    }
 }
 
 fn agent(server: &PeerTarget, workers: usize) -> anyhow::Result<Agent> {
@@ -295,6 +329,8 @@ fn main() -> anyhow::Result<()> {
         addr,
         closed: vec![],
         open: vec![],
+        cpu: Cpu::None,
+        cpu_us: vec![],
     };
     let pipe = bench::pipe::BytePipe::start(server_target.addr).context("byte pipe")?;
     let pipe_name = format!("byte pipe ({})", pipe.name());
@@ -305,8 +341,12 @@ fn main() -> anyhow::Result<()> {
     if let Some(r) = &relay {
         targets.push(target("freeDiameter relay", r.target().addr));
     }
-    targets.push(target("agent, 1 worker", a1.local_addrs()[0]));
-    targets.push(target("agent, 2 workers", a2.local_addrs()[0]));
+    for (name, a) in [("agent, 1 worker", &a1), ("agent, 2 workers", &a2)] {
+        targets.push(Target {
+            cpu: Cpu::Agent(a),
+            ..target(name, a.local_addrs()[0])
+        });
+    }
     let pki = args.tls.then(|| pki::Pki::new("bench-relay"));
     let mut pairs = Vec::new();
     if let Some(pki) = &pki {
@@ -326,7 +366,10 @@ fn main() -> anyhow::Result<()> {
         } else {
             format!("{w} workers")
         };
-        targets.push(target(&format!("{name} (binary), {workers}"), p.addr));
+        targets.push(Target {
+            cpu: Cpu::Process(p.child.id()),
+            ..target(&format!("{name} (binary), {workers}"), p.addr)
+        });
         processes.push(p);
     }
     eprintln!(
@@ -340,13 +383,22 @@ fn main() -> anyhow::Result<()> {
     for round in 0..args.rounds {
         for t in &mut targets {
             let pace = (Pace::Closed(args.outstanding), args.seconds);
-            let r = bench::relay::measure_clients(&rt, t.addr, pace, args.clients)?;
+            let mut before = None;
+            let r = bench::relay::measure_clients(&rt, t.addr, pace, args.clients, || {
+                before = t.cpu.seconds();
+            })?;
+            if let (Some(b), Some(a)) = (before, t.cpu.seconds()) {
+                t.cpu_us.push((a - b) * 1e6 / r.answered.max(1) as f64);
+            }
             eprintln!(
-                "round {round} closed {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us",
+                "round {round} closed {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us{}",
                 t.name,
                 r.rate(),
                 r.percentile_us(50.0),
-                r.percentile_us(99.0)
+                r.percentile_us(99.0),
+                t.cpu_us
+                    .last()
+                    .map_or(String::new(), |c| format!(" cpu {c:.2} us/answer"))
             );
             t.closed.push(r);
         }
@@ -356,7 +408,7 @@ fn main() -> anyhow::Result<()> {
     for round in 0..args.rounds {
         for t in &mut targets {
             let pace = (Pace::Open(open_rate), args.seconds);
-            let r = bench::relay::measure_clients(&rt, t.addr, pace, args.clients)?;
+            let r = bench::relay::measure_clients(&rt, t.addr, pace, args.clients, || {})?;
             eprintln!(
                 "round {round} open   {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us",
                 t.name,
@@ -379,6 +431,14 @@ fn main() -> anyhow::Result<()> {
         _ => f64::NAN,
     };
     println!("\nagent, 2 workers / agent, 1 worker (closed-loop medians): {workers_ratio:.3}");
+    println!("\n| path | relay CPU us per answer, closed loop (median) |\n| --- | ---: |");
+    for t in targets.iter().filter(|t| !t.cpu_us.is_empty()) {
+        println!(
+            "| {} | {:.2} |",
+            t.name,
+            bench::relay::median(t.cpu_us.clone())
+        );
+    }
     let tls_cpu = match pairs.as_slice() {
         [tcp, tls] => {
             eprintln!(
