@@ -1,8 +1,8 @@
 //! Listeners (RFC 6733 §2.1: a node listens on TCP) and outbound
 //! connections to configured peers with the Tc reconnect interval (§2.1:
 //! "Tc ... recommended value is 30 seconds"). Each accepted connection runs
-//! on the next worker in turn, once [`crate::admission`] lets it wait for
-//! its CER (§5.3); the excess is closed at once.
+//! on the worker [`crate::workers::place`] picks, once [`crate::admission`]
+//! lets it wait for its CER (§5.3); the excess is closed at once.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
