@@ -227,7 +227,7 @@ impl Agent {
                     .position(|p| p.host.eq_ignore_ascii_case(&slot.host))
                     .and_then(|i| tls.client(&format!("peer[{i}].tls")));
                 let fut = crate::net::connect::dial_loop(conn.clone(), id, addr, client);
-                workers.spawn_on(id, fut);
+                workers.spawn_dialer(id, fut);
             }
         }
         if let Some(l) = metrics_listener {

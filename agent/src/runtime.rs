@@ -124,6 +124,8 @@ impl Runtime {
                 utilisation: AtomicU32::new(0),
                 tid,
                 hosted: None,
+                accepted: Arc::default(),
+                dialed: Arc::default(),
             });
         }
         Ok(Runtime::with(slots, threads, None, stop_tx, shutdown))
@@ -151,10 +153,7 @@ impl Runtime {
         shutdown: watch::Receiver<bool>,
     ) -> Runtime {
         Runtime {
-            workers: Arc::new(Workers {
-                slots,
-                next: AtomicUsize::new(0),
-            }),
+            workers: Arc::new(Workers { slots }),
             stop_tx,
             stop: Stop(shutdown),
             threads,

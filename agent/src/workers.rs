@@ -25,6 +25,11 @@ pub(crate) struct WorkerSlot {
     pub(crate) tid: i32,
     /// The worker's DOIC state when it is not a thread ([`crate::runtime::Runtime::hosted`]).
     pub(crate) hosted: Option<Arc<HostedCore>>,
+    /// Accepted connections running on the worker ([`Workers::spawn_accepted`]).
+    pub(crate) accepted: Arc<AtomicUsize>,
+    /// Dial loops running on the worker, one per configured peer it dials
+    /// ([`Workers::spawn_dialer`]).
+    pub(crate) dialed: Arc<AtomicUsize>,
 }
 
 impl WorkerSlot {
@@ -42,7 +47,6 @@ impl WorkerSlot {
 #[derive(Debug)]
 pub struct Workers {
     pub(crate) slots: Vec<WorkerSlot>,
-    pub(crate) next: AtomicUsize,
 }
 
 impl Workers {
@@ -57,6 +61,18 @@ impl Workers {
     pub fn utilisation(&self, i: usize) -> f64 {
         self.slots.get(i).map_or(0.0, |w| {
             f64::from(w.utilisation.load(Ordering::Relaxed)) / 1000.0
+        })
+    }
+
+    /// The accepted connections and the dial loops worker `i` runs now
+    /// (what [`place`] weighs); zeros for a worker that does not exist.
+    #[must_use]
+    pub fn connections(&self, i: usize) -> (usize, usize) {
+        self.slots.get(i).map_or((0, 0), |w| {
+            (
+                w.accepted.load(Ordering::Relaxed),
+                w.dialed.load(Ordering::Relaxed),
+            )
         })
     }
 
@@ -91,11 +107,38 @@ impl Workers {
         });
     }
 
-    /// Runs `fut` on the next worker in turn (connections spread across
-    /// workers).
-    pub(crate) fn spawn_next(&self, fut: impl Future<Output = ()> + Send + 'static) {
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
-        self.spawn_on(i, fut);
+    /// Runs an accepted connection's `fut` on the worker [`place`] picks
+    /// from the connections each runs now, counted there until it ends.
+    pub(crate) fn spawn_accepted(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        let load = |f: fn(&WorkerSlot) -> &Arc<AtomicUsize>| -> Vec<usize> {
+            self.slots
+                .iter()
+                .map(|w| f(w).load(Ordering::Relaxed))
+                .collect()
+        };
+        let i = place(&load(|w| &w.accepted), &load(|w| &w.dialed));
+        self.spawn_counted(i, |w| &w.accepted, fut);
+    }
+
+    /// Runs the dial loop `fut` of peer `peer` on worker `peer` (modulo the
+    /// count: upstream connections spread in turn), counted there until it
+    /// ends.
+    pub(crate) fn spawn_dialer(&self, peer: usize, fut: impl Future<Output = ()> + Send + 'static) {
+        self.spawn_counted(peer % self.slots.len(), |w| &w.dialed, fut);
+    }
+
+    fn spawn_counted(
+        &self,
+        i: usize,
+        count: fn(&WorkerSlot) -> &Arc<AtomicUsize>,
+        fut: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let n = count(&self.slots[i]).clone();
+        n.fetch_add(1, Ordering::Relaxed);
+        self.spawn_on(i, async move {
+            fut.await;
+            n.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 
     /// Runs `fut` on every worker, not counted (a tick: it must not hold a
@@ -150,10 +193,75 @@ pub(crate) async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// The worker for a new accepted connection, given the accepted connections
+/// (`accepted[i]`) and the dial loops (`dialed[i]`) each worker runs: the one
+/// with the fewest accepted, ties to the one with the most dialed, then to
+/// the lowest index.
+///
+/// All the traffic to a peer goes through its one connection (RFC 6733
+/// §2.1), so a request read on another worker than its upstream
+/// connection's crosses threads twice (docs/relay.md, "Throughput and
+/// cores"). A lone client is placed with the upstream connections; more
+/// clients spread by count, so that many connecting at once (Diameter
+/// connections live for days) never land on one worker.
+///
+/// # Panics
+/// When `accepted` is empty or the two lengths differ.
+pub(crate) fn place(accepted: &[usize], dialed: &[usize]) -> usize {
+    assert_eq!(accepted.len(), dialed.len(), "one count of each per worker");
+    (0..accepted.len())
+        .min_by_key(|&i| (accepted[i], std::cmp::Reverse(dialed[i])))
+        .expect("at least one worker")
+}
+
 /// Runs `fut` with the worker's DOIC state `core` entered around each of its
 /// polls (a worker on a caller's runtime), so that the thread-local state
 /// is the worker's for the length of the poll.
 pub(crate) async fn on_worker(core: Arc<HostedCore>, fut: impl Future<Output = ()> + Send) {
     let mut fut = std::pin::pin!(fut);
     std::future::poll_fn(|cx| core.enter(|| fut.as_mut().poll(cx))).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::place;
+
+    #[test]
+    fn a_lone_client_goes_to_the_worker_of_the_upstream_connections() {
+        assert_eq!(place(&[0, 0], &[0, 1]), 1);
+        assert_eq!(place(&[0, 0], &[1, 0]), 0);
+        assert_eq!(place(&[0, 0, 0, 0], &[1, 1, 2, 1]), 2);
+    }
+
+    #[test]
+    fn clients_balance_by_count_before_upstream_connections() {
+        // The worker with the upstream connection already has a client.
+        assert_eq!(place(&[1, 0], &[1, 0]), 1);
+        assert_eq!(place(&[0, 1], &[0, 1]), 0);
+        assert_eq!(place(&[3, 2, 2], &[0, 0, 5]), 2);
+    }
+
+    #[test]
+    fn ties_without_upstream_connections_go_to_the_lowest_index() {
+        assert_eq!(place(&[0, 0], &[0, 0]), 0);
+        assert_eq!(place(&[1, 0, 0], &[0, 0, 0]), 1);
+    }
+
+    #[test]
+    fn many_clients_connecting_at_once_spread_evenly() {
+        // Placed one after another, each counted before the next is placed.
+        for (workers, dialed) in [(2, vec![0, 1]), (3, vec![4, 0, 0]), (4, vec![1, 1, 1, 1])] {
+            let mut accepted = vec![0; workers];
+            for _ in 0..workers * 25 {
+                let i = place(&accepted, &dialed);
+                accepted[i] += 1;
+            }
+            assert_eq!(accepted, vec![25; workers], "dialed {dialed:?}");
+        }
+    }
+
+    #[test]
+    fn one_worker_takes_everything() {
+        assert_eq!(place(&[7], &[0]), 0);
+    }
 }

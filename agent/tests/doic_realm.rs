@@ -7,9 +7,9 @@
 //! the agent for a client that did not receive it, and ended with validity 0
 //! (§5.2.3).
 //!
-//! The client's connection, the three server connections and the non-DOIC
-//! client's connection are spread over the workers in turn, so with two or
-//! four workers the answers that carry the realm report are handled on
+//! The three server connections are spread over the workers in turn and
+//! the clients' connections by count (`agent::workers::place`), so with two
+//! or four workers the answers that carry the realm report are handled on
 //! other workers than the requests they answer.
 
 mod support;

@@ -442,3 +442,79 @@ async fn unframeable_stream_is_answered_5011_then_closed() {
         .unwrap();
     assert!(end.is_err(), "then the connection is closed");
 }
+
+/// `n` requests on `c`, each answered 2001 before the next is written.
+async fn relay_one_at_a_time(c: &mut Client, n: u32) {
+    for hbh in 1..=n {
+        c.write_raw(&request(hbh, "example.net", &[]))
+            .await
+            .unwrap();
+        let ans = answer(c).await;
+        assert_eq!(
+            (Header::read(&ans).hop_by_hop, result_code(&ans)),
+            (hbh, Some(2001))
+        );
+    }
+}
+
+/// Connection placement (`Workers::spawn_accepted`, docs/relay.md
+/// "Throughput and cores"): on two workers, a lone client runs on the worker
+/// of the upstream connection (peer 0's dial loop, worker 0), so its
+/// requests and answers cross no thread, however many clients came and went
+/// before it; a second client at the same time goes to the other worker,
+/// and each of its requests crosses twice (RFC 6733 §2.1: one connection to
+/// the server carries them all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_client_shares_the_worker_of_its_upstream_connection() {
+    let s = setup(1).await;
+    let agent = s.agent();
+    let io = agent.io();
+    let conns = |w: usize, side: &str| {
+        metric(
+            agent,
+            &format!("doic_worker_connections{{worker=\"{w}\",side=\"{side}\"}}"),
+        )
+    };
+    assert_eq!(
+        (conns(0, "dialed"), conns(1, "dialed")),
+        (Some(1.0), Some(0.0))
+    );
+    for round in 0..3 {
+        let mut c = s.client().await;
+        assert_eq!(conns(0, "accepted"), Some(1.0), "round {round}");
+        let before = io.handoffs.load(Ordering::Relaxed);
+        relay_one_at_a_time(&mut c, 50).await;
+        assert_eq!(
+            io.handoffs.load(Ordering::Relaxed) - before,
+            0,
+            "round {round}: a lone client's requests crossed workers"
+        );
+        c.disconnect().await.unwrap();
+        wait_until(std::time::Duration::from_secs(5), || {
+            conns(0, "accepted") == Some(0.0)
+        })
+        .await;
+    }
+    let mut first = s.client().await;
+    let mut second = Client::connect(
+        s.addr,
+        Identity::new("client2.example.org", "example.org"),
+        vec![TEST_APP],
+    )
+    .await
+    .unwrap();
+    assert_eq!(second.cea_result, 2001);
+    assert_eq!(
+        (conns(0, "accepted"), conns(1, "accepted")),
+        (Some(1.0), Some(1.0))
+    );
+    let before = io.handoffs.load(Ordering::Relaxed);
+    relay_one_at_a_time(&mut first, 50).await;
+    assert_eq!(io.handoffs.load(Ordering::Relaxed) - before, 0);
+    relay_one_at_a_time(&mut second, 50).await;
+    assert_eq!(
+        io.handoffs.load(Ordering::Relaxed) - before,
+        100,
+        "the second client's 50 requests and 50 answers crossed"
+    );
+}

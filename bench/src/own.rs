@@ -430,25 +430,6 @@ impl Outcome {
     }
 }
 
-fn merge(reports: Vec<Report>) -> Report {
-    let mut all = Report::default();
-    for r in reports {
-        all.sent += r.sent;
-        all.answered += r.answered;
-        all.unmatched += r.unmatched;
-        all.malformed += r.malformed;
-        for (code, n) in r.by_code {
-            *all.by_code.entry(code).or_default() += n;
-        }
-        all.latencies_us.extend(r.latencies_us);
-        all.ok_latencies_us.extend(r.ok_latencies_us);
-        all.elapsed = all.elapsed.max(r.elapsed);
-    }
-    all.latencies_us.sort_unstable();
-    all.ok_latencies_us.sort_unstable();
-    all
-}
-
 /// Runs the setup's clients against `rig` at `pace` each, after `warmup`
 /// seconds of the same pace (whose answers are not counted), for `seconds`;
 /// `during` runs on this thread meanwhile (sampling). The relay's CPU is
@@ -510,7 +491,7 @@ pub fn offer(
     }
     let cpu2 = cpu_secs(rig.pid).unwrap_or(cpu1);
     Ok(Outcome {
-        report: merge(reports),
+        report: crate::relay::merge(reports),
         cpu: cpu2 - cpu1,
         hwm_kib: status_kib(rig.pid, "VmHWM").unwrap_or(0),
         digest,
@@ -597,7 +578,7 @@ mod tests {
             elapsed: Duration::from_secs(3),
             ..Report::default()
         };
-        let m = merge(vec![a, b]);
+        let m = crate::relay::merge(vec![a, b]);
         assert_eq!((m.sent, m.answered), (5, 4));
         assert_eq!(m.by_code, [(2001, 3), (3004, 1)].into());
         assert_eq!(m.ok_latencies_us, vec![1, 5, 7, 9]);

@@ -100,44 +100,138 @@ pub fn measure_as(
         if doic_client {
             c.announce_doic();
         }
-        let t = Traffic {
-            destination_realm: "example.net".into(),
-            destination_host: None,
-        };
-        // Warm-up, then the measurement.
-        let stop = AtomicBool::new(false);
-        c.run(
+        drive(c, addr, (pace, seconds), async { at_start() }).await
+    })
+}
+
+/// [`measure_from`] with `clients` connections at once
+/// (`client1.example.org`, `client2.example.org`, ...), the pace split
+/// evenly among them (each keeps its share of the outstanding requests or
+/// of the rate): one report, merged ([`merge`]). `at_start` runs once every
+/// client has warmed up; then they all start. One client is
+/// [`measure_from`].
+///
+/// # Errors
+/// As [`measure`], for any of the clients.
+pub fn measure_clients(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    (pace, seconds): (Pace, u64),
+    clients: usize,
+    at_start: impl FnOnce(),
+) -> anyhow::Result<Report> {
+    if clients <= 1 {
+        return measure_from(rt, addr, pace, seconds, at_start);
+    }
+    let each = match pace {
+        Pace::Closed(n) => Pace::Closed((n / clients).max(1)),
+        Pace::Open(r) => Pace::Open((r / clients as u64).max(1)),
+        other => anyhow::bail!("{other:?} is not split among clients"),
+    };
+    rt.block_on(async {
+        let warm = std::sync::Arc::new(tokio::sync::Barrier::new(clients + 1));
+        let go = std::sync::Arc::new(tokio::sync::Barrier::new(clients + 1));
+        let mut set = tokio::task::JoinSet::new();
+        for i in 1..=clients {
+            let (warm, go) = (warm.clone(), go.clone());
+            set.spawn(async move {
+                let host = format!("client{i}.example.org");
+                let c = Client::connect(addr, Identity::new(&host, "example.org"), vec![TEST_APP])
+                    .await?;
+                anyhow::ensure!(c.cea_result == 2001, "CEA {} from {addr}", c.cea_result);
+                drive(c, addr, (each, seconds), async move {
+                    warm.wait().await;
+                    go.wait().await;
+                })
+                .await
+            });
+        }
+        // A client that fails before the barrier ends the run with its
+        // error instead of leaving the others waiting.
+        tokio::select! {
+            _ = warm.wait() => {}
+            Some(r) = set.join_next() => {
+                r??;
+                anyhow::bail!("a client ended before the measurement");
+            }
+        }
+        at_start();
+        go.wait().await;
+        let mut reports = Vec::with_capacity(clients);
+        while let Some(r) = set.join_next().await {
+            reports.push(r??);
+        }
+        Ok(merge(reports))
+    })
+}
+
+/// Drives the connected client `c`: 300 ms of warm-up, `at_start`, then
+/// `seconds` at `pace`, then DPR; every request answered 2001.
+async fn drive(
+    mut c: Client,
+    addr: SocketAddr,
+    (pace, seconds): (Pace, u64),
+    at_start: impl Future<Output = ()>,
+) -> anyhow::Result<Report> {
+    let t = Traffic {
+        destination_realm: "example.net".into(),
+        destination_host: None,
+    };
+    // Warm-up, then the measurement.
+    let stop = AtomicBool::new(false);
+    c.run(
+        &t,
+        pace,
+        Duration::from_millis(300),
+        Duration::from_secs(5),
+        &stop,
+    )
+    .await?;
+    at_start.await;
+    let r = c
+        .run(
             &t,
             pace,
-            Duration::from_millis(300),
-            Duration::from_secs(5),
+            Duration::from_secs(seconds),
+            Duration::from_secs(10),
             &stop,
         )
         .await?;
-        at_start();
-        let r = c
-            .run(
-                &t,
-                pace,
-                Duration::from_secs(seconds),
-                Duration::from_secs(10),
-                &stop,
-            )
-            .await?;
-        let _ = c.disconnect().await;
-        anyhow::ensure!(
-            r.sent == r.answered,
-            "{addr}: sent {} answered {}",
-            r.sent,
-            r.answered
-        );
-        anyhow::ensure!(
-            r.by_code.get(&2001) == Some(&r.answered),
-            "{addr}: result codes {:?}",
-            r.by_code
-        );
-        Ok(r)
-    })
+    let _ = c.disconnect().await;
+    anyhow::ensure!(
+        r.sent == r.answered,
+        "{addr}: sent {} answered {}",
+        r.sent,
+        r.answered
+    );
+    anyhow::ensure!(
+        r.by_code.get(&2001) == Some(&r.answered),
+        "{addr}: result codes {:?}",
+        r.by_code
+    );
+    Ok(r)
+}
+
+/// Reports of clients run at the same time as one: counts summed,
+/// latencies merged (sorted), the longest elapsed.
+#[must_use]
+pub fn merge(reports: Vec<Report>) -> Report {
+    let mut all = Report::default();
+    for r in reports {
+        all.sent += r.sent;
+        all.answered += r.answered;
+        all.unmatched += r.unmatched;
+        all.malformed += r.malformed;
+        for (code, n) in r.by_code {
+            *all.by_code.entry(code).or_default() += n;
+        }
+        all.latencies_us.extend(r.latencies_us);
+        all.ok_latencies_us.extend(r.ok_latencies_us);
+        all.elapsed = all.elapsed.max(r.elapsed);
+    }
+    all.latencies_us.sort_unstable();
+    all.ok_latencies_us.sort_unstable();
+    all
 }
 
 /// The median of `v` (0 when empty).

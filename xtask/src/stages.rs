@@ -338,6 +338,17 @@ fn bench_ebpf_relay() -> anyhow::Result<()> {
 /// direct path's answers/s, measured in the same run. The byte pipe
 /// (socat) and freeDiameter's own test_app client over the same paths are
 /// reported, not gated.
+/// How far below 1 worker the agent with 2 workers may fall in
+/// `bench-relay` (median of the closed-loop rounds, one client, which
+/// placement puts beside its upstream connection: no hand-off expected).
+/// Measured on the shared 2-core machine under other builds (load average
+/// 6-7), 2 s x 3 rounds: the 2 / 1 worker ratio of a run ranged 0.91-1.18
+/// over three runs (docs/relay.md, "Throughput and cores"), while clients
+/// whose requests cross (2 and 4 clients) cost 2 workers about twice the
+/// CPU per request of 1. Runs further off are the machine's noise, which
+/// the benchmark's attempts absorb.
+const WORKERS_TOLERANCE: &str = "0.10";
+
 fn bench_relay() -> anyhow::Result<()> {
     crate::peers::install()?;
     setup::apt(&["socat"])?;
@@ -345,6 +356,11 @@ fn bench_relay() -> anyhow::Result<()> {
     bench_attempts(|| {
         let mut cmd = std::process::Command::new(&bin);
         cmd.args(["--seconds", "4", "--rounds", "5", "--require", "0.8"]);
+        // Two workers at least as fast as one (issue 16; docs/relay.md,
+        // "Throughput and cores"): the median of 2 workers' closed-loop
+        // rounds at most TOLERANCE below 1 worker's, TOLERANCE from the
+        // spread measured here (see WORKERS_TOLERANCE).
+        cmd.args(["--workers-tolerance", WORKERS_TOLERANCE]);
         cmd.args(["--fd-client-rounds", "3"]);
         cmd.env("DOIC_PEERS_DIR", crate::peers::dir());
         cmd

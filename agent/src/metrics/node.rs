@@ -170,6 +170,11 @@ pub(super) fn render(src: &Sources, o: &mut String) {
             "Bytes carried by those writes.",
             &io.bytes_written,
         ),
+        (
+            "doic_worker_handoffs_total",
+            "Requests and answers queued from one worker onto a connection on another.",
+            &io.handoffs,
+        ),
     ] {
         let _ = writeln!(
             o,
@@ -204,6 +209,17 @@ pub(super) fn render(src: &Sources, o: &mut String) {
             o,
             "doic_worker_utilisation{{worker=\"{i}\"}} {:.3}",
             src.workers.utilisation(i)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP doic_worker_connections Connections running on each worker: accepted ones (side=\"accepted\") and dial loops of configured peers (side=\"dialed\").\n# TYPE doic_worker_connections gauge"
+    );
+    for i in 0..src.workers.count() {
+        let (accepted, dialed) = src.workers.connections(i);
+        let _ = writeln!(
+            o,
+            "doic_worker_connections{{worker=\"{i}\",side=\"accepted\"}} {accepted}\ndoic_worker_connections{{worker=\"{i}\",side=\"dialed\"}} {dialed}"
         );
     }
     let _ = writeln!(

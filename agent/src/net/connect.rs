@@ -1,8 +1,8 @@
 //! Listeners (RFC 6733 §2.1: a node listens on TCP) and outbound
 //! connections to configured peers with the Tc reconnect interval (§2.1:
 //! "Tc ... recommended value is 30 seconds"). Each accepted connection runs
-//! on the next worker in turn, once [`crate::admission`] lets it wait for
-//! its CER (§5.3); the excess is closed at once.
+//! on the worker [`crate::workers::place`] picks, once [`crate::admission`]
+//! lets it wait for its CER (§5.3); the excess is closed at once.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -148,8 +148,8 @@ async fn secure(
     }
 }
 
-/// Accepts connections until shutdown; each runs as a responder on the next
-/// worker.
+/// Accepts connections until shutdown; each runs as a responder on the
+/// worker [`crate::workers::place`] picks.
 pub(crate) async fn listen(
     ctx: Arc<ConnCtx>,
     workers: Arc<Workers>,
@@ -192,7 +192,7 @@ pub(crate) async fn listen(
                     };
                     let s = ctx.clone();
                     let tls = tls.clone();
-                    workers.spawn_next(async move {
+                    workers.spawn_accepted(async move {
                         match TcpStream::from_std(std) {
                             Ok(stream) => conn::accept(s, stream, waiting, tls).await,
                             Err(_) => s.admission.release(&waiting.ticket),

@@ -34,6 +34,9 @@ pub struct IoStats {
     /// (sized so that this cannot happen, `net::link`): queued all the
     /// same by a task that waits for room.
     pub answer_queue_full: AtomicU64,
+    /// Requests and answers queued from one worker onto a connection on
+    /// another (`net::link`): each a wake-up of the other thread.
+    pub handoffs: AtomicU64,
 }
 
 /// What relaying uses across connections, one per agent: the agent's

@@ -20,13 +20,19 @@
 //!
 //! The receiving task takes what is queued in batches (`recv_many`): one
 //! wake-up, one release of the queue's permits, one write for all.
+//!
+//! A message queued from another worker than the connection's is a
+//! hand-off between threads, counted in [`IoStats::handoffs`] (one relaxed
+//! add, on that path only; docs/relay.md, "Throughput and cores").
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::mpsc::{Receiver, Sender, channel};
 
 use super::IoStats;
+use crate::overload::current_worker;
 use crate::peer::table::{Link, Relayed, ToConn, Undelivered};
 
 /// The sending side of a connection's queues (the [`Link`] of its slot and
@@ -36,6 +42,8 @@ pub(crate) struct ConnLink {
     requests: Sender<Relayed>,
     msgs: Sender<ToConn>,
     io: Arc<IoStats>,
+    /// The worker the connection runs on (`None`: not on a worker).
+    worker: Option<usize>,
 }
 
 /// The receiving side, owned by the connection's task.
@@ -48,7 +56,7 @@ pub(crate) struct Inbox {
 }
 
 /// A connection's queues: `upstream` requests, `max_pending` answers (and
-/// its two notices).
+/// its two notices). Made by the connection's task, on its worker.
 pub(crate) fn link(
     upstream: usize,
     max_pending: usize,
@@ -57,7 +65,12 @@ pub(crate) fn link(
     let (requests, req_rx) = channel(upstream.max(1));
     let (msgs, msg_rx) = channel(max_pending.saturating_add(2));
     (
-        Arc::new(ConnLink { requests, msgs, io }),
+        Arc::new(ConnLink {
+            requests,
+            msgs,
+            io,
+            worker: current_worker(),
+        }),
         Inbox {
             requests: req_rx,
             msgs: msg_rx,
@@ -67,6 +80,7 @@ pub(crate) fn link(
 
 impl Link for ConnLink {
     fn request(&self, r: Relayed) -> Result<(), (Relayed, Undelivered)> {
+        self.note_handoff();
         self.requests.try_send(r).map_err(|e| match e {
             TrySendError::Full(r) => (r, Undelivered::Full),
             TrySendError::Closed(r) => (r, Undelivered::Gone),
@@ -74,6 +88,7 @@ impl Link for ConnLink {
     }
 
     fn send(&self, m: ToConn) {
+        self.note_handoff();
         match self.msgs.try_send(m) {
             Ok(()) | Err(TrySendError::Closed(_)) => {}
             Err(TrySendError::Full(m)) => self.overflow(m),
@@ -82,14 +97,22 @@ impl Link for ConnLink {
 }
 
 impl ConnLink {
+    /// Counts a message queued from another worker than the connection's.
+    #[inline]
+    fn note_handoff(&self) {
+        if let (Some(to), Some(from)) = (self.worker, current_worker())
+            && to != from
+        {
+            self.io.handoffs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// The answer queue is full, which its capacity rules out (module
     /// docs): the message waits for room on a task of its own.
     #[cold]
     #[inline(never)]
     fn overflow(&self, m: ToConn) {
-        self.io
-            .answer_queue_full
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.io.answer_queue_full.fetch_add(1, Ordering::Relaxed);
         tracing::error!(
             cause = "answer queue full",
             "answer queued by a waiting task"

@@ -32,6 +32,8 @@ pub(super) fn worker_slot(handle: &tokio::runtime::Handle, index: usize) -> Work
         utilisation: AtomicU32::new(0),
         tid: 0,
         hosted: Some(Arc::new(HostedCore::new(index))),
+        accepted: Arc::default(),
+        dialed: Arc::default(),
     }
 }
 

@@ -63,7 +63,7 @@ pub(crate) fn apply(ctx: &Arc<ConnCtx>, workers: &Workers, plan: &Plan, new: &Co
         ov.reconfigure(&cfg);
     }
     for (id, addr, client) in dial {
-        workers.spawn_on(
+        workers.spawn_dialer(
             id,
             crate::net::connect::dial_loop(ctx.clone(), id, addr, client),
         );

@@ -17,9 +17,17 @@
 //!   ratios of throughput and of the agents' CPU time per request;
 //!   `--tls-max-cpu-ratio` gates the CPU one),
 //! - with `--agent-bin NAME=PATH` (repeatable), through a `doic-agent`
-//!   binary run as its own process (`PATH run --config FILE`, 1 worker, no
-//!   kernel program): two builds of the agent side by side in one run, e.g.
-//!   before and after a change.
+//!   binary run as its own process (`PATH run --config FILE`,
+//!   `--agent-bin-workers` workers, 1 by default, no kernel program): two
+//!   builds of the agent side by side in one run, e.g. before and after a
+//!   change.
+//!
+//! With `--clients N` the load client is N connections at once on every
+//! path, the outstanding requests and the open-loop rate split among them
+//! (how connection placement spreads clients over workers).
+//! `--workers-tolerance T` fails the run when the agent with 2 workers is
+//! below the agent with 1 worker by more than the share T (medians of the
+//! closed-loop rounds; docs/relay.md, "Throughput and cores").
 //!
 //! Targets are measured in interleaved rounds; the table gives medians, the
 //! ratio of each to direct and to the pipe, and the p50 latency each adds
@@ -69,14 +77,26 @@ struct Args {
     /// Fail unless the agent (best worker count) reaches this share of direct.
     #[arg(long)]
     require: Option<f64>,
+    /// Fail when the agent with 2 workers is below the agent with 1 worker
+    /// by more than this share (medians of the closed-loop rounds).
+    #[arg(long)]
+    workers_tolerance: Option<f64>,
+    /// Load client connections at once on every path (the outstanding
+    /// requests and the open-loop rate split among them).
+    #[arg(long, default_value_t = 1)]
+    clients: usize,
     /// Use the project's built-in loopback server instead of freeDiameter
     /// (no freeDiameter relay row then): measures the agent's own cost.
     #[arg(long)]
     builtin: bool,
     /// A `doic-agent` binary to measure as a path of its own, as
-    /// `NAME=PATH` (repeatable): run with 1 worker and `[ebpf] mode = "off"`.
+    /// `NAME=PATH` (repeatable): run with `--agent-bin-workers` workers and
+    /// `[ebpf] mode = "off"`.
     #[arg(long = "agent-bin", value_name = "NAME=PATH")]
     agent_bins: Vec<String>,
+    /// Workers of each `--agent-bin` agent.
+    #[arg(long, default_value_t = 1)]
+    agent_bin_workers: usize,
     /// Also two agents in a row, the hop between them TCP and TLS.
     #[arg(long)]
     tls: bool,
@@ -93,11 +113,45 @@ struct Args {
     fd_client_rounds: usize,
 }
 
-struct Target {
+struct Target<'a> {
     name: String,
     addr: SocketAddr,
     closed: Vec<Report>,
     open: Vec<Report>,
+    /// The relay's CPU time, for the agents.
+    cpu: Cpu<'a>,
+    /// CPU µs per answer of each closed-loop round.
+    cpu_us: Vec<f64>,
+}
+
+/// Where a path's relay CPU time is read.
+#[derive(Clone, Copy)]
+enum Cpu<'a> {
+    /// Not read (direct, the pipe, freeDiameter's relay).
+    None,
+    /// An agent in this process: its worker threads (`Workers::cpu_time`).
+    Agent(&'a Agent),
+    /// An agent process: every thread of it (`/proc/PID/stat`).
+    Process(u32),
+}
+
+impl Cpu<'_> {
+    /// CPU seconds used so far.
+    fn seconds(self) -> Option<f64> {
+        match self {
+            Cpu::None => None,
+            Cpu::Agent(a) => {
+                let w = a.workers();
+                Some(
+                    (0..w.count())
+                        .filter_map(|i| w.cpu_time(i))
+                        .map(|d| d.as_secs_f64())
+                        .sum(),
+                )
+            }
+            Cpu::Process(pid) => bench::own::cpu_secs(pid),
+        }
+    }
 }
 
 fn agent(server: &PeerTarget, workers: usize) -> anyhow::Result<Agent> {
@@ -170,7 +224,7 @@ impl AgentProcess {
     fn start(
         rt: &tokio::runtime::Runtime,
         name: &str,
-        bin: &str,
+        (bin, workers): (&str, usize),
         server: &PeerTarget,
     ) -> anyhow::Result<AgentProcess> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -184,7 +238,7 @@ impl AgentProcess {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .collect();
         let text = format!(
-            "[node]\norigin_host = \"{host}.bin.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"{addr}\"]\nworkers = 1\ntc_seconds = 1\n\
+            "[node]\norigin_host = \"{host}.bin.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"{addr}\"]\nworkers = {workers}\ntc_seconds = 1\n\
              [ebpf]\nmode = \"off\"\n\
              [[peer]]\nhost = \"{}\"\nrealm = \"example.net\"\nconnect = \"{}\"\n\
              [[route]]\nrealm = \"example.net\"\npeers = [\"{}\"]\n[accept]\nhosts = [\"*.example.org\"]\n",
@@ -275,6 +329,8 @@ fn main() -> anyhow::Result<()> {
         addr,
         closed: vec![],
         open: vec![],
+        cpu: Cpu::None,
+        cpu_us: vec![],
     };
     let pipe = bench::pipe::BytePipe::start(server_target.addr).context("byte pipe")?;
     let pipe_name = format!("byte pipe ({})", pipe.name());
@@ -285,8 +341,12 @@ fn main() -> anyhow::Result<()> {
     if let Some(r) = &relay {
         targets.push(target("freeDiameter relay", r.target().addr));
     }
-    targets.push(target("agent, 1 worker", a1.local_addrs()[0]));
-    targets.push(target("agent, 2 workers", a2.local_addrs()[0]));
+    for (name, a) in [("agent, 1 worker", &a1), ("agent, 2 workers", &a2)] {
+        targets.push(Target {
+            cpu: Cpu::Agent(a),
+            ..target(name, a.local_addrs()[0])
+        });
+    }
     let pki = args.tls.then(|| pki::Pki::new("bench-relay"));
     let mut pairs = Vec::new();
     if let Some(pki) = &pki {
@@ -299,27 +359,46 @@ fn main() -> anyhow::Result<()> {
         let (name, bin) = spec
             .split_once('=')
             .with_context(|| format!("--agent-bin {spec:?}: expected NAME=PATH"))?;
-        let p = AgentProcess::start(&rt, name, bin, &server_target)?;
-        targets.push(target(&format!("{name} (binary), 1 worker"), p.addr));
+        let p = AgentProcess::start(&rt, name, (bin, args.agent_bin_workers), &server_target)?;
+        let w = args.agent_bin_workers;
+        let workers = if w == 1 {
+            "1 worker".to_owned()
+        } else {
+            format!("{w} workers")
+        };
+        targets.push(Target {
+            cpu: Cpu::Process(p.child.id()),
+            ..target(&format!("{name} (binary), {workers}"), p.addr)
+        });
         processes.push(p);
     }
     eprintln!(
-        "bench-relay: {} rounds x {} s, closed loop {} outstanding, then open loop at {:.0}% of direct",
+        "bench-relay: {} rounds x {} s, {} client connection(s), closed loop {} outstanding, then open loop at {:.0}% of direct",
         args.rounds,
         args.seconds,
+        args.clients,
         args.outstanding,
         args.open_share * 100.0
     );
     for round in 0..args.rounds {
         for t in &mut targets {
-            let r =
-                bench::relay::measure(&rt, t.addr, Pace::Closed(args.outstanding), args.seconds)?;
+            let pace = (Pace::Closed(args.outstanding), args.seconds);
+            let mut before = None;
+            let r = bench::relay::measure_clients(&rt, t.addr, pace, args.clients, || {
+                before = t.cpu.seconds();
+            })?;
+            if let (Some(b), Some(a)) = (before, t.cpu.seconds()) {
+                t.cpu_us.push((a - b) * 1e6 / r.answered.max(1) as f64);
+            }
             eprintln!(
-                "round {round} closed {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us",
+                "round {round} closed {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us{}",
                 t.name,
                 r.rate(),
                 r.percentile_us(50.0),
-                r.percentile_us(99.0)
+                r.percentile_us(99.0),
+                t.cpu_us
+                    .last()
+                    .map_or(String::new(), |c| format!(" cpu {c:.2} us/answer"))
             );
             t.closed.push(r);
         }
@@ -328,7 +407,8 @@ fn main() -> anyhow::Result<()> {
     let open_rate = (direct_rate * args.open_share).max(100.0) as u64;
     for round in 0..args.rounds {
         for t in &mut targets {
-            let r = bench::relay::measure(&rt, t.addr, Pace::Open(open_rate), args.seconds)?;
+            let pace = (Pace::Open(open_rate), args.seconds);
+            let r = bench::relay::measure_clients(&rt, t.addr, pace, args.clients, || {})?;
             eprintln!(
                 "round {round} open   {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us",
                 t.name,
@@ -340,6 +420,25 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let best_agent = print_table(&targets, open_rate);
+    let rate_of = |name: &str| {
+        targets
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| Medians::of(t).rate)
+    };
+    let workers_ratio = match (rate_of("agent, 1 worker"), rate_of("agent, 2 workers")) {
+        (Some(one), Some(two)) => two / one,
+        _ => f64::NAN,
+    };
+    println!("\nagent, 2 workers / agent, 1 worker (closed-loop medians): {workers_ratio:.3}");
+    println!("\n| path | relay CPU us per answer, closed loop (median) |\n| --- | ---: |");
+    for t in targets.iter().filter(|t| !t.cpu_us.is_empty()) {
+        println!(
+            "| {} | {:.2} |",
+            t.name,
+            bench::relay::median(t.cpu_us.clone())
+        );
+    }
     let tls_cpu = match pairs.as_slice() {
         [tcp, tls] => {
             eprintln!(
@@ -382,6 +481,12 @@ fn main() -> anyhow::Result<()> {
         anyhow::ensure!(
             ratio <= max,
             "TLS costs {ratio:.2}x the CPU per request of TCP, above the bound {max:.2}"
+        );
+    }
+    if let Some(tol) = args.workers_tolerance {
+        anyhow::ensure!(
+            workers_ratio >= 1.0 - tol,
+            "the agent with 2 workers reached {workers_ratio:.3} of the agent with 1 worker, below 1 - {tol:.3}"
         );
     }
     if let Some(req) = args.require {
