@@ -284,9 +284,15 @@ pub(crate) fn treat_request(route: &Route<'_>, ov: &Overload, r: &RequestIn<'_>)
                 // counts as offered and throttled (docs/protect.md).
                 first.sensed.record_throttled();
             }
+            let mut act = core.local_answer(now, &view);
             // To an authorised DOIC client, the report made on the server's
             // behalf (RFC 7683 §5.1.3) goes in the agent's answer too.
-            let act = core.throttle_answer_actions(now, &view, candidates[0].server);
+            if act.add_features.is_some()
+                && let (Some(cf), Some(server)) = (view.features, candidates[0].server)
+                && let Some(olr) = core.behalf_olr(now, (view.app_id, server), view.from_peer, cf)
+            {
+                act.forward_reports.push(olr);
+            }
             let msg = throttle_answer(route, r.msg, result, &act);
             Decision::Answer {
                 msg,

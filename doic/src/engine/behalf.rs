@@ -2,13 +2,11 @@
 //! §5.1.3, [`crate::protect`]) in a worker's core: each version as the
 //! control path made it ([`crate::protect::OnBehalf`], one sequence space
 //! for every worker), installed as a host OCS sharing the one bucket every
-//! worker enforces, and put in the server's answers to authorised DOIC
-//! clients: OC-Maximum-Rate of the client's share to a client that
-//! announced rate (RFC 8582), the answer's OC-Supported-Features selecting
-//! rate (§6.3), the loss percentage to the others (RFC 7683 §7.7); an end
-//! version (validity 0, §5.2.3) until it has been sent for a validity
-//! period. The agent's own throttle answers carry it too
-//! ([`Doic::throttle_answer_actions`]).
+//! worker enforces, and put in the answers to authorised DOIC clients, the
+//! server's and the agent's own throttle answers alike: OC-Maximum-Rate of
+//! the client's share to a client that announced rate (RFC 8582), the
+//! loss percentage to the others (RFC 7683 §7.7); an end version (validity
+//! 0, §5.2.3) until it has been sent for a validity period.
 //!
 //! The client is not delegated the abatement: its requests still pass the
 //! shared bucket, so one that keeps sending above its share is held by the
@@ -24,7 +22,6 @@ use crate::features::{self, Algorithm, OcSupportedFeatures};
 use crate::protect::BehalfReport;
 use crate::rate::RateControl;
 use crate::report::{Abatement, OcOlr, Report, ReportType};
-use crate::treatment::{AnswerActions, RequestView};
 
 /// A version as a worker's core holds it.
 #[derive(Clone, Debug)]
@@ -82,65 +79,38 @@ impl Doic {
         }
     }
 
-    /// The algorithm of the report made on behalf of the protected server
-    /// `server` for `app_id` that a client with features `cf` takes at
-    /// `now`: rate when it announced rate (RFC 8582 §5), else loss; `None`
-    /// when no version is in force. The answer that carries the report
-    /// selects the same algorithm in its OC-Supported-Features (RFC 7683
-    /// §5.1.2, RFC 8582 §6.3): a reacting node refuses a rate report in an
-    /// answer that selects loss.
-    #[must_use]
-    pub fn behalf_algorithm(
-        &self,
-        now: Instant,
-        (app_id, server): (u32, &str),
-        cf: &OcSupportedFeatures,
-    ) -> Option<Algorithm> {
-        self.behalf_entry(now, app_id, server)?;
-        Some(if features::supports(cf, Algorithm::Rate) {
-            Algorithm::Rate
-        } else {
-            Algorithm::Loss
-        })
-    }
-
-    fn behalf_entry(&self, now: Instant, app_id: u32, server: &str) -> Option<&BehalfEntry> {
-        self.behalf
-            .get(server)?
-            .iter()
-            .find(|(a, e)| *a == app_id && now < e.until)
-            .map(|(_, e)| e)
-    }
-
-    /// The OC-OLR the agent sends an authorised DOIC client `client` for the
-    /// protected server `server` and `app_id` at `now`, in an answer that
-    /// selects `algorithm` ([`Doic::behalf_algorithm`]): its share as a
-    /// rate, or the loss percentage; `None` when no version is in force.
-    /// The host OCS of the version remembers that `client` was sent it
-    /// (`sent_to` of its audit records; the client is still held to the
-    /// limit by the agent).
+    /// The OC-OLR the agent sends an authorised DOIC client `client` (its
+    /// features `cf`) for the protected server `server` and `app_id` at
+    /// `now`: its share as a rate to a rate client, else the loss
+    /// percentage; `None` when no version is in force. The host OCS of the
+    /// version remembers that `client` was sent it (`sent_to` of its audit
+    /// records; the client is still held to the limit by the agent).
     pub fn behalf_olr(
         &mut self,
         now: Instant,
         (app_id, server): (u32, &str),
         client: &str,
-        algorithm: Algorithm,
+        cf: &OcSupportedFeatures,
     ) -> Option<OcOlr> {
-        let e = self.behalf_entry(now, app_id, server)?;
+        let e = &self
+            .behalf
+            .get(server)?
+            .iter()
+            .find(|(a, e)| *a == app_id && now < e.until)?
+            .1;
         let mut r = e.report.clone();
-        r.abatement = match algorithm {
-            Algorithm::Rate => {
-                let whole = match e.report.abatement {
-                    Abatement::Rate { per_second } => per_second,
-                    Abatement::Loss { .. } => 1,
-                };
-                Abatement::Rate {
-                    per_second: e.shares.get(client).copied().unwrap_or(whole).max(1),
-                }
+        r.abatement = if features::supports(cf, Algorithm::Rate) {
+            let whole = match e.report.abatement {
+                Abatement::Rate { per_second } => per_second,
+                Abatement::Loss { .. } => 1,
+            };
+            Abatement::Rate {
+                per_second: e.shares.get(client).copied().unwrap_or(whole).max(1),
             }
-            Algorithm::Loss => Abatement::Loss {
+        } else {
+            Abatement::Loss {
                 percent: e.loss_percent,
-            },
+            }
         };
         if let Some(o) = self.ocs.get_mut(app_id, ReportType::Host, server)
             && o.sequence == r.sequence
@@ -148,39 +118,6 @@ impl Doic {
             o.mark_sent(client);
         }
         Some(r.to_olr())
-    }
-
-    /// What the agent's own answer to `req` (a throttle answer) carries: the
-    /// DOIC AVPs of [`Doic::local_answer`] and, to an authorised DOIC client,
-    /// the report made on behalf of `server` (the request's first choice),
-    /// the answer selecting that report's algorithm (RFC 8582 §6.3).
-    ///
-    /// The report goes there as well as in the server's answers because the
-    /// one bucket every worker enforces admits a light client's requests
-    /// only when a heavier one left room: without it, a DOIC client whose
-    /// requests are all throttled would never learn the limit. A reacting
-    /// node keys a HOST report by the answer's Origin-Host (RFC 7683
-    /// §5.2.1.3), which here names the agent (docs/protect.md, "Reports in
-    /// the agent's own answers").
-    #[must_use]
-    pub fn throttle_answer_actions(
-        &mut self,
-        now: Instant,
-        req: &RequestView<'_>,
-        server: Option<&str>,
-    ) -> AnswerActions {
-        let mut act = self.local_answer(now, req);
-        if let (Some(add), Some(cf), Some(server)) =
-            (act.add_features.as_mut(), req.features, server)
-            && let Some(algorithm) = self.behalf_algorithm(now, (req.app_id, server), cf)
-        {
-            features::select(add, algorithm);
-            if let Some(olr) = self.behalf_olr(now, (req.app_id, server), req.from_peer, algorithm)
-            {
-                act.forward_reports.push(olr);
-            }
-        }
-        act
     }
 
     /// Forgets the versions past their time.
@@ -205,7 +142,7 @@ mod tests {
     use crate::engine::AnswerView;
     use crate::protect::OnBehalf;
     use crate::report::{OcOlr, ReportType};
-    use crate::treatment::{Candidate, PendingTx, Treatment};
+    use crate::treatment::{Candidate, PendingTx, RequestView, Treatment};
     use crate::{DoicConfig, PeerPolicy};
     use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 
@@ -305,15 +242,11 @@ mod tests {
         // A rate client gets its share, a loss client the percentage.
         let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
         let lf = features(OLR_DEFAULT_ALGO);
-        let r = core
-            .behalf_olr(ms(1000), (APP, "s1"), "c", Algorithm::Rate)
-            .unwrap();
+        let r = core.behalf_olr(ms(1000), (APP, "s1"), "c", &rf).unwrap();
         assert_eq!((r.maximum_rate, r.reduction_percentage), (Some(4), None));
         assert_eq!(r.sequence_number, version.report.sequence);
         assert_eq!(r.validity_duration, Some(10));
-        let l = core
-            .behalf_olr(ms(1000), (APP, "s1"), "l", Algorithm::Loss)
-            .unwrap();
+        let l = core.behalf_olr(ms(1000), (APP, "s1"), "l", &lf).unwrap();
         assert_eq!((l.maximum_rate, l.reduction_percentage), (None, Some(75)));
         // ... and it goes in the server's answers to a DOIC client.
         let tx = PendingTx {
@@ -335,38 +268,12 @@ mod tests {
         };
         let act = core.on_answer(ms(1000), &tx, "s1", &ans);
         assert_eq!(act.forward_reports, vec![r.clone()]);
-        // The answer selects the report's algorithm (RFC 8582 §6.3): a
-        // reacting node refuses a rate report in an answer selecting loss.
-        let selected = |a: &AnswerActions| {
-            a.add_features
-                .as_ref()
-                .and_then(|f| f.feature_vector)
-                .map(|v| v & features::ALGORITHM_BITS)
-        };
-        assert_eq!(selected(&act), Some(OLR_RATE_ALGORITHM));
-        let loss_tx = PendingTx {
-            client: Cow::Borrowed("l"),
-            client_features: Some(Cow::Borrowed(&lf)),
-            ..tx.clone()
-        };
-        let act = core.on_answer(ms(1000), &loss_tx, "s1", &ans);
-        assert_eq!(act.forward_reports, vec![l.clone()]);
-        assert_eq!(selected(&act), Some(OLR_DEFAULT_ALGO));
-        // The same in the agent's own throttle answers.
-        let act = core.throttle_answer_actions(ms(1000), &request("c", Some(&rf)), Some("s1"));
-        assert_eq!(act.forward_reports, vec![r.clone()]);
-        assert_eq!(selected(&act), Some(OLR_RATE_ALGORITHM));
-        let act = core.throttle_answer_actions(ms(1000), &request("l", Some(&lf)), Some("s1"));
-        assert_eq!(act.forward_reports, vec![l.clone()]);
-        assert_eq!(selected(&act), Some(OLR_DEFAULT_ALGO));
         // Ended (RFC 7683 §5.2.3): validity 0, a greater sequence number,
         // sent for a validity period, then gone and the core idle again.
         assert!(behalf.handle_limit(ms(2000), None, 0));
         let end = behalf.current().unwrap().clone();
         core.put_behalf_report(ms(2000), (APP, "s1"), &end, &shares, None);
-        let e = core
-            .behalf_olr(ms(2001), (APP, "s1"), "c", Algorithm::Rate)
-            .unwrap();
+        let e = core.behalf_olr(ms(2001), (APP, "s1"), "c", &rf).unwrap();
         assert_eq!(e.validity_duration, Some(0));
         assert!(e.sequence_number > r.sequence_number);
         assert!(matches!(
@@ -374,10 +281,7 @@ mod tests {
             Treatment::Forward { .. }
         ));
         core.handle_timeout(ms(13_000));
-        assert!(
-            core.behalf_olr(ms(13_000), (APP, "s1"), "c", Algorithm::Rate)
-                .is_none()
-        );
+        assert!(core.behalf_olr(ms(13_000), (APP, "s1"), "c", &rf).is_none());
         assert!(core.is_idle());
     }
 
