@@ -26,8 +26,10 @@
 //! path, the outstanding requests and the open-loop rate split among them
 //! (how connection placement spreads clients over workers).
 //! `--workers-tolerance T` fails the run when the agent with 2 workers is
-//! below the agent with 1 worker by more than the share T (medians of the
-//! closed-loop rounds; docs/relay.md, "Throughput and cores").
+//! below the agent with 1 worker by more than the share T (ratio of the
+//! closed-loop medians; the median of the rounds' ratios, the two agents
+//! measured one after the other in each round, is printed beside it;
+//! docs/relay.md, "Throughput and cores").
 //!
 //! Targets are measured in interleaved rounds; the table gives medians, the
 //! ratio of each to direct and to the pipe, and the p50 latency each adds
@@ -36,7 +38,8 @@
 //! With `--fd-client-rounds N` (and freeDiameter's server), freeDiameter's
 //! own `test_app` benchmark client is run over the same paths too (a
 //! separate process per run, `--outstanding` in flight), in N interleaved
-//! rounds: answers/s and its average latency, reported, not gated.
+//! rounds: answers/s and its average latency; `--fd-client-require R` fails
+//! the run when the best agent path's median is below R of direct's.
 
 use std::net::SocketAddr;
 
@@ -78,7 +81,7 @@ struct Args {
     #[arg(long)]
     require: Option<f64>,
     /// Fail when the agent with 2 workers is below the agent with 1 worker
-    /// by more than this share (medians of the closed-loop rounds).
+    /// by more than this share (ratio of the closed-loop medians).
     #[arg(long)]
     workers_tolerance: Option<f64>,
     /// Load client connections at once on every path (the outstanding
@@ -111,6 +114,11 @@ struct Args {
     /// needs the freeDiameter server, so not with `--builtin`).
     #[arg(long, default_value_t = 0)]
     fd_client_rounds: usize,
+    /// Fail unless freeDiameter's `test_app` client through the agent (best
+    /// worker count, medians of `--fd-client-rounds`) reaches this share of
+    /// the same client direct.
+    #[arg(long)]
+    fd_client_require: Option<f64>,
 }
 
 struct Target<'a> {
@@ -426,11 +434,25 @@ fn main() -> anyhow::Result<()> {
             .find(|t| t.name == name)
             .map(|t| Medians::of(t).rate)
     };
-    let workers_ratio = match (rate_of("agent, 1 worker"), rate_of("agent, 2 workers")) {
+    let medians_ratio = match (rate_of("agent, 1 worker"), rate_of("agent, 2 workers")) {
         (Some(one), Some(two)) => two / one,
         _ => f64::NAN,
     };
-    println!("\nagent, 2 workers / agent, 1 worker (closed-loop medians): {workers_ratio:.3}");
+    // Each round measures the two agents one after the other, so their
+    // ratio within a round cancels the machine's drift between rounds.
+    let closed_of = |name: &str| targets.iter().find(|t| t.name == name).map(|t| &t.closed);
+    let workers_ratio = match (closed_of("agent, 1 worker"), closed_of("agent, 2 workers")) {
+        (Some(one), Some(two)) => bench::relay::median(
+            one.iter()
+                .zip(two)
+                .map(|(a, b)| b.rate() / a.rate().max(1.0))
+                .collect(),
+        ),
+        _ => f64::NAN,
+    };
+    println!(
+        "\nagent, 2 workers / agent, 1 worker (closed loop): median of the rounds' ratios {workers_ratio:.3}, ratio of medians {medians_ratio:.3}"
+    );
     println!("\n| path | relay CPU us per answer, closed loop (median) |\n| --- | ---: |");
     for t in targets.iter().filter(|t| !t.cpu_us.is_empty()) {
         println!(
@@ -456,12 +478,13 @@ fn main() -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let mut fd_client_agent = None;
     if args.fd_client_rounds > 0 {
         let Some(server) = &server else {
             anyhow::bail!("--fd-client-rounds needs the freeDiameter server (not --builtin)");
         };
         let paths = fd_client_paths(&targets, &server_target, &pipe_name);
-        fd_client(server, &paths, &args)?;
+        fd_client_agent = Some(fd_client(server, &paths, &args)?);
     }
     drop(processes);
     a1.shutdown();
@@ -485,14 +508,22 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(tol) = args.workers_tolerance {
         anyhow::ensure!(
-            workers_ratio >= 1.0 - tol,
-            "the agent with 2 workers reached {workers_ratio:.3} of the agent with 1 worker, below 1 - {tol:.3}"
+            medians_ratio >= 1.0 - tol,
+            "the agent with 2 workers reached {medians_ratio:.3} of the agent with 1 worker, below 1 - {tol:.3}"
         );
     }
     if let Some(req) = args.require {
         anyhow::ensure!(
             best_agent >= req,
             "the agent reached {best_agent:.2} of direct, below the required {req:.2}"
+        );
+    }
+    if let Some(req) = args.fd_client_require {
+        let ratio = fd_client_agent
+            .context("--fd-client-require needs --fd-client-rounds and freeDiameter's server")?;
+        anyhow::ensure!(
+            ratio >= req,
+            "freeDiameter's test_app client through the agent reached {ratio:.2} of direct, below the required {req:.2}"
         );
     }
     Ok(())
@@ -579,12 +610,13 @@ fn fd_client_paths(
 
 /// freeDiameter's `test_app` client over `paths` (direct first, the pipe
 /// second), in interleaved rounds: answers/s, ratios, average latency and
-/// what each path adds to it over direct and over the pipe.
+/// what each path adds to it over direct and over the pipe. Returns the
+/// best agent path's ratio of medians to direct.
 fn fd_client(
     server: &interop::fd::FdNode,
     paths: &[(String, PeerTarget)],
     args: &Args,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<f64> {
     let seconds = u32::try_from(args.seconds).unwrap_or(u32::MAX);
     let concurrency = u32::try_from(args.outstanding).unwrap_or(u32::MAX);
     eprintln!(
@@ -635,5 +667,12 @@ fn fd_client(
             lat - pipe.1
         );
     }
-    Ok(())
+    let best_agent = paths
+        .iter()
+        .zip(&all)
+        .filter(|((name, _), _)| name.starts_with("agent"))
+        .map(|(_, (rate, _))| rate / direct.0)
+        .fold(0.0, f64::max);
+    println!("\ntest_app client, best agent path / direct (medians): {best_agent:.3}");
+    Ok(best_agent)
 }
