@@ -8,9 +8,10 @@
 //! offered load of twice the rate, so about half the decisions admit and
 //! write). In the `*-clock-per-decision` cases each reads its real clock in
 //! every decision, as users get them: the bucket the request path's
-//! [`Clock`], governor its default `QuantaClock`, at [`REAL_CLOCK_RATE`]
-//! ([`CONTENDED_REAL_CLOCK_RATE`] with two threads on one bucket, so that
-//! the bucket is overloaded there too).
+//! [`Clock`], governor its default `QuantaClock`, at a rate that offers
+//! them about twice it on the machine at hand ([`clock_case_rate`]; a
+//! fixed [`CONTENDED_REAL_CLOCK_RATE`] with two threads on one bucket), so
+//! that the bucket is overloaded there too.
 //! The sides run in alternating chunks so that machine noise hits both; a
 //! case's figure is the median over chunk pairs (see [`compare`]). The
 //! agent's bucket is configured to do strictly more than governor: two
@@ -45,8 +46,12 @@ pub const BATCH: u64 = 8;
 pub const RATE: u32 = 1_000_000;
 
 /// OC-Maximum-Rate of the real-clock cases with one thread per bucket
-/// (T = 40 ns): decisions about 12-15 ns apart offer about twice this rate,
-/// so a third to a half of them admit and write, as in the fake-clock cases.
+/// unless [`clock_case_rate`] is used (T = 40 ns): decisions about 12-15 ns
+/// apart offer about twice this rate. On a machine whose counter reads in
+/// 25 ns, decisions 50 ns apart offer less than it, and every decision
+/// admits on an emptied bucket (with §8.3.3's draw): not a bucket under
+/// overload. [`clock_case_rate`] sets the rate from the decision time
+/// measured on the machine instead.
 pub const REAL_CLOCK_RATE: u32 = 25_000_000;
 
 /// OC-Maximum-Rate of the real-clock case with two threads on one bucket
@@ -130,25 +135,31 @@ impl Contender for AgentSide {
 }
 
 /// The agent's bucket read as users get it: the request path's real clock
-/// ([`agent::clock::Clock`]) read inside every decision, at `RATE` per
-/// second ([`REAL_CLOCK_RATE`] or [`CONTENDED_REAL_CLOCK_RATE`]). Compared
-/// with [`GovernorClockPerDecision`] at the same rate.
+/// ([`agent::clock::Clock`]) read inside every decision, at a rate given
+/// when made ([`clock_case_rate`], or [`CONTENDED_REAL_CLOCK_RATE`]).
+/// Compared with [`GovernorClockPerDecision`] at the same rate.
 #[repr(align(128))]
-pub struct AgentClockPerDecision<const RATE: u32 = REAL_CLOCK_RATE> {
+pub struct AgentClockPerDecision {
     bucket: Bucket,
     clock: AgentClock,
 }
 
-impl<const RATE: u32> Default for AgentClockPerDecision<RATE> {
-    fn default() -> AgentClockPerDecision<RATE> {
+impl AgentClockPerDecision {
+    /// A bucket at `rate` per second, the RFC 8582 §8.3.2 default
+    /// thresholds, randomised.
+    ///
+    /// # Panics
+    /// Never: the RFC default configuration is valid.
+    #[must_use]
+    pub fn new(rate: u32) -> AgentClockPerDecision {
         let clock = AgentClock::new();
-        let bucket = Bucket::new(clock.now_ns(), RATE, &BucketConfig::two_priorities())
+        let bucket = Bucket::new(clock.now_ns(), rate, &BucketConfig::two_priorities())
             .expect("the RFC default configuration is valid");
         AgentClockPerDecision { bucket, clock }
     }
 }
 
-impl<const RATE: u32> Contender for AgentClockPerDecision<RATE> {
+impl Contender for AgentClockPerDecision {
     #[inline]
     fn batch_time(&self) -> u64 {
         0
@@ -165,17 +176,19 @@ impl<const RATE: u32> Contender for AgentClockPerDecision<RATE> {
 }
 
 /// governor as users get it: `RateLimiter::direct` with its default
-/// `QuantaClock`, read in every check, at `RATE` per second, burst 5.
+/// `QuantaClock`, read in every check, at a rate given when made, burst 5.
 #[repr(align(128))]
-pub struct GovernorClockPerDecision<const RATE: u32 = REAL_CLOCK_RATE>(GovernorReal);
+pub struct GovernorClockPerDecision(GovernorReal);
 
-impl<const RATE: u32> Default for GovernorClockPerDecision<RATE> {
-    fn default() -> GovernorClockPerDecision<RATE> {
-        GovernorClockPerDecision(RateLimiter::direct(quota(RATE)))
+impl GovernorClockPerDecision {
+    /// A limiter at `rate` per second, burst 5.
+    #[must_use]
+    pub fn new(rate: u32) -> GovernorClockPerDecision {
+        GovernorClockPerDecision(RateLimiter::direct(quota(rate)))
     }
 }
 
-impl<const RATE: u32> Contender for GovernorClockPerDecision<RATE> {
+impl Contender for GovernorClockPerDecision {
     #[inline]
     fn batch_time(&self) -> u64 {
         0
@@ -188,6 +201,37 @@ impl<const RATE: u32> Contender for GovernorClockPerDecision<RATE> {
 
     /// Real time needs no advancing.
     fn advance(&self, _ns: u64) {}
+}
+
+/// The rate for the one-thread-per-bucket clock-per-decision cases that
+/// offers them at least [`LOAD`] times the rate on this machine: governor's
+/// CPU time per decision with its real clock, measured where every
+/// decision admits and writes (10^9 per second, T = 1 ns; its costliest
+/// decision; median of 5 runs of `decisions`), gives the lowest rate one
+/// thread offers, and the bucket's rate is that over [`LOAD`]. Abatements
+/// cost less, so the offered load is higher still. Both sides then run at
+/// that rate; a faster side offers more against it, as in every case.
+#[must_use]
+pub fn clock_case_rate(decisions: u64) -> u32 {
+    let limiter = GovernorClockPerDecision::new(1_000_000_000);
+    let mut ns: Vec<f64> = (0..5)
+        .map(|_| {
+            let start = thread_cpu_ns();
+            for i in 0..decisions {
+                black_box(limiter.decide(0, i));
+            }
+            thread_cpu_ns().saturating_sub(start) as f64 / decisions.max(1) as f64
+        })
+        .collect();
+    ns.sort_by(f64::total_cmp);
+    let per_decision = ns[ns.len() / 2].max(1.0);
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a positive rate below 10^9 per second"
+    )]
+    let rate = (1e9 / (per_decision * LOAD as f64)) as u32;
+    rate.max(1)
 }
 
 /// `rate` per second with a burst of 5 (tolerance 4T, the RFC 8582 §8.3.1
@@ -437,16 +481,27 @@ pub fn measure<A: Contender + Default, G: Contender + Default>(
     iters: u64,
     chunks: usize,
 ) -> Round {
+    measure_with(case, iters, chunks, &|| (A::default(), G::default()))
+}
+
+/// [`measure`] with the two contenders made by `make` (once per thread in
+/// the uncontended case).
+pub fn measure_with<A: Contender, G: Contender>(
+    case: Case,
+    iters: u64,
+    chunks: usize,
+    make: &(dyn Fn() -> (A, G) + Sync),
+) -> Round {
     let chunk = (iters / chunks as u64).max(BATCH);
     let threads = case.threads();
     let line = StartLine::new(threads);
     let per_thread: Vec<Vec<ChunkRun>> = match case {
         Case::Single => {
-            let (a, g) = (A::default(), G::default());
+            let (a, g) = make();
             vec![alternate(&a, &g, chunk, chunks, &line)]
         }
         Case::Contended => {
-            let (a, g) = (A::default(), G::default());
+            let (a, g) = make();
             thread::scope(|s| {
                 let handles: Vec<_> = (0..threads)
                     .map(|k| {
@@ -471,7 +526,7 @@ pub fn measure<A: Contender + Default, G: Contender + Default>(
                         pin(k);
                         // Built on its own thread (its own allocation arena),
                         // so the two threads' buckets share no cache line.
-                        let (a, g) = (A::default(), G::default());
+                        let (a, g) = make();
                         alternate(&a, &g, chunk, chunks, line)
                     })
                 })
@@ -655,14 +710,26 @@ pub fn compare<A: Contender + Default, G: Contender + Default>(
     rounds: usize,
     chunks: usize,
 ) -> CaseReport {
-    let _ = measure::<A, G>(case, iters / 4, chunks);
+    compare_with(name, case, (iters, rounds, chunks), &|| {
+        (A::default(), G::default())
+    })
+}
+
+/// [`compare`] with the two contenders made by `make`.
+pub fn compare_with<A: Contender, G: Contender>(
+    name: &str,
+    case: Case,
+    (iters, rounds, chunks): (u64, usize, usize),
+    make: &(dyn Fn() -> (A, G) + Sync),
+) -> CaseReport {
+    let _ = measure_with(case, iters / 4, chunks, make);
     let mut agent_runs = Vec::with_capacity(rounds);
     let mut governor_runs = Vec::with_capacity(rounds);
     let (mut agent_all, mut governor_all) = (Vec::new(), Vec::new());
     let (mut agent_together, mut governor_together) = (Vec::new(), Vec::new());
     let (mut agent_admitted, mut governor_admitted) = (0.0, 0.0);
     for _ in 0..rounds {
-        let r = measure::<A, G>(case, iters, chunks);
+        let r = measure_with(case, iters, chunks, make);
         agent_runs.push(median(&r.agent));
         governor_runs.push(median(&r.governor));
         for ((&a, &g), &together) in r.agent.iter().zip(&r.governor).zip(&r.together) {
@@ -731,14 +798,14 @@ mod tests {
         // The real-clock contenders must not be frozen: with time standing
         // still both would only admit their burst.
         let (a, g) = (
-            AgentClockPerDecision::<REAL_CLOCK_RATE>::default(),
-            GovernorClockPerDecision::<REAL_CLOCK_RATE>::default(),
+            AgentClockPerDecision::new(REAL_CLOCK_RATE),
+            GovernorClockPerDecision::new(REAL_CLOCK_RATE),
         );
         let (ra, rg) = (run(&a, 200_000), run(&g, 200_000));
         assert!(ra.admitted > 100 && rg.admitted > 100, "{ra:?} {rg:?}");
         let (a, g) = (
-            AgentClockPerDecision::<CONTENDED_REAL_CLOCK_RATE>::default(),
-            GovernorClockPerDecision::<CONTENDED_REAL_CLOCK_RATE>::default(),
+            AgentClockPerDecision::new(CONTENDED_REAL_CLOCK_RATE),
+            GovernorClockPerDecision::new(CONTENDED_REAL_CLOCK_RATE),
         );
         let (ra, rg) = (run(&a, 200_000), run(&g, 200_000));
         assert!(ra.admitted > 10 && rg.admitted > 10, "{ra:?} {rg:?}");

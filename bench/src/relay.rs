@@ -2,6 +2,7 @@
 //! wait until it has opened its server, drive one closed- or open-loop
 //! measurement through it, take medians.
 
+use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -16,20 +17,49 @@ use tools::loadgen::{Client, Identity, Pace, Report, TEST_APP, Traffic};
 pub const CLIENT_HOST: &str = "client1.example.org";
 
 /// The test_app load client [`CLIENT_HOST`] connected to `addr`, its CER
-/// answered 2001.
+/// answered 2001; asked again, up to [`CONNECT_ATTEMPTS`] times, when the
+/// server closes the connection before its CEA.
 ///
 /// # Errors
 /// A failed connection, or a CEA with another Result-Code.
 pub async fn connect_client(addr: SocketAddr) -> anyhow::Result<Client> {
-    let c = Client::connect(
-        addr,
-        Identity::new(CLIENT_HOST, "example.org"),
-        vec![TEST_APP],
-    )
-    .await?;
+    let mut attempt = 1;
+    let c = loop {
+        match Client::connect(
+            addr,
+            Identity::new(CLIENT_HOST, "example.org"),
+            vec![TEST_APP],
+        )
+        .await
+        {
+            Ok(c) => break c,
+            // freeDiameter closes a new connection during the CER while it
+            // still holds the previous one of the same Origin-Host (the
+            // last round's client, closed a moment ago): ask again once it
+            // has let that one go.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset
+                ) && attempt < CONNECT_ATTEMPTS =>
+            {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "capabilities exchange with {addr} (attempt {attempt} of {CONNECT_ATTEMPTS})"
+                )));
+            }
+        }
+    };
     anyhow::ensure!(c.cea_result == 2001, "CEA {} from {addr}", c.cea_result);
     Ok(c)
 }
+
+/// How many times [`connect_client`] connects to a server that closed
+/// during the capabilities exchange.
+const CONNECT_ATTEMPTS: u32 = 5;
 
 /// Starts the agent from TOML text and waits (15 s at most) until one of its
 /// peers is OKAY, so measurements never include the capabilities exchange.

@@ -158,10 +158,13 @@ impl Bucket {
             }
             // X = max(0, Xp) + T; LCT = ta  <=>  TAT = max(TAT, ta) + T,
             // with the increment T + uT of §8.3.3 when the bucket had emptied.
+            // The draw is read ahead and taken only once the admission is
+            // written, so a lost compare-and-swap does not use one up.
+            let drawn = x <= 0 && self.randomise;
             let next = if x > 0 {
                 tat.wrapping_add(t)
-            } else if self.randomise {
-                now_ns.wrapping_add(rng::jittered(t))
+            } else if drawn {
+                now_ns.wrapping_add(rng::peek_jittered(t))
             } else {
                 now_ns.wrapping_add(t)
             };
@@ -170,7 +173,12 @@ impl Bucket {
                 .0
                 .compare_exchange_weak(tat, next, Relaxed, Relaxed)
             {
-                Ok(_) => return true,
+                Ok(_) => {
+                    if drawn {
+                        rng::take();
+                    }
+                    return true;
+                }
                 Err(current) => tat = current,
             }
         }

@@ -55,7 +55,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-relay",
-        about: "client -> server direct, via a byte pipe (socat), via a freeDiameter relay, via the agent (1 and 2 workers): answers/s, p50/p99, ratios, p50 added over direct and over the pipe; fails below 0.8 of direct or with 2 workers more than 0.10 below 1; the same paths with freeDiameter's test_app client, which fails below 1.0 of direct; two agents with a TCP and a TLS hop in paired rounds: TLS/TCP throughput and CPU per request (reported)",
+        about: "client -> server direct, via a byte pipe (socat), via a freeDiameter relay, via the agent (1 and 2 workers): answers/s, p50/p99, ratios, p50 added over direct and over the pipe; fails below 1.0 of direct or with 2 workers more than 0.10 below 1; the same paths with freeDiameter's test_app client, which fails below 1.0 of direct; two agents with a TCP and a TLS hop in paired rounds: TLS/TCP throughput and CPU per request (reported)",
         run: bench_relay,
     },
     Stage {
@@ -85,7 +85,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-bucket",
-        about: "leaky bucket against governor; fails if any ratio is above 1.10",
+        about: "leaky bucket against governor; fails if any ratio is above 1.0",
         run: bench_bucket,
     },
 ];
@@ -345,17 +345,20 @@ fn bench_ebpf_relay() -> anyhow::Result<()> {
 /// the benchmark's attempts absorb.
 const WORKERS_TOLERANCE: &str = "0.10";
 
-/// The relay benchmark (release build): the agent must reach 0.8 of the
-/// direct path's answers/s, measured in the same run, and with
-/// freeDiameter's own test_app client 1.0 of that client direct. The byte
-/// pipe (socat) is reported, not gated.
+/// The relay benchmark (release build): the agent must reach the direct
+/// path's answers/s (1.0), measured in the same run, with the project's
+/// client and with freeDiameter's own test_app client. The byte pipe
+/// (socat) is reported, not gated.
 fn bench_relay() -> anyhow::Result<()> {
     crate::peers::install()?;
     setup::apt(&["socat"])?;
     let bin = bench_bin("bench-relay")?;
     bench_attempts(|| {
         let mut cmd = std::process::Command::new(&bin);
-        cmd.args(["--seconds", "4", "--rounds", "5", "--require", "0.8"]);
+        // The agent at or above direct with the project's client (issue
+        // 16), the better of 1 and 2 workers, medians of 5 rounds:
+        // measured 1.08-1.16 (docs/relay.md).
+        cmd.args(["--seconds", "4", "--rounds", "5", "--require", "1.0"]);
         // Two workers at least as fast as one (issue 16; docs/relay.md,
         // "Throughput and cores"): the median of 2 workers' closed-loop
         // rounds at most TOLERANCE below 1 worker's, TOLERANCE from the
@@ -608,16 +611,18 @@ fn bench_codec() -> anyhow::Result<()> {
 }
 
 /// The most the agent's bucket may take per decision against governor's, in
-/// any case. Issue 16 asks for 1.0. The cases without a clock read are the
-/// same algorithm with one compare-and-swap on both sides, about 3 ns each,
-/// and on a machine whose counter reads in 10 ns (a clean-clone run, three
-/// attempts, then the stage alone) they came out at parity: single 1.038,
-/// 0.998, 0.952, 1.050 and uncontended 1.017, 1.005, 1.028, 0.710 (agent
-/// 1.9-3.4 ns, governor 2.7-3.3 ns), while every other case stayed at
-/// 0.53-0.92; on the earlier machine (24 ns per counter read) all were
-/// 0.57-0.92. A gate at exactly 1.0 there fails on noise; 1.10 still fails a
-/// regression of the decision itself (0.3 ns).
-const BUCKET_LIMIT: &str = "1.10";
+/// any case (issue 16: at or below governor). The cases that read a clock
+/// per decision run at a rate that overloads them on the machine at hand
+/// (`bench::bucket::clock_case_rate`); at a fixed 25 million per second a
+/// machine whose counter reads in 25 ns offered less than the rate, every
+/// decision admitted with §8.3.3's draw, and the bucket measured 1.07 of
+/// governor there (1.10 here with a rate above the load, 0.99 once the draw
+/// was made ahead of the decision). Measured on the 2-core machine (counter
+/// read 11.4 ns): 0.58-0.89 in every case (docs/bucket.md). Earlier, on a
+/// machine whose counter read in 10 ns, the two cases without a clock read
+/// came out at parity (single 0.95-1.05, uncontended 0.71-1.03): there the
+/// gate fails, and it should, until the bucket is ahead there too.
+const BUCKET_LIMIT: &str = "1.0";
 
 /// The RFC 8582 §8.3 bucket against governor (bench/benches/bucket.rs):
 /// medians of interleaved runs; the bench exits non-zero when the agent is

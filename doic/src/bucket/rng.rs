@@ -15,6 +15,10 @@ use std::hash::{BuildHasher, Hasher};
 thread_local! {
     /// Generator state; 0 means "not seeded yet".
     static STATE: Cell<u64> = const { Cell::new(0) };
+    /// The thread's next draw, made ahead of its use so that the bucket's
+    /// decision reads it with one load instead of waiting for the
+    /// generator; 0 means "not drawn yet".
+    static READY: Cell<u64> = const { Cell::new(0) };
 }
 
 const INCREMENT: u64 = 0xa076_1d64_78bd_642f;
@@ -25,11 +29,12 @@ const MIX: u64 = 0xe703_7ed1_a0b4_28db;
 /// process randomness on first use.
 pub fn seed_thread_rng(seed: u64) {
     STATE.with(|s| s.set(seed | 1));
+    READY.with(|r| r.set(0));
 }
 
 /// The next 64 random bits of this thread's generator.
 #[inline]
-pub(crate) fn next_u64() -> u64 {
+fn next_u64() -> u64 {
     STATE.with(|s| {
         let mut x = s.get();
         if x == 0 {
@@ -47,18 +52,70 @@ pub(crate) fn next_u64() -> u64 {
     })
 }
 
+/// The thread's next draw, left in place: [`take`] moves on to the one
+/// after it. Every draw of the thread ([`jittered`], [`uniform_below`],
+/// [`peek_jittered`] then [`take`]) comes from this one sequence.
+#[inline]
+fn ready() -> u64 {
+    let r = READY.with(Cell::get);
+    if r == 0 { first_draw() } else { r }
+}
+
+#[cold]
+fn first_draw() -> u64 {
+    let r = next_u64() | 1;
+    READY.with(|c| c.set(r));
+    r
+}
+
+/// Moves on from the draw [`peek_jittered`] read: the bucket calls it once
+/// its admission with that draw was written, so a lost compare-and-swap
+/// does not use up a draw.
+#[inline]
+pub(crate) fn take() {
+    // 0 marks "not drawn": an output of 0 (one in 2^64) is taken as 1.
+    READY.with(|c| c.set(next_u64() | 1));
+}
+
+/// The thread's next draw, taken.
+#[inline]
+fn draw() -> u64 {
+    let r = ready();
+    take();
+    r
+}
+
 /// The §8.3.3 increment T + uT with u uniform in [-1/2, +1/2): a value in
 /// [T/2, 3T/2), computed with one multiply and no floating point. Never 0,
-/// so even a 1 ns interval keeps the bucket filling.
+/// so even a 1 ns interval keeps the bucket filling. The bucket reads it
+/// as [`peek_jittered`] then [`take`]; the RFC transcription of the tests
+/// takes it in one call from the same sequence.
+#[cfg(test)]
 #[inline]
 pub(crate) fn jittered(t_ns: u64) -> u64 {
-    (t_ns / 2 + uniform_below(t_ns)).max(1)
+    increment(t_ns, draw())
+}
+
+/// [`jittered`] of the thread's next draw without taking it ([`take`]).
+#[inline]
+pub(crate) fn peek_jittered(t_ns: u64) -> u64 {
+    increment(t_ns, ready())
+}
+
+#[inline]
+fn increment(t_ns: u64, r: u64) -> u64 {
+    (t_ns / 2 + below(t_ns, r)).max(1)
 }
 
 /// A value uniform in [0, n) (to within n / 2^32), for n < 2^32.
 #[inline]
 pub(crate) fn uniform_below(n: u64) -> u64 {
-    ((next_u64() >> 32) * n) >> 32
+    below(n, draw())
+}
+
+#[inline]
+fn below(n: u64, r: u64) -> u64 {
+    ((r >> 32) * n) >> 32
 }
 
 #[cold]
