@@ -8,9 +8,11 @@
 //! loss percentage to the others (RFC 7683 §7.7); an end version (validity
 //! 0, §5.2.3) until it has been sent for a validity period.
 //!
-//! The client is not delegated the abatement: its requests still pass the
-//! shared bucket, so one that keeps sending above its share is held by the
-//! agent's own abatement.
+//! The client is not delegated the abatement: each DOIC client sent the
+//! report is held to its own share by its own bucket, the other clients to
+//! the rest of the limit ([`crate::protect::Gates`]), so one that keeps
+//! sending above its share is held by the agent's own abatement and one
+//! within it loses nothing to the others' excess.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use std::time::Instant;
 use super::Doic;
 use crate::audit::Verdict;
 use crate::features::{self, Algorithm, OcSupportedFeatures};
-use crate::protect::BehalfReport;
+use crate::protect::{BehalfReport, Gates};
 use crate::rate::RateControl;
 use crate::report::{Abatement, OcOlr, Report, ReportType};
 
@@ -30,14 +32,18 @@ pub(crate) struct BehalfEntry {
     loss_percent: u32,
     /// Each client's share of the limit (RFC 8582 §6.1), requests/s.
     shares: Arc<BTreeMap<String, u32>>,
+    /// The buckets holding each DOIC client to its share (active versions).
+    gates: Option<Arc<Gates>>,
     until: Instant,
 }
 
 impl Doic {
     /// Puts a version of the HOST report the agent makes on behalf of the
     /// protected server `server` for `app_id`, with each client's share,
-    /// sharing `rate` (the one bucket every worker enforces): the host OCS
-    /// then throttles or diverts as a received report's would, and its
+    /// sharing `rate` (the one bucket at the limit every worker shares) and
+    /// `gates` (each DOIC client's bucket at its share, one for the rest,
+    /// shared likewise): the host OCS then throttles or diverts as a
+    /// received report's would, a DOIC client by its own share, and its
     /// audit records are marked as the agent's own. An identical version is
     /// a no-op, an older one ignored.
     pub fn put_behalf_report(
@@ -46,7 +52,7 @@ impl Doic {
         (app_id, server): (u32, &str),
         version: &BehalfReport,
         shares: &Arc<BTreeMap<String, u32>>,
-        rate: Option<&RateControl>,
+        (rate, gates): (Option<&RateControl>, Option<&Arc<Gates>>),
     ) {
         let v = self.ocs.apply_as(
             now,
@@ -56,6 +62,12 @@ impl Doic {
             true,
             &mut self.audit,
         );
+        if let Some(o) = self.ocs.get_mut(app_id, ReportType::Host, server)
+            && o.own
+            && o.sequence == version.report.sequence
+        {
+            o.set_gates(gates.cloned());
+        }
         if matches!(
             v,
             Verdict::Created | Verdict::Updated | Verdict::Rollover | Verdict::Ended
@@ -66,6 +78,7 @@ impl Doic {
             report: version.report.clone(),
             loss_percent: version.loss_percent,
             shares: shares.clone(),
+            gates: gates.cloned(),
             until: version.until,
         };
         let max = self.cfg.max_ocs;
@@ -81,10 +94,12 @@ impl Doic {
 
     /// The OC-OLR the agent sends an authorised DOIC client `client` (its
     /// features `cf`) for the protected server `server` and `app_id` at
-    /// `now`: its share as a rate to a rate client, else the loss
+    /// `now`: its share as a rate to a rate client (the rest of the limit to
+    /// one without a share in this version), else the loss
     /// percentage; `None` when no version is in force. The host OCS of the
     /// version remembers that `client` was sent it (`sent_to` of its audit
-    /// records; the client is still held to the limit by the agent).
+    /// records), and from then on the agent holds `client` to its own share
+    /// ([`Gates::mark_doic`]).
     pub fn behalf_olr(
         &mut self,
         now: Instant,
@@ -98,14 +113,28 @@ impl Doic {
             .iter()
             .find(|(a, e)| *a == app_id && now < e.until)?
             .1;
+        if let Some(g) = &e.gates
+            && g.mark_doic(now, client)
+        {
+            tracing::debug!(
+                client,
+                server,
+                share = g.share_of(client),
+                "a DOIC client held to its share of a protected server's limit"
+            );
+        }
         let mut r = e.report.clone();
         r.abatement = if features::supports(cf, Algorithm::Rate) {
             let whole = match e.report.abatement {
                 Abatement::Rate { per_second } => per_second,
                 Abatement::Loss { .. } => 1,
             };
+            // A client without a share in this version passes the rest
+            // bucket: that rate is what it may send.
+            let share = e.shares.get(client).copied();
+            let rest = e.gates.as_ref().map(|g| g.rest_rate());
             Abatement::Rate {
-                per_second: e.shares.get(client).copied().unwrap_or(whole).max(1),
+                per_second: share.or(rest).unwrap_or(whole).max(1),
             }
         } else {
             Abatement::Loss {
@@ -216,7 +245,7 @@ mod tests {
         let mut other = Doic::new("agent", cfg, 2, 1).unwrap();
         let shares = Arc::new(BTreeMap::from([("c".to_owned(), 4), ("n".to_owned(), 6)]));
         for c in [&mut core, &mut other] {
-            c.put_behalf_report(t0, (APP, "s1"), &version, &shares, Some(&rate));
+            c.put_behalf_report(t0, (APP, "s1"), &version, &shares, (Some(&rate), None));
         }
         // The audit trail says the report is the agent's own.
         let v = core.audit().versions().last().unwrap();
@@ -272,7 +301,7 @@ mod tests {
         // sent for a validity period, then gone and the core idle again.
         assert!(behalf.handle_limit(ms(2000), None, 0));
         let end = behalf.current().unwrap().clone();
-        core.put_behalf_report(ms(2000), (APP, "s1"), &end, &shares, None);
+        core.put_behalf_report(ms(2000), (APP, "s1"), &end, &shares, (None, None));
         let e = core.behalf_olr(ms(2001), (APP, "s1"), "c", &rf).unwrap();
         assert_eq!(e.validity_duration, Some(0));
         assert!(e.sequence_number > r.sequence_number);
@@ -283,6 +312,86 @@ mod tests {
         core.handle_timeout(ms(13_000));
         assert!(core.behalf_olr(ms(13_000), (APP, "s1"), "c", &rf).is_none());
         assert!(core.is_idle());
+    }
+
+    /// Per-client enforcement of the shares on two workers' cores sharing
+    /// one set of gates (`protect::Gates`): a DOIC client sent the report
+    /// that keeps sending above its share is held to it, a light DOIC
+    /// client within its share has every request forwarded, the client
+    /// without DOIC gets the rest of the limit, and the server's total is
+    /// the limit.
+    #[test]
+    fn each_doic_client_sent_the_report_is_held_to_its_share_on_every_worker() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let Fixture { mut core, cfg, .. } = fixture(t0, &["h", "l"]);
+        let mut other = Doic::new("agent", cfg.clone(), 2, 1).unwrap();
+        let mut behalf = OnBehalf::new(t0, 1_700_000_000_000, Duration::from_secs(10));
+        assert!(behalf.handle_limit(t0, Some(100), 60));
+        let version = behalf.current().unwrap().clone();
+        let bucket = cfg.rate.bucket_config().unwrap();
+        let rate = RateControl::new(t0, t0, 100, &bucket);
+        let shares = Arc::new(BTreeMap::from([
+            ("h".to_owned(), 50),
+            ("l".to_owned(), 20),
+            ("n".to_owned(), 30),
+        ]));
+        let gates = Arc::new(Gates::revise(None, (t0, t0), 100, &shares, &bucket));
+        for c in [&mut core, &mut other] {
+            c.put_behalf_report(
+                t0,
+                (APP, "s1"),
+                &version,
+                &shares,
+                (Some(&rate), Some(&gates)),
+            );
+        }
+        let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
+        let cand = [Candidate {
+            peer: "s1",
+            server: Some("s1"),
+        }];
+        // Sent the report (in an answer of either worker): h and l are
+        // DOIC clients now, held to their shares.
+        for (c, who) in [(&mut core, "h"), (&mut other, "l")] {
+            let r = c.behalf_olr(t0, (APP, "s1"), who, &rf).unwrap();
+            assert_eq!(r.sequence_number, version.report.sequence);
+        }
+        assert_eq!(gates.rest_rate(), 30);
+        // 10 s on a 1 ms clock, the requests alternating between the two
+        // cores: h at 300/s, l at 15/s (within its 20), n at 200/s.
+        let senders: [(&str, Option<&OcSupportedFeatures>, u64); 3] = [
+            ("h", Some(&rf), 300),
+            ("l", Some(&rf), 15),
+            ("n", None, 200),
+        ];
+        let (mut passed, mut sent) = ([0u64; 3], [0u64; 3]);
+        let mut k = 0u64;
+        for t in 0..10_000 {
+            for (i, (who, f, per_s)) in senders.iter().enumerate() {
+                while sent[i] < (t + 1) * per_s / 1000 {
+                    sent[i] += 1;
+                    k += 1;
+                    let c = if k.is_multiple_of(2) {
+                        &mut core
+                    } else {
+                        &mut other
+                    };
+                    match c.treat(ms(t), &request(who, *f), &cand) {
+                        Treatment::Forward { .. } => passed[i] += 1,
+                        Treatment::Throttle { result, .. } => {
+                            assert!([3004, 5012, 5198].contains(&result.code()));
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                }
+            }
+        }
+        let per_s = |n: u64| n as f64 / 10.0;
+        assert!((49.0..=51.0).contains(&per_s(passed[0])), "h {passed:?}");
+        assert_eq!(passed[1], sent[1], "l within its share: every request");
+        assert!((29.0..=31.0).contains(&per_s(passed[2])), "n {passed:?}");
+        assert!(per_s(passed.iter().sum()) <= 101.0, "{passed:?}");
     }
 
     /// RFC 7683 §5.2.1.1 (one OCS per host, its sequence numbers the
@@ -306,7 +415,7 @@ mod tests {
             ..
         } = fixture(t0, &["c", "s1"]);
         let shares = Arc::new(BTreeMap::from([("c".to_owned(), 10)]));
-        core.put_behalf_report(t0, (APP, "s1"), &version, &shares, Some(&rate));
+        core.put_behalf_report(t0, (APP, "s1"), &version, &shares, (Some(&rate), None));
         let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
         let tx = PendingTx {
             app_id: APP,
@@ -344,14 +453,14 @@ mod tests {
         // its own sequence does not end the server's report.
         assert!(behalf.handle_limit(ms(200), None, 0));
         let end = behalf.current().unwrap().clone();
-        core.put_behalf_report(ms(200), (APP, "s1"), &end, &shares, None);
+        core.put_behalf_report(ms(200), (APP, "s1"), &end, &shares, (None, None));
         let o = core.ocs.peek(APP, ReportType::Host, "s1").unwrap();
         assert_eq!(
             (o.sequence, o.own, o.validity),
             (7, false, Duration::from_secs(10))
         );
         // Nor does a late active version of the agent's.
-        core.put_behalf_report(ms(200), (APP, "s1"), &version, &shares, Some(&rate));
+        core.put_behalf_report(ms(200), (APP, "s1"), &version, &shares, (Some(&rate), None));
         assert_eq!(
             core.ocs.peek(APP, ReportType::Host, "s1").unwrap().sequence,
             7
