@@ -9,6 +9,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use diameter::codec::Routing;
 use diameter::codec::doic::{OcOlr, OcSupportedFeatures, ReportType};
 use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 use doic::DoicConfig;
@@ -18,6 +19,7 @@ use tools::loadgen::{Busy, Client, Identity, ServerBehaviour, TEST_APP, Traffic}
 
 const C: u32 = 200;
 const LIGHT: &str = "client2.example.org";
+const SERVER: &str = "server1.example.net";
 
 /// One test at a time: each runs an agent, a server and a client at
 /// 600 requests/s, and the machine has few cores.
@@ -54,6 +56,11 @@ fn rate_features(host: &str) -> OcSupportedFeatures {
         source_id: Some(host.into()),
         peer_algo: None,
     }
+}
+
+fn origin_host(m: &[u8]) -> String {
+    let r = Routing::scan(m).unwrap();
+    String::from_utf8_lossy(r.origin_host().unwrap_or_default()).into_owned()
 }
 
 /// What the light client saw: each answer with when it came (from the
@@ -179,4 +186,59 @@ async fn a_doic_client_above_its_share_is_held_to_it_and_one_within_it_loses_not
         late.iter().all(|s| *s >= 2 && *s + 1 >= first_share),
         "light shares {shares:?} after {first_share}"
     );
+}
+
+/// RFC 7683 §5.1.3, §5.2.1.3: the HOST report the agent makes on the
+/// server's behalf goes only in answers that come from the server (its
+/// Origin-Host), never in the agent's own throttle answers (whose
+/// Origin-Host is the agent): a reacting node keys a HOST report by the
+/// answer's Origin-Host, so one in the agent's answer would be held for the
+/// agent itself (an edge agent in front would abate realm-routed requests
+/// twice, by that OCS and by the server's). A DOIC client that keeps
+/// sending above its share sees both kinds of answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_made_on_the_servers_behalf_is_only_in_the_servers_answers() {
+    let _one = SERIAL.lock().await;
+    let s = protected().await;
+    let heavy = Client::connect(s.addr, Identity::new(LIGHT, "example.org"), vec![TEST_APP])
+        .await
+        .unwrap();
+    let answers = send_regardless(
+        heavy,
+        3.0 * f64::from(C),
+        Duration::from_secs(6),
+        Some(rate_features(LIGHT)),
+    )
+    .await;
+    let (mut from_server, mut from_agent) = (0, 0);
+    let mut reported = 0;
+    for a in &answers {
+        let host = reports_in(std::slice::from_ref(a), ReportType::Host);
+        match origin_host(a).as_str() {
+            SERVER => {
+                from_server += 1;
+                reported += usize::from(!host.is_empty());
+            }
+            AGENT => {
+                from_agent += 1;
+                assert!(
+                    host.is_empty(),
+                    "a HOST report in the agent's own answer ({}): {host:?}",
+                    code_of(a)
+                );
+                assert!([3004, 5012, 5198].contains(&code_of(a)), "{}", code_of(a));
+            }
+            other => panic!("an answer from {other}"),
+        }
+    }
+    eprintln!(
+        "{from_server} from the server ({reported} with the report), {from_agent} from the agent"
+    );
+    assert!(
+        from_agent * 2 >= answers.len(),
+        "{from_agent} of {}",
+        answers.len()
+    );
+    // Once the limit binds, the server's answers carry it.
+    assert!(reported * 2 >= from_server, "{reported} of {from_server}");
 }

@@ -2,8 +2,10 @@
 //! §5.1.3, [`crate::protect`]) in a worker's core: each version as the
 //! control path made it ([`crate::protect::OnBehalf`], one sequence space
 //! for every worker), installed as a host OCS sharing the one bucket every
-//! worker enforces, and put in the answers to authorised DOIC clients, the
-//! server's and the agent's own throttle answers alike: OC-Maximum-Rate of
+//! worker enforces, and put in the server's answers to authorised DOIC
+//! clients (never in the agent's own throttle answers: their Origin-Host is
+//! the agent, and a reacting node keys a HOST report by it, RFC 7683
+//! §5.2.1.3): OC-Maximum-Rate of
 //! the client's share to a client that announced rate (RFC 8582), the
 //! loss percentage to the others (RFC 7683 §7.7); an end version (validity
 //! 0, §5.2.3) until it has been sent for a validity period.
