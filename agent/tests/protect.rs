@@ -163,6 +163,22 @@ fn by_origin(answers: &[bytes::Bytes]) -> (Vec<bytes::Bytes>, Vec<bytes::Bytes>)
     })
 }
 
+/// The OC-Feature-Vector's algorithm bits in each answer's
+/// OC-Supported-Features: the algorithm it selects (RFC 7683 §5.1.2).
+fn selected_algorithms(answers: &[bytes::Bytes]) -> Vec<Option<u64>> {
+    answers
+        .iter()
+        .map(|a| {
+            let m = diameter::codec::Message::decode(a.clone()).unwrap();
+            let f = m.find(diameter::dictionary::code::OC_SUPPORTED_FEATURES)?;
+            OcSupportedFeatures::from_avp(f)
+                .ok()?
+                .feature_vector
+                .map(|v| v & (OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM))
+        })
+        .collect()
+}
+
 async fn probe(addr: std::net::SocketAddr, host: &str) -> Client {
     Client::connect(addr, Identity::new(host, "example.org"), vec![TEST_APP])
         .await
@@ -239,7 +255,9 @@ async fn doic_clients_receive_a_host_report_made_by_the_agent_then_its_end() {
     let limit = limit.expect("a limit in force");
     // Every answer of the server to the rate client carries one HOST
     // report with its share of the limit; the agent's own answers none
-    // (their Origin-Host is the agent, RFC 7683 §5.2.1.3).
+    // (their Origin-Host is the agent, RFC 7683 §5.2.1.3). The server's
+    // select rate (RFC 8582 §6.3: a reacting node refuses a rate report in
+    // an answer selecting loss).
     let (r, r_agent) = by_origin(&r);
     eprintln!(
         "rate probe: {} answers of the server, {} of the agent",
@@ -250,6 +268,13 @@ async fn doic_clients_receive_a_host_report_made_by_the_agent_then_its_end() {
     let hr = host_reports(&r);
     assert_eq!(hr.len(), r.len(), "{hr:?}");
     assert!(host_reports(&r_agent).is_empty());
+    assert!(
+        selected_algorithms(&r)
+            .iter()
+            .all(|a| *a == Some(OLR_RATE_ALGORITHM)),
+        "{:?}",
+        selected_algorithms(&r)
+    );
     for o in &hr {
         let share = o.maximum_rate.expect("a rate report");
         // Fixed per version, which the limit may drift from by 10 %.
@@ -272,6 +297,14 @@ async fn doic_clients_receive_a_host_report_made_by_the_agent_then_its_end() {
     let hl = host_reports(&l);
     assert_eq!(hl.len(), l.len(), "{hl:?}");
     assert!(host_reports(&l_agent).is_empty());
+    // In answers that select loss.
+    assert!(
+        selected_algorithms(&l)
+            .iter()
+            .all(|a| *a == Some(OLR_DEFAULT_ALGO)),
+        "{:?}",
+        selected_algorithms(&l)
+    );
     eprintln!(
         "loss percentages {:?}",
         hl.iter()

@@ -5,10 +5,11 @@
 //! worker enforces, and put in the server's answers to authorised DOIC
 //! clients (never in the agent's own throttle answers: their Origin-Host is
 //! the agent, and a reacting node keys a HOST report by it, RFC 7683
-//! §5.2.1.3): OC-Maximum-Rate of
-//! the client's share to a client that announced rate (RFC 8582), the
-//! loss percentage to the others (RFC 7683 §7.7); an end version (validity
-//! 0, §5.2.3) until it has been sent for a validity period.
+//! §5.2.1.3): OC-Maximum-Rate of the client's share to a client that
+//! announced rate (RFC 8582), the answer's OC-Supported-Features selecting
+//! rate (§6.3), the loss percentage to the others (RFC 7683 §7.7); an end
+//! version (validity 0, §5.2.3) until it has been sent for a validity
+//! period.
 //!
 //! The client is not delegated the abatement: each DOIC client sent the
 //! report is held to its own share by its own bucket, the other clients to
@@ -94,27 +95,53 @@ impl Doic {
         }
     }
 
-    /// The OC-OLR the agent sends an authorised DOIC client `client` (its
-    /// features `cf`) for the protected server `server` and `app_id` at
-    /// `now`: its share as a rate to a rate client (the rest of the limit to
-    /// one without a share in this version), else the loss
-    /// percentage; `None` when no version is in force. The host OCS of the
-    /// version remembers that `client` was sent it (`sent_to` of its audit
-    /// records), and from then on the agent holds `client` to its own share
-    /// ([`Gates::mark_doic`]).
+    /// The algorithm of the report made on behalf of the protected server
+    /// `server` for `app_id` that a client with features `cf` takes at
+    /// `now`: rate when it announced rate (RFC 8582 §5), else loss; `None`
+    /// when no version is in force. The answer that carries the report
+    /// selects the same algorithm in its OC-Supported-Features (RFC 7683
+    /// §5.1.2, RFC 8582 §6.3): a reacting node refuses a rate report in an
+    /// answer that selects loss.
+    #[must_use]
+    pub fn behalf_algorithm(
+        &self,
+        now: Instant,
+        (app_id, server): (u32, &str),
+        cf: &OcSupportedFeatures,
+    ) -> Option<Algorithm> {
+        self.behalf_entry(now, app_id, server)?;
+        Some(if features::supports(cf, Algorithm::Rate) {
+            Algorithm::Rate
+        } else {
+            Algorithm::Loss
+        })
+    }
+
+    fn behalf_entry(&self, now: Instant, app_id: u32, server: &str) -> Option<&BehalfEntry> {
+        self.behalf
+            .get(server)?
+            .iter()
+            .find(|(a, e)| *a == app_id && now < e.until)
+            .map(|(_, e)| e)
+    }
+
+    /// The OC-OLR the agent sends an authorised DOIC client `client` for the
+    /// protected server `server` and `app_id` at `now`, in an answer that
+    /// selects `algorithm` ([`Doic::behalf_algorithm`]): its share as a
+    /// rate, or the loss percentage; `None` when no version is in force.
+    /// A client without a share in this version is told the rest of the
+    /// limit (it passes the rest bucket). The host OCS of the version
+    /// remembers that `client` was sent it (`sent_to` of its audit
+    /// records), and from then on the agent holds `client` to its own
+    /// share ([`Gates::mark_doic`]).
     pub fn behalf_olr(
         &mut self,
         now: Instant,
         (app_id, server): (u32, &str),
         client: &str,
-        cf: &OcSupportedFeatures,
+        algorithm: Algorithm,
     ) -> Option<OcOlr> {
-        let e = &self
-            .behalf
-            .get(server)?
-            .iter()
-            .find(|(a, e)| *a == app_id && now < e.until)?
-            .1;
+        let e = self.behalf_entry(now, app_id, server)?;
         if let Some(g) = &e.gates
             && g.mark_doic(now, client)
         {
@@ -126,22 +153,23 @@ impl Doic {
             );
         }
         let mut r = e.report.clone();
-        r.abatement = if features::supports(cf, Algorithm::Rate) {
-            let whole = match e.report.abatement {
-                Abatement::Rate { per_second } => per_second,
-                Abatement::Loss { .. } => 1,
-            };
-            // A client without a share in this version passes the rest
-            // bucket: that rate is what it may send.
-            let share = e.shares.get(client).copied();
-            let rest = e.gates.as_ref().map(|g| g.rest_rate());
-            Abatement::Rate {
-                per_second: share.or(rest).unwrap_or(whole).max(1),
+        r.abatement = match algorithm {
+            Algorithm::Rate => {
+                let whole = match e.report.abatement {
+                    Abatement::Rate { per_second } => per_second,
+                    Abatement::Loss { .. } => 1,
+                };
+                // A client without a share in this version passes the rest
+                // bucket: that rate is what it may send.
+                let share = e.shares.get(client).copied();
+                let rest = e.gates.as_ref().map(|g| g.rest_rate());
+                Abatement::Rate {
+                    per_second: share.or(rest).unwrap_or(whole).max(1),
+                }
             }
-        } else {
-            Abatement::Loss {
+            Algorithm::Loss => Abatement::Loss {
                 percent: e.loss_percent,
-            }
+            },
         };
         if let Some(o) = self.ocs.get_mut(app_id, ReportType::Host, server)
             && o.sequence == r.sequence
@@ -173,7 +201,7 @@ mod tests {
     use crate::engine::AnswerView;
     use crate::protect::OnBehalf;
     use crate::report::{OcOlr, ReportType};
-    use crate::treatment::{Candidate, PendingTx, RequestView, Treatment};
+    use crate::treatment::{AnswerActions, Candidate, PendingTx, RequestView, Treatment};
     use crate::{DoicConfig, PeerPolicy};
     use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 
@@ -273,11 +301,15 @@ mod tests {
         // A rate client gets its share, a loss client the percentage.
         let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
         let lf = features(OLR_DEFAULT_ALGO);
-        let r = core.behalf_olr(ms(1000), (APP, "s1"), "c", &rf).unwrap();
+        let r = core
+            .behalf_olr(ms(1000), (APP, "s1"), "c", Algorithm::Rate)
+            .unwrap();
         assert_eq!((r.maximum_rate, r.reduction_percentage), (Some(4), None));
         assert_eq!(r.sequence_number, version.report.sequence);
         assert_eq!(r.validity_duration, Some(10));
-        let l = core.behalf_olr(ms(1000), (APP, "s1"), "l", &lf).unwrap();
+        let l = core
+            .behalf_olr(ms(1000), (APP, "s1"), "l", Algorithm::Loss)
+            .unwrap();
         assert_eq!((l.maximum_rate, l.reduction_percentage), (None, Some(75)));
         // ... and it goes in the server's answers to a DOIC client.
         let tx = PendingTx {
@@ -299,12 +331,37 @@ mod tests {
         };
         let act = core.on_answer(ms(1000), &tx, "s1", &ans);
         assert_eq!(act.forward_reports, vec![r.clone()]);
+        // The answer selects the report's algorithm (RFC 8582 §6.3): a
+        // reacting node refuses a rate report in an answer selecting loss.
+        let selected = |a: &AnswerActions| {
+            a.add_features
+                .as_ref()
+                .and_then(|f| f.feature_vector)
+                .map(|v| v & features::ALGORITHM_BITS)
+        };
+        assert_eq!(selected(&act), Some(OLR_RATE_ALGORITHM));
+        let loss_tx = PendingTx {
+            client: Cow::Borrowed("l"),
+            client_features: Some(Cow::Borrowed(&lf)),
+            ..tx.clone()
+        };
+        let act = core.on_answer(ms(1000), &loss_tx, "s1", &ans);
+        assert_eq!(act.forward_reports, vec![l.clone()]);
+        assert_eq!(selected(&act), Some(OLR_DEFAULT_ALGO));
+        // The agent's own answers (Origin-Host the agent) carry none (RFC
+        // 7683 §5.2.1.3: it would be held for the agent).
+        for (who, f) in [("c", &rf), ("l", &lf)] {
+            let act = core.local_answer(ms(1000), &request(who, Some(f)));
+            assert!(act.forward_reports.is_empty(), "{:?}", act.forward_reports);
+        }
         // Ended (RFC 7683 §5.2.3): validity 0, a greater sequence number,
         // sent for a validity period, then gone and the core idle again.
         assert!(behalf.handle_limit(ms(2000), None, 0));
         let end = behalf.current().unwrap().clone();
         core.put_behalf_report(ms(2000), (APP, "s1"), &end, &shares, (None, None));
-        let e = core.behalf_olr(ms(2001), (APP, "s1"), "c", &rf).unwrap();
+        let e = core
+            .behalf_olr(ms(2001), (APP, "s1"), "c", Algorithm::Rate)
+            .unwrap();
         assert_eq!(e.validity_duration, Some(0));
         assert!(e.sequence_number > r.sequence_number);
         assert!(matches!(
@@ -312,7 +369,10 @@ mod tests {
             Treatment::Forward { .. }
         ));
         core.handle_timeout(ms(13_000));
-        assert!(core.behalf_olr(ms(13_000), (APP, "s1"), "c", &rf).is_none());
+        assert!(
+            core.behalf_olr(ms(13_000), (APP, "s1"), "c", Algorithm::Rate)
+                .is_none()
+        );
         assert!(core.is_idle());
     }
 
@@ -356,7 +416,7 @@ mod tests {
         // Sent the report (in an answer of either worker): h and l are
         // DOIC clients now, held to their shares.
         for (c, who) in [(&mut core, "h"), (&mut other, "l")] {
-            let r = c.behalf_olr(t0, (APP, "s1"), who, &rf).unwrap();
+            let r = c.behalf_olr(t0, (APP, "s1"), who, Algorithm::Rate).unwrap();
             assert_eq!(r.sequence_number, version.report.sequence);
         }
         assert_eq!(gates.rest_rate(), 30);
