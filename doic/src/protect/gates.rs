@@ -283,6 +283,22 @@ mod tests {
         // The server's total: its limit.
         let total = per_s(passed.iter().sum());
         assert!(total <= 201.0, "total {total}");
+        // One bucket at the limit for every client, as before: whoever
+        // comes first is admitted, and the light client loses requests to
+        // the others' excess.
+        let shared = RateControl::new(t0, t0, 200, &config());
+        let (mut light, mut sent) = (0, 0);
+        for ms in 0..secs * 1000 {
+            let now = t0 + Duration::from_millis(ms);
+            for _ in 0..(ms + 1) * 1100 / 1000 - ms * 1100 / 1000 {
+                let _ = shared.admit(now, Priority::Normal);
+            }
+            while sent < (ms + 1) * 15 / 1000 {
+                sent += 1;
+                light += u64::from(shared.admit(now, Priority::Normal));
+            }
+        }
+        assert!(light * 2 < sent, "shared bucket: light {light} of {sent}");
     }
 
     /// RFC 8582 §6.1 shares split by demand: a client that abates to its
