@@ -10,8 +10,10 @@
 //! requests to the excess of clients that do not: the shared bucket admits
 //! whoever comes first. [`Gates`] instead holds
 //!
-//! - each DOIC client (a downstream peer that was sent the report, marked
-//!   with [`Gates::mark_doic`]) to its own share, with its own RFC 8582
+//! - each DOIC client with a share (a downstream peer sending
+//!   OC-Supported-Features, authorised to receive reports; marked at its
+//!   first request or when it is sent the report, [`Gates::mark_doic`]) to
+//!   its own share, with its own RFC 8582
 //!   §8.3 leaky bucket at that rate, so that a client within its share has
 //!   all its requests relayed and one above it is answered by the agent
 //!   for the excess;
@@ -117,9 +119,10 @@ impl Gates {
     /// by that share. A client without a share in this version stays with
     /// the rest. True when it was not marked before.
     pub fn mark_doic(&self, now: Instant, client: &str) -> bool {
-        let Some(g) = self.clients.get(client) else {
-            return false;
-        };
+        self.clients.get(client).is_some_and(|g| self.mark(now, g))
+    }
+
+    fn mark(&self, now: Instant, g: &ClientGate) -> bool {
         if g.doic.load(Ordering::Relaxed) || g.doic.swap(true, Ordering::AcqRel) {
             return false;
         }
@@ -130,13 +133,16 @@ impl Gates {
     /// Whether a request of `priority` from `client` at `now` may go to the
     /// server. `client` is `None` for a client that is not a DOIC client
     /// (sent no OC-Supported-Features, or is not authorised to receive
-    /// reports); such a client, and a DOIC client not marked, passes the
-    /// rest bucket.
+    /// reports); such a client, and a DOIC client without a share in this
+    /// version, passes the rest bucket. A DOIC client with a share is
+    /// marked at its first request: held to its share by its own bucket, it
+    /// has its requests within it relayed and so receives the report in the
+    /// server's answers (in the rest with the clients without DOIC, it could
+    /// be starved by their excess and never learn it).
     #[must_use]
     pub fn admit(&self, now: Instant, client: Option<&str>, priority: Priority) -> bool {
-        if let Some(g) = client.and_then(|c| self.clients.get(c))
-            && g.doic.load(Ordering::Relaxed)
-        {
+        if let Some(g) = client.and_then(|c| self.clients.get(c)) {
+            self.mark(now, g);
             return g.bucket.admit(now, priority);
         }
         self.rest.admit(now, priority)
@@ -359,13 +365,29 @@ mod tests {
         assert_eq!(h.share_of("a"), Some(80));
         assert_eq!(h.share_of("b"), None);
         assert_eq!(h.rest_rate(), 120);
-        // A client not marked passes the rest even with a share.
-        let (passed, _) = run(&h, t1, 2, &[(Some("c"), 100), (Some("a"), 300)]);
-        assert!(passed[0] >= 190, "c through the rest: {}", passed[0]);
+        // A DOIC client with a share is marked at its first request; a
+        // client without DOIC passes the rest.
+        let (passed, _) = run(
+            &h,
+            t1,
+            2,
+            &[(None, 150), (Some("a"), 300), (Some("c"), 100)],
+        );
         assert!(
             (159..=166).contains(&passed[1]),
             "a held to 80/s: {}",
             passed[1]
+        );
+        assert!(
+            (39..=46).contains(&passed[2]),
+            "c held to 20/s: {}",
+            passed[2]
+        );
+        assert_eq!(h.share_of("c"), Some(20));
+        assert!(
+            (199..=206).contains(&passed[0]),
+            "the rest 100/s: {}",
+            passed[0]
         );
     }
 }
