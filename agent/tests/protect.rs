@@ -154,6 +154,31 @@ fn host_reports(answers: &[bytes::Bytes]) -> Vec<OcOlr> {
     reports_in(answers, ReportType::Host)
 }
 
+/// `answers` split into the server's (Origin-Host `SERVER`) and the
+/// agent's own.
+fn by_origin(answers: &[bytes::Bytes]) -> (Vec<bytes::Bytes>, Vec<bytes::Bytes>) {
+    answers.iter().cloned().partition(|a| {
+        let r = diameter::codec::Routing::scan(a).unwrap();
+        r.origin_host() == Some(SERVER.as_bytes())
+    })
+}
+
+/// The OC-Feature-Vector's algorithm bits in each answer's
+/// OC-Supported-Features: the algorithm it selects (RFC 7683 §5.1.2).
+fn selected_algorithms(answers: &[bytes::Bytes]) -> Vec<Option<u64>> {
+    answers
+        .iter()
+        .map(|a| {
+            let m = diameter::codec::Message::decode(a.clone()).unwrap();
+            let f = m.find(diameter::dictionary::code::OC_SUPPORTED_FEATURES)?;
+            OcSupportedFeatures::from_avp(f)
+                .ok()?
+                .feature_vector
+                .map(|v| v & (OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM))
+        })
+        .collect()
+}
+
 async fn probe(addr: std::net::SocketAddr, host: &str) -> Client {
     Client::connect(addr, Identity::new(host, "example.org"), vec![TEST_APP])
         .await
@@ -171,8 +196,8 @@ fn features(host: &str, vector: u64) -> OcSupportedFeatures {
 /// RFC 7683 §5.1.3: the agent reports on behalf of the server that knows no
 /// DOIC. A DOIC client offering 3x C (it announces loss and rate but does
 /// not abate) is held to the limit by the agent; other DOIC clients'
-/// answers, the server's and the agent's own, carry a HOST report for the
-/// server made by the agent: OC-Maximum-Rate to a rate client (RFC 8582),
+/// answers from the server (never the agent's own) carry a HOST report for
+/// the server made by the agent: OC-Maximum-Rate to a rate client (RFC 8582),
 /// OC-Reduction-Percentage to a loss client; sequence numbers in
 /// milliseconds since the Unix epoch (§5.2.1.4); validity 0 once the load
 /// falls (§5.2.3).
@@ -208,21 +233,48 @@ async fn doic_clients_receive_a_host_report_made_by_the_agent_then_its_end() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
+    // Each probe 10 requests/s from 3 s into the overload for 3 s: a
+    // client new to the report passes the rest of the limit until a
+    // version gives it a share of its own.
+    async fn paced(c: &mut Client, f: &OcSupportedFeatures) -> Vec<bytes::Bytes> {
+        let mut all = Vec::new();
+        for i in 0..30 {
+            all.extend(exchange(c, 1 + i, 1, 1, Some(f)).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        all
+    }
     let probes = async {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let r = exchange(&mut rate, 1, 20, 5, Some(&rate_f)).await;
-        let l = exchange(&mut loss, 1, 20, 5, Some(&loss_f)).await;
-        (r, l)
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::join!(paced(&mut rate, &rate_f), paced(&mut loss, &loss_f))
     };
     let ((arrivals, report, limit), (r, l)) =
         tokio::join!(offer(&s, &mut load, 3 * u64::from(C), 8, (4, 8)), probes);
     // The DOIC client's load reaching the server falls to the limit.
     assert_held("doic client", arrivals, &report);
     let limit = limit.expect("a limit in force");
-    // Every answer to the rate client carries one HOST report with its
-    // share of the limit.
+    // Every answer of the server to the rate client carries one HOST
+    // report with its share of the limit; the agent's own answers none
+    // (their Origin-Host is the agent, RFC 7683 §5.2.1.3). The server's
+    // select rate (RFC 8582 §6.3: a reacting node refuses a rate report in
+    // an answer selecting loss).
+    let (r, r_agent) = by_origin(&r);
+    eprintln!(
+        "rate probe: {} answers of the server, {} of the agent",
+        r.len(),
+        r_agent.len()
+    );
+    assert!(r.len() >= 5, "{} answers of the server", r.len());
     let hr = host_reports(&r);
     assert_eq!(hr.len(), r.len(), "{hr:?}");
+    assert!(host_reports(&r_agent).is_empty());
+    assert!(
+        selected_algorithms(&r)
+            .iter()
+            .all(|a| *a == Some(OLR_RATE_ALGORITHM)),
+        "{:?}",
+        selected_algorithms(&r)
+    );
     for o in &hr {
         let share = o.maximum_rate.expect("a rate report");
         // Fixed per version, which the limit may drift from by 10 %.
@@ -235,8 +287,30 @@ async fn doic_clients_receive_a_host_report_made_by_the_agent_then_its_end() {
         assert!(o.sequence_number >= before, "{o:?}");
     }
     // The loss client: the percentage that brings 3x down to the limit.
+    let (l, l_agent) = by_origin(&l);
+    eprintln!(
+        "loss probe: {} answers of the server, {} of the agent",
+        l.len(),
+        l_agent.len()
+    );
+    assert!(l.len() >= 5, "{} answers of the server", l.len());
     let hl = host_reports(&l);
     assert_eq!(hl.len(), l.len(), "{hl:?}");
+    assert!(host_reports(&l_agent).is_empty());
+    // In answers that select loss.
+    assert!(
+        selected_algorithms(&l)
+            .iter()
+            .all(|a| *a == Some(OLR_DEFAULT_ALGO)),
+        "{:?}",
+        selected_algorithms(&l)
+    );
+    eprintln!(
+        "loss percentages {:?}",
+        hl.iter()
+            .map(|o| o.reduction_percentage)
+            .collect::<Vec<_>>()
+    );
     for o in &hl {
         let pct = o.reduction_percentage.expect("a loss report");
         assert!((50..=80).contains(&pct), "{o:?}");

@@ -1,7 +1,7 @@
 //! A protected server that turns out to do DOIC itself, over real TCP with
 //! two workers (docs/protect.md): the agent reports on behalf of a server
 //! whose answers carry no OC-Supported-Features (RFC 7683 §5.1.3) while it
-//! is overloaded (here: it answers 3004); once its answers carry
+//! is overloaded (here: it answers 3004), in the server's answers; once its answers carry
 //! OC-Supported-Features and its own HOST report, the agent stops
 //! reporting for it and relays the server's report, whose sequence
 //! numbers are the server's (RFC 7683 §5.2.1.1: one OCS per host, the
@@ -62,10 +62,32 @@ async fn a_server_that_reports_itself_ends_the_agents_report_and_its_own_is_rela
         &halt,
     );
     let probes = async {
-        // Overloaded (3004) and without DOIC: the agent's report.
+        // Overloaded (3004) and without DOIC: the agent's report, in the
+        // server's answers (never in the agent's own, whose Origin-Host is
+        // the agent, RFC 7683 §5.2.1.3). A client new to the report passes
+        // the rest of the limit with the client without DOIC.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let a = exchange(&mut doic_client, 1, 5, 5, Some(&cf)).await;
-        let agents = host_reports(&a);
+        let from_server = |m: &bytes::Bytes| {
+            diameter::codec::Routing::scan(m).unwrap().origin_host() == Some(SERVER.as_bytes())
+        };
+        let mut a = Vec::new();
+        for i in 0..40 {
+            a.extend(exchange(&mut doic_client, 200 + i, 1, 1, Some(&cf)).await);
+            if a.iter().filter(|m| from_server(m)).count() >= 5 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (servers_answers, agents_answers): (Vec<_>, Vec<_>) =
+            a.into_iter().partition(|m| from_server(m));
+        assert!(host_reports(&agents_answers).is_empty());
+        assert_eq!(
+            servers_answers.len(),
+            5,
+            "{} of the agent",
+            agents_answers.len()
+        );
+        let agents = host_reports(&servers_answers);
         assert_eq!(agents.len(), 5, "{agents:?}");
         assert!(
             agents.iter().all(|o| o.sequence_number >= before),

@@ -153,6 +153,14 @@ pub fn peer_supports_peer_report(request: Option<&OcSupportedFeatures>, from_pee
     })
 }
 
+/// Makes `f` (the agent's OC-Supported-Features in an answer) select
+/// `algorithm` for the host and realm reports of that answer (RFC 7683
+/// §5.1.2: a single algorithm; RFC 8582 §6.3), its other bits kept.
+pub fn select(f: &mut OcSupportedFeatures, algorithm: Algorithm) {
+    let vector = f.feature_vector.unwrap_or(OLR_DEFAULT_ALGO);
+    f.feature_vector = Some((vector & !ALGORITHM_BITS) | algorithm.bit());
+}
+
 /// The OC-Supported-Features to put in an answer relayed toward a downstream
 /// DOIC node, or `None` when the request came without one (RFC 7683 §5.1.2:
 /// "MUST NOT include the OC-Supported-Features AVP, OC-OLR AVP, or any other

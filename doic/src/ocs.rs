@@ -11,9 +11,11 @@
 //! validity ran out, so no timer is needed for correctness.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::loss::{self, Prng};
+use super::protect::Gates;
 use super::rate::{Priority, RateControl};
 use super::report::{Abatement, ReportType};
 use crate::audit::{Audit, Counters, OcsEvent, VersionRecord};
@@ -88,6 +90,10 @@ pub struct Ocs {
     /// [`crate::protect`]), not received.
     pub own: bool,
     bucket: Option<RateControl>,
+    /// The agent's own HOST report on a protected server's behalf: each
+    /// DOIC client held to its share, the others to the rest of the limit
+    /// ([`Gates`]); decides instead of `bucket` while active.
+    gates: Option<Arc<Gates>>,
     delivered: HashSet<String>,
     /// Clients sent this version that the agent still holds to it (its own
     /// HOST reports on a server's behalf): named in the audit, never
@@ -149,6 +155,7 @@ impl Ocs {
     fn begin_ending(&mut self, at: Instant) -> bool {
         let share = self.abated_share();
         self.bucket = None;
+        self.gates = None;
         if share <= 0.0 {
             return false;
         }
@@ -182,10 +189,19 @@ impl Ocs {
         true
     }
 
-    /// Whether the agent should abate a request matching this OCS at `now`.
-    /// `already` is, for a peer OCS under loss, the share of requests bound for
-    /// the peer already throttled by the host/realm step (RFC 8581 §5).
-    fn select(&mut self, now: Instant, priority: Priority, ending: Ending, rng: &mut Prng) -> bool {
+    /// Whether the agent should abate a request matching this OCS at `now`
+    /// from `client` (the DOIC client's identity, `None` for a client
+    /// without DOIC: only the gates of a report made on a server's behalf
+    /// tell them apart). For a peer OCS under loss, the share of requests
+    /// bound for the peer already throttled by the host/realm step counts
+    /// (RFC 8581 §5).
+    fn select(
+        &mut self,
+        now: Instant,
+        (client, priority): (Option<&str>, Priority),
+        ending: Ending,
+        rng: &mut Prng,
+    ) -> bool {
         match self.phase {
             Phase::Active => match self.abatement {
                 Abatement::Loss { percent } => {
@@ -199,9 +215,10 @@ impl Ocs {
                         loss::select_percent(rng, percent)
                     }
                 }
-                Abatement::Rate { .. } => match &self.bucket {
-                    Some(b) => !b.admit(now, priority),
-                    None => false,
+                Abatement::Rate { .. } => match (&self.gates, &self.bucket) {
+                    (Some(g), _) => !g.admit(now, client, priority),
+                    (None, Some(b)) => !b.admit(now, priority),
+                    (None, None) => false,
                 },
             },
             Phase::Probing { next_probe } => {
@@ -228,16 +245,32 @@ impl Ocs {
         self.bucket.as_ref()
     }
 
-    /// Whether a request matching this OCS at `now` is selected for abatement
-    /// (not counted; the caller counts the outcome on the entry).
+    /// Whether a request from `client` (`None`: not a DOIC client) matching
+    /// this OCS at `now` is selected for abatement (not counted; the caller
+    /// counts the outcome on the entry).
     pub fn decide(
         &mut self,
         now: Instant,
-        priority: Priority,
+        who: (Option<&str>, Priority),
         ending: Ending,
         rng: &mut Prng,
     ) -> bool {
-        self.select(now, priority, ending, rng)
+        self.select(now, who, ending, rng)
+    }
+
+    /// The per-client gates of the agent's own report in force, if any.
+    #[must_use]
+    pub fn gates(&self) -> Option<&Arc<Gates>> {
+        self.gates.as_ref()
+    }
+
+    /// Holds the clients of the agent's own active rate report to their
+    /// shares with `gates` (RFC 7683 §5.1.3, [`Gates`]); ignored for a
+    /// received report or one that is ending.
+    pub fn set_gates(&mut self, gates: Option<Arc<Gates>>) {
+        if self.own && self.phase == Phase::Active && self.bucket.is_some() {
+            self.gates = gates;
+        }
     }
 
     /// Whether `client` has been sent this version of the report.

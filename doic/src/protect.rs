@@ -51,12 +51,15 @@
 //! | this one | [`Estimator`]: the limit of one server |
 //! | [`behalf`] | [`OnBehalf`]: the HOST report made on the server's behalf, RFC 7683 §5.1.3, §5.2.1.4, §5.2.3 |
 //! | [`config`] | [`ProtectConfig`]: the `[doic.protect]` section |
+//! | [`gates`] | [`Gates`]: each DOIC client held to its share of the limit, the others to the rest |
 
 pub mod behalf;
 pub mod config;
+pub mod gates;
 
 pub use behalf::{BehalfReport, OnBehalf};
 pub use config::{ProtectConfig, ProtectConfigError};
+pub use gates::Gates;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -9,7 +9,9 @@
 //! control thread keeps one shared rate bucket ([`RateControl`], RFC 8582
 //! §8.3) at the limit and one HOST report version ([`OnBehalf`]) for it;
 //! each worker puts the version in its core at its next tick ([`apply`]),
-//! as a host OCS sharing that bucket (`Doic::put_behalf_report`). The core
+//! as a host OCS sharing that bucket (`Doic::put_behalf_report`), with the
+//! [`Gates`] that hold each DOIC client sent the report to its share of the
+//! limit and the other clients to the rest. The core
 //! then answers the excess at once (3004 / 5012 / 5198 as `throttle_result`
 //! says) and diverts realm-routed requests to a server with headroom first
 //! (RFC 8581 §5), as for a received host report. So every worker enforces
@@ -34,7 +36,8 @@ use super::own::label;
 use crate::peer::table::PeerTable;
 use doic::Doic;
 use doic::own_load::split;
-use doic::protect::{BehalfReport, Estimator, Load, Mode, OnBehalf};
+use doic::protect::gates::source_demand;
+use doic::protect::{BehalfReport, Estimator, Gates, Load, Mode, OnBehalf};
 use doic::rate::RateControl;
 
 /// Most applications a server's report is made for.
@@ -64,6 +67,9 @@ pub struct Published {
     pub shares: Arc<BTreeMap<String, u32>>,
     /// The shared bucket at the limit (`None` once the limit is lifted).
     pub rate: Option<RateControl>,
+    /// Each DOIC client's bucket at its share, and the rest's (`None` once
+    /// the limit is lifted).
+    pub gates: Option<Arc<Gates>>,
 }
 
 /// What `/metrics` shows of one protected server.
@@ -92,9 +98,13 @@ struct Server {
     est: Estimator,
     behalf: OnBehalf,
     rate: Option<RateControl>,
+    gates: Option<Arc<Gates>>,
     apps: BTreeSet<u32>,
     last_out: u64,
     shares: Arc<BTreeMap<String, u32>>,
+    /// The demands the shares were split from, and when.
+    split_from: BTreeMap<String, f64>,
+    split_at: Option<Instant>,
     view: ServerView,
 }
 
@@ -196,9 +206,12 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
             est: Estimator::new(cfg.params(), policy.protect),
             behalf: OnBehalf::new(st.origin, st.base_ms, cfg.validity()),
             rate: None,
+            gates: None,
             apps: BTreeSet::new(),
             last_out: out,
             shares: Arc::default(),
+            split_from: BTreeMap::new(),
+            split_at: None,
             view: ServerView {
                 peer: slot.host.clone(),
                 ..ServerView::default()
@@ -236,19 +249,63 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
             (None, Some(_)) => s.rate = None,
             _ => {}
         }
+        match (limit, &s.gates) {
+            (Some(l), Some(g)) => g.follow(now, l),
+            (None, Some(_)) => {
+                // The episode is over: the next one splits afresh.
+                s.gates = None;
+                s.split_from.clear();
+                s.split_at = None;
+            }
+            _ => {}
+        }
         let versioned = s.behalf.handle_limit(now, limit, s.est.loss_percent());
         if versioned && let Some(r) = s.behalf.current() {
             s.view.reports_issued += 1;
             if !r.is_end() {
                 // RFC 8582 §6.1: the limit split among the clients by
-                // demand, fixed for the version.
-                let d: Vec<(&str, f64)> = demands.iter().map(|(c, r)| (c.as_str(), *r)).collect();
-                s.shares = Arc::new(
+                // demand, fixed for the version; a DOIC client abating to
+                // its share keeps the demand it was split from.
+                let since = (
+                    s.split_at
+                        .map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
+                    cfg.validity(),
+                );
+                let held = |c: &str| {
+                    let share = s.gates.as_ref().and_then(|g| g.share_of(c))?;
+                    Some((share, *s.split_from.get(c)?))
+                };
+                let mut from: BTreeMap<String, f64> = demands
+                    .iter()
+                    .map(|(c, r)| (c.clone(), source_demand(*r, held(c), since)))
+                    .collect();
+                // A held client between two requests is still a client.
+                for c in s.split_from.keys() {
+                    if !from.contains_key(c) && held(c).is_some() {
+                        from.insert(c.clone(), source_demand(0.0, held(c), since));
+                    }
+                }
+                from.retain(|_, r| *r >= 0.5);
+                let d: Vec<(&str, f64)> = from.iter().map(|(c, r)| (c.as_str(), *r)).collect();
+                let shares = Arc::new(
                     split(r.rate(), &d)
                         .into_iter()
                         .map(|(c, n)| (c.to_owned(), n))
                         .collect(),
                 );
+                s.shares = shares;
+                s.split_from = from;
+                s.split_at = Some(now);
+                // Each DOIC client held to its share, the others to the
+                // rest of the limit.
+                let l = limit.unwrap_or_else(|| r.rate());
+                s.gates = Some(Arc::new(Gates::revise(
+                    s.gates.as_deref(),
+                    (st.origin, now),
+                    l,
+                    &s.shares,
+                    &bucket,
+                )));
             }
             log_version(&slot.host, r, &s.est);
             if let Some(log) = ov.audit_log() {
@@ -275,6 +332,7 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                     report: r.clone(),
                     shares: s.shares.clone(),
                     rate: s.rate.clone(),
+                    gates: s.gates.clone(),
                 })
             })
             .collect();
@@ -374,7 +432,7 @@ pub(crate) fn apply(ov: &Overload, core: &mut Doic, now: Instant) {
                 (*app, &p.server),
                 &p.report,
                 &p.shares,
-                p.rate.as_ref(),
+                (p.rate.as_ref(), p.gates.as_ref()),
             );
         }
     }

@@ -284,15 +284,13 @@ pub(crate) fn treat_request(route: &Route<'_>, ov: &Overload, r: &RequestIn<'_>)
                 // counts as offered and throttled (docs/protect.md).
                 first.sensed.record_throttled();
             }
-            let mut act = core.local_answer(now, &view);
-            // To an authorised DOIC client, the report made on the server's
-            // behalf (RFC 7683 §5.1.3) goes in the agent's answer too.
-            if act.add_features.is_some()
-                && let (Some(cf), Some(server)) = (view.features, candidates[0].server)
-                && let Some(olr) = core.behalf_olr(now, (view.app_id, server), view.from_peer, cf)
-            {
-                act.forward_reports.push(olr);
-            }
+            // The report made on the server's behalf (RFC 7683 §5.1.3) is
+            // not in the agent's own answer: its Origin-Host is the agent,
+            // and a reacting node would hold the report for the agent
+            // itself (§5.2.1.3). Each DOIC client is held to its own share,
+            // so one within it has its requests relayed and receives the
+            // report in the server's answers.
+            let act = core.local_answer(now, &view);
             let msg = throttle_answer(route, r.msg, result, &act);
             Decision::Answer {
                 msg,

@@ -51,6 +51,21 @@ impl Doic {
                 (Ok(a), true) if features::supports(cf, *a) => *a,
                 _ => Algorithm::Loss,
             };
+            // An upstream that selected nothing (no OC-Supported-Features:
+            // a server without DOIC): the report made on its behalf decides
+            // (rate to a rate client, RFC 8582 §6.3), unless the agent's own
+            // realm report, loss (seed 002), goes in this answer.
+            let realm_due = ans.origin_realm == tx.dest_realm
+                && self
+                    .realms
+                    .report(now, ans.app_id, ans.origin_realm)
+                    .is_some();
+            let selected = match ans.features {
+                None if !realm_due => self
+                    .behalf_algorithm(now, (ans.app_id, ans.origin_host), cf)
+                    .unwrap_or(selected),
+                _ => selected,
+            };
             let (add, own) =
                 self.own_features(now, &tx.client, cf, tx.client_peer_report, selected);
             (selected, add, own)
@@ -196,8 +211,9 @@ impl Doic {
                 .forward_reports
                 .iter()
                 .any(|o| o.report_type == ReportType::Host)
-            && let Some(cf) = tx.client_features.as_deref()
-            && let Some(olr) = self.behalf_olr(now, (ans.app_id, ans.origin_host), &tx.client, cf)
+            && tx.client_features.is_some()
+            && let Some(olr) =
+                self.behalf_olr(now, (ans.app_id, ans.origin_host), &tx.client, selected)
         {
             out.forward_reports.push(olr);
         }

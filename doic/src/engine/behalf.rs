@@ -2,15 +2,20 @@
 //! §5.1.3, [`crate::protect`]) in a worker's core: each version as the
 //! control path made it ([`crate::protect::OnBehalf`], one sequence space
 //! for every worker), installed as a host OCS sharing the one bucket every
-//! worker enforces, and put in the answers to authorised DOIC clients, the
-//! server's and the agent's own throttle answers alike: OC-Maximum-Rate of
-//! the client's share to a client that announced rate (RFC 8582), the
-//! loss percentage to the others (RFC 7683 §7.7); an end version (validity
-//! 0, §5.2.3) until it has been sent for a validity period.
+//! worker enforces, and put in the server's answers to authorised DOIC
+//! clients (never in the agent's own throttle answers: their Origin-Host is
+//! the agent, and a reacting node keys a HOST report by it, RFC 7683
+//! §5.2.1.3): OC-Maximum-Rate of the client's share to a client that
+//! announced rate (RFC 8582), the answer's OC-Supported-Features selecting
+//! rate (§6.3), the loss percentage to the others (RFC 7683 §7.7); an end
+//! version (validity 0, §5.2.3) until it has been sent for a validity
+//! period.
 //!
-//! The client is not delegated the abatement: its requests still pass the
-//! shared bucket, so one that keeps sending above its share is held by the
-//! agent's own abatement.
+//! The client is not delegated the abatement: each DOIC client sent the
+//! report is held to its own share by its own bucket, the other clients to
+//! the rest of the limit ([`crate::protect::Gates`]), so one that keeps
+//! sending above its share is held by the agent's own abatement and one
+//! within it loses nothing to the others' excess.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +24,7 @@ use std::time::Instant;
 use super::Doic;
 use crate::audit::Verdict;
 use crate::features::{self, Algorithm, OcSupportedFeatures};
-use crate::protect::BehalfReport;
+use crate::protect::{BehalfReport, Gates};
 use crate::rate::RateControl;
 use crate::report::{Abatement, OcOlr, Report, ReportType};
 
@@ -30,14 +35,18 @@ pub(crate) struct BehalfEntry {
     loss_percent: u32,
     /// Each client's share of the limit (RFC 8582 §6.1), requests/s.
     shares: Arc<BTreeMap<String, u32>>,
+    /// The buckets holding each DOIC client to its share (active versions).
+    gates: Option<Arc<Gates>>,
     until: Instant,
 }
 
 impl Doic {
     /// Puts a version of the HOST report the agent makes on behalf of the
     /// protected server `server` for `app_id`, with each client's share,
-    /// sharing `rate` (the one bucket every worker enforces): the host OCS
-    /// then throttles or diverts as a received report's would, and its
+    /// sharing `rate` (the one bucket at the limit every worker shares) and
+    /// `gates` (each DOIC client's bucket at its share, one for the rest,
+    /// shared likewise): the host OCS then throttles or diverts as a
+    /// received report's would, a DOIC client by its own share, and its
     /// audit records are marked as the agent's own. An identical version is
     /// a no-op, an older one ignored.
     pub fn put_behalf_report(
@@ -46,7 +55,7 @@ impl Doic {
         (app_id, server): (u32, &str),
         version: &BehalfReport,
         shares: &Arc<BTreeMap<String, u32>>,
-        rate: Option<&RateControl>,
+        (rate, gates): (Option<&RateControl>, Option<&Arc<Gates>>),
     ) {
         let v = self.ocs.apply_as(
             now,
@@ -56,6 +65,12 @@ impl Doic {
             true,
             &mut self.audit,
         );
+        if let Some(o) = self.ocs.get_mut(app_id, ReportType::Host, server)
+            && o.own
+            && o.sequence == version.report.sequence
+        {
+            o.set_gates(gates.cloned());
+        }
         if matches!(
             v,
             Verdict::Created | Verdict::Updated | Verdict::Rollover | Verdict::Ended
@@ -66,6 +81,7 @@ impl Doic {
             report: version.report.clone(),
             loss_percent: version.loss_percent,
             shares: shares.clone(),
+            gates: gates.cloned(),
             until: version.until,
         };
         let max = self.cfg.max_ocs;
@@ -79,38 +95,81 @@ impl Doic {
         }
     }
 
-    /// The OC-OLR the agent sends an authorised DOIC client `client` (its
-    /// features `cf`) for the protected server `server` and `app_id` at
-    /// `now`: its share as a rate to a rate client, else the loss
-    /// percentage; `None` when no version is in force. The host OCS of the
-    /// version remembers that `client` was sent it (`sent_to` of its audit
-    /// records; the client is still held to the limit by the agent).
+    /// The algorithm of the report made on behalf of the protected server
+    /// `server` for `app_id` that a client with features `cf` takes at
+    /// `now`: rate when it announced rate (RFC 8582 §5), else loss; `None`
+    /// when no version is in force. The answer that carries the report
+    /// selects the same algorithm in its OC-Supported-Features (RFC 7683
+    /// §5.1.2, RFC 8582 §6.3): a reacting node refuses a rate report in an
+    /// answer that selects loss.
+    #[must_use]
+    pub fn behalf_algorithm(
+        &self,
+        now: Instant,
+        (app_id, server): (u32, &str),
+        cf: &OcSupportedFeatures,
+    ) -> Option<Algorithm> {
+        self.behalf_entry(now, app_id, server)?;
+        Some(if features::supports(cf, Algorithm::Rate) {
+            Algorithm::Rate
+        } else {
+            Algorithm::Loss
+        })
+    }
+
+    fn behalf_entry(&self, now: Instant, app_id: u32, server: &str) -> Option<&BehalfEntry> {
+        self.behalf
+            .get(server)?
+            .iter()
+            .find(|(a, e)| *a == app_id && now < e.until)
+            .map(|(_, e)| e)
+    }
+
+    /// The OC-OLR the agent sends an authorised DOIC client `client` for the
+    /// protected server `server` and `app_id` at `now`, in an answer that
+    /// selects `algorithm` ([`Doic::behalf_algorithm`]): its share as a
+    /// rate, or the loss percentage; `None` when no version is in force.
+    /// A client without a share in this version is told the rest of the
+    /// limit (it passes the rest bucket). The host OCS of the version
+    /// remembers that `client` was sent it (`sent_to` of its audit
+    /// records), and from then on the agent holds `client` to its own
+    /// share ([`Gates::mark_doic`]).
     pub fn behalf_olr(
         &mut self,
         now: Instant,
         (app_id, server): (u32, &str),
         client: &str,
-        cf: &OcSupportedFeatures,
+        algorithm: Algorithm,
     ) -> Option<OcOlr> {
-        let e = &self
-            .behalf
-            .get(server)?
-            .iter()
-            .find(|(a, e)| *a == app_id && now < e.until)?
-            .1;
+        let e = self.behalf_entry(now, app_id, server)?;
+        if let Some(g) = &e.gates
+            && g.mark_doic(now, client)
+        {
+            tracing::debug!(
+                client,
+                server,
+                share = g.share_of(client),
+                "a DOIC client held to its share of a protected server's limit"
+            );
+        }
         let mut r = e.report.clone();
-        r.abatement = if features::supports(cf, Algorithm::Rate) {
-            let whole = match e.report.abatement {
-                Abatement::Rate { per_second } => per_second,
-                Abatement::Loss { .. } => 1,
-            };
-            Abatement::Rate {
-                per_second: e.shares.get(client).copied().unwrap_or(whole).max(1),
+        r.abatement = match algorithm {
+            Algorithm::Rate => {
+                let whole = match e.report.abatement {
+                    Abatement::Rate { per_second } => per_second,
+                    Abatement::Loss { .. } => 1,
+                };
+                // A client without a share in this version passes the rest
+                // bucket: that rate is what it may send.
+                let share = e.shares.get(client).copied();
+                let rest = e.gates.as_ref().map(|g| g.rest_rate());
+                Abatement::Rate {
+                    per_second: share.or(rest).unwrap_or(whole).max(1),
+                }
             }
-        } else {
-            Abatement::Loss {
+            Algorithm::Loss => Abatement::Loss {
                 percent: e.loss_percent,
-            }
+            },
         };
         if let Some(o) = self.ocs.get_mut(app_id, ReportType::Host, server)
             && o.sequence == r.sequence
@@ -142,7 +201,7 @@ mod tests {
     use crate::engine::AnswerView;
     use crate::protect::OnBehalf;
     use crate::report::{OcOlr, ReportType};
-    use crate::treatment::{Candidate, PendingTx, RequestView, Treatment};
+    use crate::treatment::{AnswerActions, Candidate, PendingTx, RequestView, Treatment};
     use crate::{DoicConfig, PeerPolicy};
     use diameter::dictionary::doic::{OLR_DEFAULT_ALGO, OLR_RATE_ALGORITHM};
 
@@ -216,7 +275,7 @@ mod tests {
         let mut other = Doic::new("agent", cfg, 2, 1).unwrap();
         let shares = Arc::new(BTreeMap::from([("c".to_owned(), 4), ("n".to_owned(), 6)]));
         for c in [&mut core, &mut other] {
-            c.put_behalf_report(t0, (APP, "s1"), &version, &shares, Some(&rate));
+            c.put_behalf_report(t0, (APP, "s1"), &version, &shares, (Some(&rate), None));
         }
         // The audit trail says the report is the agent's own.
         let v = core.audit().versions().last().unwrap();
@@ -242,11 +301,15 @@ mod tests {
         // A rate client gets its share, a loss client the percentage.
         let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
         let lf = features(OLR_DEFAULT_ALGO);
-        let r = core.behalf_olr(ms(1000), (APP, "s1"), "c", &rf).unwrap();
+        let r = core
+            .behalf_olr(ms(1000), (APP, "s1"), "c", Algorithm::Rate)
+            .unwrap();
         assert_eq!((r.maximum_rate, r.reduction_percentage), (Some(4), None));
         assert_eq!(r.sequence_number, version.report.sequence);
         assert_eq!(r.validity_duration, Some(10));
-        let l = core.behalf_olr(ms(1000), (APP, "s1"), "l", &lf).unwrap();
+        let l = core
+            .behalf_olr(ms(1000), (APP, "s1"), "l", Algorithm::Loss)
+            .unwrap();
         assert_eq!((l.maximum_rate, l.reduction_percentage), (None, Some(75)));
         // ... and it goes in the server's answers to a DOIC client.
         let tx = PendingTx {
@@ -268,12 +331,37 @@ mod tests {
         };
         let act = core.on_answer(ms(1000), &tx, "s1", &ans);
         assert_eq!(act.forward_reports, vec![r.clone()]);
+        // The answer selects the report's algorithm (RFC 8582 §6.3): a
+        // reacting node refuses a rate report in an answer selecting loss.
+        let selected = |a: &AnswerActions| {
+            a.add_features
+                .as_ref()
+                .and_then(|f| f.feature_vector)
+                .map(|v| v & features::ALGORITHM_BITS)
+        };
+        assert_eq!(selected(&act), Some(OLR_RATE_ALGORITHM));
+        let loss_tx = PendingTx {
+            client: Cow::Borrowed("l"),
+            client_features: Some(Cow::Borrowed(&lf)),
+            ..tx.clone()
+        };
+        let act = core.on_answer(ms(1000), &loss_tx, "s1", &ans);
+        assert_eq!(act.forward_reports, vec![l.clone()]);
+        assert_eq!(selected(&act), Some(OLR_DEFAULT_ALGO));
+        // The agent's own answers (Origin-Host the agent) carry none (RFC
+        // 7683 §5.2.1.3: it would be held for the agent).
+        for (who, f) in [("c", &rf), ("l", &lf)] {
+            let act = core.local_answer(ms(1000), &request(who, Some(f)));
+            assert!(act.forward_reports.is_empty(), "{:?}", act.forward_reports);
+        }
         // Ended (RFC 7683 §5.2.3): validity 0, a greater sequence number,
         // sent for a validity period, then gone and the core idle again.
         assert!(behalf.handle_limit(ms(2000), None, 0));
         let end = behalf.current().unwrap().clone();
-        core.put_behalf_report(ms(2000), (APP, "s1"), &end, &shares, None);
-        let e = core.behalf_olr(ms(2001), (APP, "s1"), "c", &rf).unwrap();
+        core.put_behalf_report(ms(2000), (APP, "s1"), &end, &shares, (None, None));
+        let e = core
+            .behalf_olr(ms(2001), (APP, "s1"), "c", Algorithm::Rate)
+            .unwrap();
         assert_eq!(e.validity_duration, Some(0));
         assert!(e.sequence_number > r.sequence_number);
         assert!(matches!(
@@ -281,8 +369,91 @@ mod tests {
             Treatment::Forward { .. }
         ));
         core.handle_timeout(ms(13_000));
-        assert!(core.behalf_olr(ms(13_000), (APP, "s1"), "c", &rf).is_none());
+        assert!(
+            core.behalf_olr(ms(13_000), (APP, "s1"), "c", Algorithm::Rate)
+                .is_none()
+        );
         assert!(core.is_idle());
+    }
+
+    /// Per-client enforcement of the shares on two workers' cores sharing
+    /// one set of gates (`protect::Gates`): a DOIC client sent the report
+    /// that keeps sending above its share is held to it, a light DOIC
+    /// client within its share has every request forwarded, the client
+    /// without DOIC gets the rest of the limit, and the server's total is
+    /// the limit.
+    #[test]
+    fn each_doic_client_sent_the_report_is_held_to_its_share_on_every_worker() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let Fixture { mut core, cfg, .. } = fixture(t0, &["h", "l"]);
+        let mut other = Doic::new("agent", cfg.clone(), 2, 1).unwrap();
+        let mut behalf = OnBehalf::new(t0, 1_700_000_000_000, Duration::from_secs(10));
+        assert!(behalf.handle_limit(t0, Some(100), 60));
+        let version = behalf.current().unwrap().clone();
+        let bucket = cfg.rate.bucket_config().unwrap();
+        let rate = RateControl::new(t0, t0, 100, &bucket);
+        let shares = Arc::new(BTreeMap::from([
+            ("h".to_owned(), 50),
+            ("l".to_owned(), 20),
+            ("n".to_owned(), 30),
+        ]));
+        let gates = Arc::new(Gates::revise(None, (t0, t0), 100, &shares, &bucket));
+        for c in [&mut core, &mut other] {
+            c.put_behalf_report(
+                t0,
+                (APP, "s1"),
+                &version,
+                &shares,
+                (Some(&rate), Some(&gates)),
+            );
+        }
+        let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
+        let cand = [Candidate {
+            peer: "s1",
+            server: Some("s1"),
+        }];
+        // Sent the report (in an answer of either worker): h and l are
+        // DOIC clients now, held to their shares.
+        for (c, who) in [(&mut core, "h"), (&mut other, "l")] {
+            let r = c.behalf_olr(t0, (APP, "s1"), who, Algorithm::Rate).unwrap();
+            assert_eq!(r.sequence_number, version.report.sequence);
+        }
+        assert_eq!(gates.rest_rate(), 30);
+        // 10 s on a 1 ms clock, the requests alternating between the two
+        // cores: h at 300/s, l at 15/s (within its 20), n at 200/s.
+        let senders: [(&str, Option<&OcSupportedFeatures>, u64); 3] = [
+            ("h", Some(&rf), 300),
+            ("l", Some(&rf), 15),
+            ("n", None, 200),
+        ];
+        let (mut passed, mut sent) = ([0u64; 3], [0u64; 3]);
+        let mut k = 0u64;
+        for t in 0..10_000 {
+            for (i, (who, f, per_s)) in senders.iter().enumerate() {
+                while sent[i] < (t + 1) * per_s / 1000 {
+                    sent[i] += 1;
+                    k += 1;
+                    let c = if k.is_multiple_of(2) {
+                        &mut core
+                    } else {
+                        &mut other
+                    };
+                    match c.treat(ms(t), &request(who, *f), &cand) {
+                        Treatment::Forward { .. } => passed[i] += 1,
+                        Treatment::Throttle { result, .. } => {
+                            assert!([3004, 5012, 5198].contains(&result.code()));
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                }
+            }
+        }
+        let per_s = |n: u64| n as f64 / 10.0;
+        assert!((49.0..=51.0).contains(&per_s(passed[0])), "h {passed:?}");
+        assert_eq!(passed[1], sent[1], "l within its share: every request");
+        assert!((29.0..=31.0).contains(&per_s(passed[2])), "n {passed:?}");
+        assert!(per_s(passed.iter().sum()) <= 101.0, "{passed:?}");
     }
 
     /// RFC 7683 §5.2.1.1 (one OCS per host, its sequence numbers the
@@ -306,7 +477,7 @@ mod tests {
             ..
         } = fixture(t0, &["c", "s1"]);
         let shares = Arc::new(BTreeMap::from([("c".to_owned(), 10)]));
-        core.put_behalf_report(t0, (APP, "s1"), &version, &shares, Some(&rate));
+        core.put_behalf_report(t0, (APP, "s1"), &version, &shares, (Some(&rate), None));
         let rf = features(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM);
         let tx = PendingTx {
             app_id: APP,
@@ -344,14 +515,14 @@ mod tests {
         // its own sequence does not end the server's report.
         assert!(behalf.handle_limit(ms(200), None, 0));
         let end = behalf.current().unwrap().clone();
-        core.put_behalf_report(ms(200), (APP, "s1"), &end, &shares, None);
+        core.put_behalf_report(ms(200), (APP, "s1"), &end, &shares, (None, None));
         let o = core.ocs.peek(APP, ReportType::Host, "s1").unwrap();
         assert_eq!(
             (o.sequence, o.own, o.validity),
             (7, false, Duration::from_secs(10))
         );
         // Nor does a late active version of the agent's.
-        core.put_behalf_report(ms(200), (APP, "s1"), &version, &shares, Some(&rate));
+        core.put_behalf_report(ms(200), (APP, "s1"), &version, &shares, (Some(&rate), None));
         assert_eq!(
             core.ocs.peek(APP, ReportType::Host, "s1").unwrap().sequence,
             7

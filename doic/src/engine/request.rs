@@ -70,8 +70,9 @@ impl Doic {
             .select(now, key, priority, &mut self.rng, &mut self.audit)
             && selected
         {
+            let who = (client_features.map(|_| req.from_peer), priority);
             let alt = (0..candidates.len()).filter(|i| *i != index).find(|i| {
-                self.alternate_ok(now, app, &candidates[*i], req.dest_host.is_none(), priority)
+                self.alternate_ok(now, app, &candidates[*i], req.dest_host.is_none(), who)
             });
             match alt {
                 Some(i) => {
@@ -176,7 +177,12 @@ impl Doic {
         if Self::delegated(client, o, req.from_peer) {
             o.counts.delegated += 1;
             FirstStep::Pass
-        } else if o.decide(now, priority, ending, &mut self.rng) {
+        } else if o.decide(
+            now,
+            (client.map(|_| req.from_peer), priority),
+            ending,
+            &mut self.rng,
+        ) {
             o.counts.throttled += 1;
             o.counts.split.throttled(slot);
             FirstStep::Throttle(ReportType::Host)
@@ -263,20 +269,23 @@ impl Doic {
                 }
             }
         }
-        // Host OCS of the first-choice server: divert when selected.
+        // Host OCS of the first-choice server: divert when selected. A
+        // DOIC client is held to its own share of a protected server's
+        // limit (`protect::Gates`).
         let Some(server) = candidates[0].server else {
             return FirstStep::Pass;
         };
         let key = (app, ReportType::Host, server);
+        let who = (client.map(|_| req.from_peer), priority);
         match self
             .ocs
-            .select(now, key, priority, &mut self.rng, &mut self.audit)
+            .select_from(now, key, who, &mut self.rng, &mut self.audit)
         {
             None => FirstStep::Pass,
             Some(false) => FirstStep::Pass,
             Some(true) => {
                 let alt = (1..candidates.len())
-                    .find(|i| self.alternate_ok(now, app, &candidates[*i], true, priority));
+                    .find(|i| self.alternate_ok(now, app, &candidates[*i], true, who));
                 if let Some(i) = alt {
                     let slot = self.audit.peer_slot(candidates[i].peer);
                     self.ocs.count(key, Outcome::Diverted(slot));
@@ -306,14 +315,15 @@ impl Doic {
     /// Whether `c` can take a diverted request: its peer has no active peer
     /// OCS or its abatement lets this request through, and (realm-routed) the
     /// same for its server's host OCS. Probing the alternate's own algorithm is
-    /// what "spare allocation" means for loss and rate alike.
+    /// what "spare allocation" means for loss and rate alike. `who` is the
+    /// DOIC client (`None` without DOIC) and the request's priority.
     fn alternate_ok(
         &mut self,
         now: Instant,
         app: u32,
         c: &Candidate<'_>,
         realm_routed: bool,
-        priority: crate::rate::Priority,
+        who: (Option<&str>, crate::rate::Priority),
     ) -> bool {
         // Probing does not count: only where the request goes is counted.
         let host = if realm_routed { c.server } else { None };
@@ -321,7 +331,7 @@ impl Doic {
             let key = (app, ReportType::Host, server);
             if self
                 .ocs
-                .probe(now, key, priority, &mut self.rng, &mut self.audit)
+                .probe(now, key, who, &mut self.rng, &mut self.audit)
                 == Some(true)
             {
                 return false;
@@ -330,7 +340,7 @@ impl Doic {
         let key = (app, ReportType::Peer, c.peer);
         if self
             .ocs
-            .probe(now, key, priority, &mut self.rng, &mut self.audit)
+            .probe(now, key, who, &mut self.rng, &mut self.audit)
             == Some(true)
         {
             return false;

@@ -184,6 +184,7 @@ impl OcsTable {
                 audit.version(o.record(now, OcsEvent::Ended, closed));
                 o.delivered.clear();
                 o.sent.clear();
+                o.gates = None;
                 if !keep {
                     audit.version(o.record(now, OcsEvent::Removed, Counters::default()));
                     inner.remove(id);
@@ -201,6 +202,7 @@ impl OcsTable {
             o.seen_first_step = 0;
             o.throttled_first_step = 0;
             o.phase = Phase::Active;
+            o.gates = None;
             o.bucket = match (report.abatement, o.bucket.take()) {
                 (Abatement::Rate { .. }, _) if shared.is_some() => shared.cloned(),
                 // A new rate for an active rate OCS keeps the bucket's phase.
@@ -245,6 +247,7 @@ impl OcsTable {
                 }
                 Abatement::Loss { .. } => None,
             },
+            gates: None,
             delivered: HashSet::new(),
             sent: HashSet::new(),
             seen_first_step: 0,
@@ -293,10 +296,24 @@ impl OcsTable {
         rng: &mut Prng,
         audit: &mut Audit,
     ) -> Option<bool> {
+        self.select_from(now, key, (None, priority), rng, audit)
+    }
+
+    /// [`OcsTable::select`] for a request from the DOIC client `who.0`
+    /// (`None`: a client without DOIC), which the gates of a report made on
+    /// a server's behalf hold to its share.
+    pub fn select_from(
+        &mut self,
+        now: Instant,
+        key: (u32, ReportType, &str),
+        who: (Option<&str>, Priority),
+        rng: &mut Prng,
+        audit: &mut Audit,
+    ) -> Option<bool> {
         let ending = self.ending;
         let o = self.lookup(now, key.0, key.1, key.2, audit)?;
         o.counts.matched += 1;
-        let selected = o.select(now, priority, ending, rng);
+        let selected = o.select(now, who, ending, rng);
         if !selected {
             o.counts.passed += 1;
         }
@@ -310,13 +327,13 @@ impl OcsTable {
         &mut self,
         now: Instant,
         key: (u32, ReportType, &str),
-        priority: Priority,
+        who: (Option<&str>, Priority),
         rng: &mut Prng,
         audit: &mut Audit,
     ) -> Option<bool> {
         let ending = self.ending;
         let o = self.lookup(now, key.0, key.1, key.2, audit)?;
-        Some(o.select(now, priority, ending, rng))
+        Some(o.select(now, who, ending, rng))
     }
 
     /// Counts a request sent under this OCS after a [`OcsTable::probe`] let
