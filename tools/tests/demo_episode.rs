@@ -92,5 +92,6 @@ fn with_doic_the_episode_keeps_goodput_near_what_the_servers_can_serve() {
     let e = Episode::run();
     let with = e.summary("with [doic]");
     let share = Episode::num(with, "/s (");
-    assert!(share >= 0.9, "{with}");
+    eprintln!("{with}");
+    assert!(share >= 0.95, "{with}");
 }

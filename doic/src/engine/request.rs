@@ -242,31 +242,48 @@ impl Doic {
                     return FirstStep::Throttle(ReportType::Realm);
                 }
             }
-        } else if let Some(st) = self.realms.state_mut(app, realm) {
+        } else if let Some(st) = self
+            .realms
+            .state_mut(app, realm)
+            .filter(|st| st.percent > 0)
+        {
             // The agent's own realm report (seed 002). A DOIC client that
             // received it abates realm traffic at the source. For the other
             // clients the agent applies it when diversion among several
             // servers cannot carry the realm; with one candidate its host OCS
             // is exact and decides alone below. Either way the host step then
             // does not throttle again (that would abate twice).
-            if st.percent > 0 {
-                st.counts.matched += 1;
-                let delivered = client.is_some() && st.delivered_to(req.from_peer);
-                if delivered {
-                    st.counts.delegated += 1;
-                    st.delegated_arrivals += 1;
-                    realm_abated = true;
-                } else if candidates.len() > 1 {
-                    if crate::loss::select_percent(&mut self.rng, st.percent) {
-                        st.counts.throttled += 1;
-                        st.counts.split.throttled(slot);
-                        return FirstStep::Throttle(ReportType::Realm);
-                    }
-                    st.counts.passed += 1;
-                    realm_abated = true;
-                } else {
-                    st.counts.passed += 1;
+            //
+            // When no server of the realm has a report of its own (each is
+            // held to its limit by the agent, `protect::Gates`, or has none),
+            // the host step below is exact: each server's gates admit what it
+            // can serve and a request one refuses is diverted to one with
+            // room. The realm's loss on top of them would abate twice: its
+            // estimate weighs the demand of DOIC clients as if they abated
+            // and lags the limits as they recover, so the servers would be
+            // left idle while the agent refused requests (the demo episode
+            // lost a tenth of its goodput after its peak so).
+            let ocs = &self.ocs;
+            let gated = candidates
+                .iter()
+                .filter_map(|c| c.server)
+                .all(|s| ocs.peek(app, ReportType::Host, s).is_none_or(|o| o.own));
+            st.counts.matched += 1;
+            let delivered = client.is_some() && st.delivered_to(req.from_peer);
+            if delivered {
+                st.counts.delegated += 1;
+                st.delegated_arrivals += 1;
+                realm_abated = true;
+            } else if candidates.len() > 1 && !gated {
+                if crate::loss::select_percent(&mut self.rng, st.percent) {
+                    st.counts.throttled += 1;
+                    st.counts.split.throttled(slot);
+                    return FirstStep::Throttle(ReportType::Realm);
                 }
+                st.counts.passed += 1;
+                realm_abated = true;
+            } else {
+                st.counts.passed += 1;
             }
         }
         // Host OCS of the first-choice server: divert when selected. A

@@ -174,7 +174,15 @@ impl OcsTable {
             if report.validity.is_zero() {
                 // "MUST update the OCS entry as being expired." The ending is
                 // shaped by the report that was in force (RFC 7683 §6.3).
-                let keep = o.phase != Phase::Active || o.begin_ending(now);
+                // The agent's own report on a server's behalf ends when its
+                // estimate no longer limits the server, the limit having
+                // grown until it no longer bound (`crate::protect`): that was
+                // the controlled ending (§5.2.3), and the entry goes. Probing
+                // after it would refuse all but one request per interval to
+                // a server with room, and, a probe's answer being what ends
+                // probing, would stay on a worker that sees no more requests
+                // for the server.
+                let keep = !o.own && (o.phase != Phase::Active || o.begin_ending(now));
                 let closed = o.counts;
                 o.sequence = report.sequence;
                 o.validity = Duration::ZERO;
@@ -600,6 +608,55 @@ mod tests {
             t.apply(now, 1, "s3", &report(1, 10, Some(0)), &mut a),
             Verdict::NoState
         );
+    }
+
+    #[test]
+    fn the_agents_own_report_ends_at_once_where_a_received_one_probes() {
+        // A report of 100 % ended: received, the entry probes (RFC 7683
+        // §6.3); the agent's own on a server's behalf goes (its estimate's
+        // growth to no limit was the controlled ending, §5.2.3), also when
+        // its entry had already expired into its ramp.
+        let (mut t, _r, mut a) = table();
+        let now = Instant::now();
+        for (id, own) in [("received", false), ("own", true)] {
+            t.apply_as(now, (1, id), &report(1, 100, None), None, own, &mut a);
+            assert_eq!(
+                t.apply_as(now, (1, id), &report(2, 0, Some(0)), None, own, &mut a),
+                Verdict::Ended
+            );
+        }
+        assert!(matches!(
+            t.peek(1, ReportType::Host, "received").unwrap().phase,
+            Phase::Probing { .. }
+        ));
+        assert!(t.peek(1, ReportType::Host, "own").is_none());
+        let removed = a
+            .versions()
+            .filter(|v| v.event == OcsEvent::Removed)
+            .count();
+        assert_eq!(removed, 1, "the own entry's removal recorded");
+        t.apply_as(
+            now,
+            (1, "late"),
+            &report(1, 50, Some(5)),
+            None,
+            true,
+            &mut a,
+        );
+        let later = now + Duration::from_secs(7);
+        assert!(
+            t.lookup(later, 1, ReportType::Host, "late", &mut a)
+                .is_some()
+        );
+        t.apply_as(
+            later,
+            (1, "late"),
+            &report(2, 0, Some(0)),
+            None,
+            true,
+            &mut a,
+        );
+        assert!(t.peek(1, ReportType::Host, "late").is_none());
     }
 
     #[test]
