@@ -456,6 +456,74 @@ mod tests {
         assert!(per_s(passed.iter().sum()) <= 101.0, "{passed:?}");
     }
 
+    /// Seed 002 with two protected servers: the realm short by two thirds,
+    /// the agent makes its REALM report, yet a client without DOIC is
+    /// answered by the servers' gates and diversion alone: every request
+    /// the two limits admit is forwarded (where the realm's loss on top of
+    /// them abated twice and left the servers idle), and no more.
+    #[test]
+    fn a_realm_of_protected_servers_is_held_by_their_gates_not_by_the_realm_report_too() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let Fixture { mut core, cfg, .. } = fixture(t0, &["n"]);
+        let bucket = cfg.rate.bucket_config().unwrap();
+        let shares = Arc::new(BTreeMap::new());
+        for server in ["s1", "s2"] {
+            let mut behalf = OnBehalf::new(t0, 1_700_000_000_000, Duration::from_secs(10));
+            assert!(behalf.handle_limit(t0, Some(20), 67));
+            let version = behalf.current().unwrap().clone();
+            let rate = RateControl::new(t0, t0, 20, &bucket);
+            let gates = Arc::new(Gates::revise(None, (t0, t0), 20, &shares, &bucket));
+            core.put_behalf_report(
+                t0,
+                (APP, server),
+                &version,
+                &shares,
+                (Some(&rate), Some(&gates)),
+            );
+        }
+        let cand = [
+            Candidate {
+                peer: "s1",
+                server: Some("s1"),
+            },
+            Candidate {
+                peer: "s2",
+                server: Some("s2"),
+            },
+        ];
+        let realm_routed = RequestView {
+            dest_host: None,
+            ..request("n", None)
+        };
+        // 120/s for 6 s against 2 x 20/s on a 1 ms clock; counted from 2 s.
+        let (mut passed, mut sent) = (0u64, 0u64);
+        for t in 0..6_000u64 {
+            while sent < (t + 1) * 120 / 1000 {
+                sent += 1;
+                let forwarded = matches!(
+                    core.treat(ms(t), &realm_routed, &cand),
+                    Treatment::Forward { .. } | Treatment::Divert { .. }
+                );
+                if t >= 2_000 && forwarded {
+                    passed += 1;
+                }
+            }
+        }
+        let report = core.realms.report(ms(6_000), APP, "realm");
+        assert!(
+            report.as_ref().is_some_and(
+                |r| matches!(r.abatement, Abatement::Loss { percent } if percent >= 50)
+            ),
+            "the realm is short and reported: {report:?}"
+        );
+        let per_s = passed as f64 / 4.0;
+        assert!(
+            (38.0..=41.0).contains(&per_s),
+            "{per_s}/s of 40/s forwarded"
+        );
+    }
+
     /// RFC 7683 §5.2.1.1 (one OCS per host, its sequence numbers the
     /// reporting node's) and §5.1.3 (the agent reports only for servers
     /// that do not support DOIC): a protected server whose answers turn out
