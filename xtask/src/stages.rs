@@ -103,6 +103,10 @@ pub(crate) fn run_all(only: &[String], skip: &[String], list: bool) -> anyhow::R
         }
         return Ok(());
     }
+    // How long each stage took, printed at the end (and on a failure): CI
+    // runs every stage, and their sum is its time.
+    let mut took = Vec::new();
+    let t0 = std::time::Instant::now();
     for s in STAGES {
         if (!only.is_empty() && !only.iter().any(|n| n == s.name))
             || skip.iter().any(|n| n == s.name)
@@ -110,10 +114,30 @@ pub(crate) fn run_all(only: &[String], skip: &[String], list: bool) -> anyhow::R
             continue;
         }
         eprintln!("== stage {}: {}", s.name, s.about);
-        (s.run)()?;
+        let start = std::time::Instant::now();
+        let r = (s.run)();
+        took.push((s.name, start.elapsed()));
+        if let Err(e) = r {
+            eprintln!("{}", durations(&took, t0.elapsed()));
+            return Err(e.context(format!("stage {} failed", s.name)));
+        }
     }
+    eprintln!("{}", durations(&took, t0.elapsed()));
     eprintln!("== all selected stages passed");
     Ok(())
+}
+
+/// One line naming each stage run and its time in seconds, and the total.
+fn durations(took: &[(&str, std::time::Duration)], total: std::time::Duration) -> String {
+    let each: Vec<String> = took
+        .iter()
+        .map(|(n, d)| format!("{n} {:.0} s", d.as_secs_f64()))
+        .collect();
+    format!(
+        "== stage times: {}; total {:.0} s",
+        each.join(", "),
+        total.as_secs_f64()
+    )
 }
 
 fn fmt() -> anyhow::Result<()> {
