@@ -264,17 +264,19 @@ impl Doic {
             // left idle while the agent refused requests (the demo episode
             // lost a tenth of its goodput after its peak so).
             let ocs = &self.ocs;
-            let gated = candidates
-                .iter()
-                .filter_map(|c| c.server)
-                .all(|s| ocs.peek(app, ReportType::Host, s).is_none_or(|o| o.own));
+            let gated = || {
+                candidates
+                    .iter()
+                    .filter_map(|c| c.server)
+                    .all(|s| ocs.peek(app, ReportType::Host, s).is_none_or(|o| o.own))
+            };
             st.counts.matched += 1;
             let delivered = client.is_some() && st.delivered_to(req.from_peer);
             if delivered {
                 st.counts.delegated += 1;
                 st.delegated_arrivals += 1;
                 realm_abated = true;
-            } else if candidates.len() > 1 && !gated {
+            } else if candidates.len() > 1 && !gated() {
                 if crate::loss::select_percent(&mut self.rng, st.percent) {
                     st.counts.throttled += 1;
                     st.counts.split.throttled(slot);
