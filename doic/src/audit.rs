@@ -193,7 +193,88 @@ pub struct ReportRecord {
     pub olr: OcOlr,
     /// What was done with it.
     pub verdict: Verdict,
+    /// How many times the same report came again after this one, from the
+    /// same peer in answers of the same origin, and was ignored as stale
+    /// (RFC 7683 §5.2.1.3): a reporting node repeats its report in every
+    /// answer, so a repeat is counted here, not kept as a record of its own
+    /// (a trail of repeats would push out the records that matter, and
+    /// rendering it would cost the worker that keeps it).
+    pub repeats: u64,
 }
+
+impl ReportRecord {
+    /// A hash of what makes two records the same report.
+    fn identity(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = crate::fxhash::FxHasher::default();
+        (
+            &self.from_peer,
+            self.app_id,
+            &self.origin_host,
+            &self.origin_realm,
+        )
+            .hash(&mut h);
+        let o = &self.olr;
+        (
+            o.sequence_number,
+            o.report_type.value(),
+            o.reduction_percentage,
+            o.validity_duration,
+            &o.source_id,
+            o.maximum_rate,
+        )
+            .hash(&mut h);
+        h.finish()
+    }
+
+    /// Whether `other` is this report again.
+    fn same_report(&self, other: &ReportRecord) -> bool {
+        self.from_peer == other.from_peer
+            && self.app_id == other.app_id
+            && self.origin_host == other.origin_host
+            && self.origin_realm == other.origin_realm
+            && self.olr == other.olr
+    }
+}
+
+impl Verdict {
+    /// The verdict's name in metrics (`doic_reports_received_total{outcome}`).
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        VERDICT_NAMES[self.index()]
+    }
+
+    fn index(&self) -> usize {
+        match self {
+            Verdict::Created => 0,
+            Verdict::Updated => 1,
+            Verdict::Rollover => 2,
+            Verdict::Ended => 3,
+            Verdict::NoState => 4,
+            Verdict::Stale => 5,
+            Verdict::Untrusted => 6,
+            Verdict::NotFromPeer => 7,
+            Verdict::OutOfScope => 8,
+            Verdict::Invalid(_) => 9,
+            Verdict::TableFull => 10,
+        }
+    }
+}
+
+/// [`Verdict::name`] by index.
+const VERDICT_NAMES: [&str; 11] = [
+    "created",
+    "updated",
+    "rollover",
+    "ended",
+    "nostate",
+    "stale",
+    "untrusted",
+    "notfrompeer",
+    "outofscope",
+    "invalid",
+    "tablefull",
+];
 
 /// An event in the life of an OCS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -308,6 +389,11 @@ pub struct Audit {
     taken: (u64, u64),
     /// The destinations of diverted requests, by slot ([`Audit::peer_slot`]).
     peers: Vec<String>,
+    /// Reports received, by verdict ([`Verdict::name`]), ever.
+    verdicts: [u64; VERDICT_NAMES.len()],
+    /// The newest record of each report ([`ReportRecord::identity`]), by
+    /// its number among the records ever kept.
+    latest: crate::fxhash::FxMap<u64, u64>,
 }
 
 impl Audit {
@@ -324,6 +410,8 @@ impl Audit {
             pushed: (0, 0),
             taken: (0, 0),
             peers: Vec::new(),
+            verdicts: [0; VERDICT_NAMES.len()],
+            latest: crate::fxhash::FxMap::default(),
         }
     }
 
@@ -349,14 +437,45 @@ impl Audit {
     }
 
     /// Records a received report.
+    ///
+    /// A stale repeat of the newest record of the same report is counted in
+    /// that record ([`ReportRecord::repeats`]), not kept again.
     pub fn report(&mut self, r: ReportRecord) {
+        self.verdicts[r.verdict.index()] += 1;
+        let id = r.identity();
+        if r.verdict == Verdict::Stale
+            && let Some(&n) = self.latest.get(&id)
+            && let Some(i) = n.checked_sub(self.pushed.0 - self.reports.len() as u64)
+            && let Some(kept) = usize::try_from(i)
+                .ok()
+                .and_then(|i| self.reports.get_mut(i))
+            && kept.same_report(&r)
+        {
+            kept.repeats += 1;
+            return;
+        }
         tracing::debug!(from = %r.from_peer, seq = r.olr.sequence_number, verdict = ?r.verdict, "overload report");
         if self.reports.len() == self.cap {
             self.reports.pop_front();
             self.dropped += 1;
         }
         self.reports.push_back(r);
+        if self.latest.len() >= self.cap {
+            // Bounded: the map is only a shortcut to the newest records.
+            self.latest.clear();
+        }
+        self.latest.insert(id, self.pushed.0);
         self.pushed.0 += 1;
+    }
+
+    /// Reports received ever, by verdict name ([`Verdict::name`]), those
+    /// counted only in a record's repeats included.
+    pub fn verdict_counts(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        VERDICT_NAMES
+            .iter()
+            .zip(self.verdicts)
+            .filter(|(_, n)| *n > 0)
+            .map(|(name, n)| (*name, n))
     }
 
     /// Records an OCS version event.
@@ -441,6 +560,7 @@ impl Audit {
                     "validity_duration": r.olr.validity_duration,
                     "source_id": r.olr.source_id,
                     "verdict": format!("{:?}", r.verdict),
+                    "repeats": r.repeats,
                 })
             })
             .collect();
@@ -569,5 +689,65 @@ mod tests {
         assert_eq!(v["workers"][1]["worker"], 1);
         assert!(v["workers"][1]["audit"].is_null());
         assert_eq!(v["workers"].as_array().map(Vec::len), Some(2));
+    }
+
+    fn received(seq: u64, verdict: Verdict, at: Instant) -> ReportRecord {
+        let mut olr = OcOlr::new(seq, crate::report::ReportType::Host);
+        olr.reduction_percentage = Some(50);
+        ReportRecord {
+            at,
+            from_peer: "core.example".into(),
+            app_id: 4,
+            origin_host: "s1.example".into(),
+            origin_realm: "example".into(),
+            olr,
+            verdict,
+            repeats: 0,
+        }
+    }
+
+    #[test]
+    fn a_report_repeated_in_every_answer_is_one_record_with_its_repeats() {
+        // A reporting node sends its report in every answer (RFC 7683
+        // §5.2.1.3: the repeats are stale, silently ignored): 10,000 answers
+        // make one record, not a full trail of repeats.
+        let t0 = Instant::now();
+        let mut a = Audit::new(100);
+        a.report(received(7, Verdict::Created, t0));
+        for _ in 0..9_999 {
+            a.report(received(7, Verdict::Stale, t0));
+        }
+        let kept: Vec<_> = a.reports().collect();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(
+            (kept[0].verdict.clone(), kept[0].repeats),
+            (Verdict::Created, 9_999)
+        );
+        assert_eq!(a.dropped, 0);
+        // The counts by verdict are of every report received.
+        let counts: BTreeMap<_, _> = a.verdict_counts().collect();
+        assert_eq!(counts, [("created", 1), ("stale", 9_999)].into());
+        // A new version is a record of its own; a stale report of another
+        // content (an older sequence) too.
+        a.report(received(8, Verdict::Updated, t0));
+        a.report(received(8, Verdict::Stale, t0));
+        a.report(received(6, Verdict::Stale, t0));
+        let kept: Vec<_> = a
+            .reports()
+            .map(|r| (r.olr.sequence_number, r.repeats))
+            .collect();
+        assert_eq!(kept, [(7, 9_999), (8, 1), (6, 0)]);
+        // Once the record left the trail, a repeat is kept again.
+        for seq in 100..200 {
+            a.report(received(seq, Verdict::Created, t0));
+        }
+        a.report(received(8, Verdict::Stale, t0));
+        assert_eq!(
+            a.reports()
+                .last()
+                .map(|r| (r.olr.sequence_number, r.repeats)),
+            Some((8, 0))
+        );
+        assert_eq!(a.reports().count(), 100);
     }
 }

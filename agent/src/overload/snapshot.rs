@@ -67,12 +67,10 @@ pub(crate) fn tick(ov: &Overload, full: bool) {
             crate::audit::feed_worker(log, worker, core.audit_mut());
         }
         let audit = core.audit();
-        let mut verdicts = BTreeMap::new();
-        for r in audit.reports() {
-            let v = format!("{:?}", r.verdict);
-            let v = v.split('(').next().unwrap_or("").to_ascii_lowercase();
-            *verdicts.entry(v).or_insert(0) += 1;
-        }
+        let verdicts = audit
+            .verdict_counts()
+            .map(|(v, n)| (v.to_owned(), n))
+            .collect();
         let ocs = core
             .ocs()
             .iter()

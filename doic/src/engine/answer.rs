@@ -138,6 +138,7 @@ impl Doic {
                 origin_realm: ans.origin_realm.to_owned(),
                 olr: olr.clone(),
                 verdict,
+                repeats: 0,
             });
         }
         if changed {
