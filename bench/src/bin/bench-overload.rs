@@ -98,6 +98,10 @@ struct Args {
     /// The paths `--require` and `--max-p99-ms` apply to.
     #[arg(long, value_delimiter = ',', default_value = "agent-doic")]
     gated: Vec<String>,
+    /// Print each run's arrivals at the server per 100 ms (requests/s) and
+    /// the server's queue wait, one line per run, after its summary line.
+    #[arg(long)]
+    series: bool,
     /// Write the table into DIR/overload.md and the plots into DIR.
     #[arg(long, value_name = "DIR")]
     docs: Option<std::path::PathBuf>,
@@ -193,6 +197,20 @@ fn main() -> anyhow::Result<()> {
                 run.arrivals_sd(),
                 r.by_code
             );
+            if args.series {
+                let arrivals: Vec<String> = run
+                    .samples
+                    .iter()
+                    .map(|x| format!("{:.0}", x.admitted))
+                    .collect();
+                let wait: Vec<String> = run
+                    .samples
+                    .iter()
+                    .map(|x| format!("{:.0}", x.server_wait_ms))
+                    .collect();
+                eprintln!("  arrivals/s per 100 ms: {}", arrivals.join(" "));
+                eprintln!("  server wait ms: {}", wait.join(" "));
+            }
             cell.runs.push(run);
         }
     }
