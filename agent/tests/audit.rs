@@ -391,12 +391,14 @@ async fn a_full_feed_is_counted_exactly_shown_as_gaps_and_never_slows_the_worker
     // Without reports: no record per answer, the feed keeps up.
     let calm = flood(&mut c, &mut n, 500).await;
     let calm_ok = n.ok;
-    // Every answer of s1 now carries a host report (10 %, sequence 1): one
-    // `report` record per answer (created once, stale after), far more
-    // than the feed holds.
+    // Every answer of s1 now carries a host report (10 %), each a new
+    // version (sequence 1, 2, ...): one `report` record per answer (created
+    // once, updated after), far more than the feed holds. (A repeated
+    // report makes no record: it is counted in the record it repeats.)
     s1.set(Script {
         features: Some(server_features(OLR_DEFAULT_ALGO, S1)),
         olrs: vec![olr(1, ReportType::Host, 10, Some(60))],
+        rising: true,
         ..Script::default()
     });
     // One request brings it; both workers' versions are logged before the

@@ -36,9 +36,7 @@ fn once(s: &Reporter, vector: u64, olr: OcOlr) {
         }),
         olrs: vec![olr],
         once: true,
-        experimental: None,
-        result_code: None,
-        vanish_after: None,
+        ..Script::default()
     });
 }
 

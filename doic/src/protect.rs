@@ -38,7 +38,11 @@
 //!   admitted at 90 % of it or more) and the server is not queueing, the
 //!   limit grows by `probe * max(limit, anchor)` per second, `anchor` being
 //!   the highest completion rate seen in the episode (Clearwater: raise only
-//!   when the limit is used).
+//!   when the limit is used). Beyond the anchor the step starts at a tenth
+//!   after a cut and grows to the full step over 4 s (as CUBIC grows slowly
+//!   near its last loss point, RFC 9438 §4.2): at the server's capacity the
+//!   limit stays within a few percent of it, and a server whose capacity
+//!   grew is still probed at the full step once no cut came for 4 s.
 //! - **End**: offered load below `end_below` of the limit, the server not
 //!   queueing, for `end_after`: the limit is lifted.
 //! - **Native**: an answer carrying OC-Supported-Features shows a server
@@ -293,6 +297,8 @@ pub struct Estimator {
     calm_since: Option<Instant>,
     /// The last tick's fastest answer was later than the target.
     slow_before: bool,
+    /// When the limit was last cut.
+    last_cut: Option<Instant>,
     measures: Measures,
 }
 
@@ -313,6 +319,7 @@ impl Estimator {
             last_backoff: None,
             calm_since: None,
             slow_before: false,
+            last_cut: None,
             measures: Measures::default(),
         }
     }
@@ -537,6 +544,7 @@ impl Estimator {
             };
             self.limit = Some(new.max(min));
             self.calm_since = None;
+            self.last_cut = Some(now);
             return;
         }
         let Some(limit) = self.limit else {
@@ -554,7 +562,19 @@ impl Estimator {
             // Back toward the last measured capacity within about a window,
             // then additively beyond it.
             let gap = (self.anchor - limit).max(0.0) * (dt / p.window.as_secs_f64()).min(1.0);
-            let step = p.probe * limit.max(self.anchor) * dt;
+            // Beyond the capacity last measured, slowly at first after a
+            // cut (that capacity is likely the server's), faster the longer
+            // it holds: the full step `PROBE_RAMP` after the cut (CUBIC's
+            // slow growth near the last loss point, RFC 9438 §4.2).
+            let since_cut = self
+                .last_cut
+                .map_or(PROBE_RAMP, |t| now.saturating_duration_since(t));
+            let ramp = if limit < self.anchor {
+                1.0
+            } else {
+                (since_cut.as_secs_f64() / PROBE_RAMP.as_secs_f64()).clamp(PROBE_SLOWEST, 1.0)
+            };
+            let step = p.probe * limit.max(self.anchor) * dt * ramp;
             self.limit = Some(limit + gap + step);
         }
         if m.offered_rate < p.end_below * limit {
@@ -575,6 +595,13 @@ impl Estimator {
         self.window.back().map_or(0.0, |r| r.span.as_secs_f64())
     }
 }
+
+/// How long after a cut the probe beyond the last capacity takes to reach
+/// its full step.
+const PROBE_RAMP: Duration = Duration::from_secs(4);
+
+/// The probe's least share of its step right after a cut.
+const PROBE_SLOWEST: f64 = 0.1;
 
 /// The share of the capacity seen before that a cut keeps as the probe's
 /// target.

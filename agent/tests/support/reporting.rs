@@ -36,6 +36,9 @@ pub struct Script {
     pub olrs: Vec<OcOlr>,
     /// Attach the above to one answer only, then clear them.
     pub once: bool,
+    /// Each answer's OC-OLRs one sequence number above the last answer's:
+    /// a new version in every answer.
+    pub rising: bool,
     /// Answer with Experimental-Result (3GPP vendor) of this code instead of
     /// Result-Code 2001.
     pub experimental: Option<u32>,
@@ -159,6 +162,11 @@ async fn serve(
                             continue;
                         }
                         let s = g.clone();
+                        if g.rising {
+                            for o in &mut g.olrs {
+                                o.sequence_number += 1;
+                            }
+                        }
                         if g.once {
                             g.olrs.clear();
                             g.features = None;
@@ -202,9 +210,7 @@ pub fn report_once(s: &Reporter, vector: u64, olrs: Vec<OcOlr>) {
         features: Some(server_features(vector, &s.host)),
         olrs,
         once: true,
-        experimental: None,
-        result_code: None,
-        vanish_after: None,
+        ..Script::default()
     });
 }
 

@@ -5,8 +5,8 @@
 //!
 //! - a new version (a new sequence number, [`Sequencer`]: milliseconds
 //!   since the Unix epoch, so they grow across restarts) when the limit
-//!   starts, when the rate or the loss percentage moves by more than
-//!   `material` (relative; 5 points for loss), and at half of the validity
+//!   starts, when the rate moves by more than 2 % or the loss percentage
+//!   by 5 points, and at half of the validity
 //!   while the limit lasts (a reacting node ignores a version it already
 //!   has, RFC 8581 §6.2.3, so renewing takes a new one);
 //! - an end version with validity 0 when the limit is lifted (§5.2.3), kept
@@ -83,7 +83,10 @@ impl OnBehalf {
         Self {
             sequencer: Sequencer::new(origin, base_ms),
             validity,
-            material: 0.1,
+            // A reacting node follows each version's rate exactly (RFC 8582
+            // §8.3): coarser steps would be a sawtooth at the server (at 10 %
+            // the chain's arrivals swung between 0.9 and 1.1 of the limit).
+            material: 0.02,
             current: None,
         }
     }
@@ -174,8 +177,9 @@ mod tests {
             first.for_algorithm(crate::Algorithm::Loss).abatement,
             Abatement::Loss { percent: 75 }
         );
-        // Small moves make no version; a material one does.
-        assert!(!b.handle_limit(ms(200), Some(520), 76));
+        // Small moves make no version (at most 2 %); a material one does.
+        assert!(!b.handle_limit(ms(200), Some(509), 76));
+        assert!(!b.handle_limit(ms(250), Some(491), 74));
         assert!(b.handle_limit(ms(300), Some(600), 70));
         assert!(b.current().unwrap().report.sequence > first.report.sequence);
         // Renewed at half the validity.

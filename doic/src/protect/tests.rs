@@ -558,17 +558,16 @@ fn per_tick_sd(sim: &Sim, from: u64) -> f64 {
 /// version's rate shapes what reaches the server; under loss (RFC 7683 §6)
 /// it drops the version's percentage and the agent's own bucket at the
 /// limit shapes the rest. Either way the arrivals at the server per 100 ms
-/// vary by at most a tenth of their mean, and the goodput stays at C.
+/// vary by at most 4 % of their mean, and the goodput stays at C.
 ///
-/// Measured here: sd 2.4 under rate, 1.2 under loss (of 50 per tick); a
-/// new bucket at every version instead of the kept phase: 2.5. So issue
-/// 12's bench target (rate <= 1/3 of loss) does not hold in the core
-/// either, and cannot: under loss the agent's bucket already smooths what
-/// passes; what rate adds is the estimator's probe and cut cycle (the limit
-/// between 490 and 529), which the edge follows version by version. The
-/// bench's much larger figures (sd 48.4 and 29.2 of 200 per tick) come from
-/// what this simulation does not model: the running agents' workers and
-/// the load client's writes.
+/// Measured here: sd 0.8 under rate, 0.9 under loss (of 50 per tick). It
+/// was 2.4 under rate while a version was made only when the limit moved by
+/// 10 %: the edge held each version's rate while the limit crept on, so
+/// what reached the server jumped by a tenth at each version (the limit
+/// between 490 and 561); with versions at 2 % and the probe slow beyond the
+/// capacity just after a cut, the limit stays within 494-506. Issue 12's
+/// bench target (rate <= 1/3 of loss) does not hold here either: under loss
+/// the agent's bucket at the same limit smooths what passes.
 #[test]
 fn a_chain_reaches_the_server_smoothly_under_rate_and_loss() {
     let mut sd = [0.0; 2];
@@ -592,7 +591,7 @@ fn a_chain_reaches_the_server_smoothly_under_rate_and_loss() {
     }
     for (sd, what) in sd.iter().zip(["rate", "loss"]) {
         assert!(
-            *sd <= 0.1 * C * TICK_MS as f64 / 1000.0,
+            *sd <= 0.04 * C * TICK_MS as f64 / 1000.0,
             "{what}: sd {sd:.1} per {TICK_MS} ms"
         );
     }
