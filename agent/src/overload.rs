@@ -64,7 +64,7 @@ pub mod snapshot;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use answer::{idle_client_answer, treat_answer, with_avp};
+pub(crate) use answer::{idle_answer, idle_client_answer, treat_answer, with_avp};
 pub(crate) use cores::{current_worker, set_worker};
 pub(crate) use request::{
     Decision, Offers, RequestIn, Route, idle_forward, retreat, treat_request,

@@ -711,24 +711,26 @@ fn bench_doic() -> anyhow::Result<()> {
     // side (bench/src/bin/bench-relay-ab.rs), timed on a shared machine, so
     // with the benchmarks' attempts. A client without OC-Supported-Features:
     // end-to-end throughput within 5 % (the bound), the relay
-    // worker's own capacity within 7 % (measured 0.945-0.955 since the DOIC
-    // client's idle path, 0.965-0.971 before; docs/doic.md).
+    // worker's own capacity within 6 % (measured 0.948-0.970 in five runs
+    // at load 5-13 since the idle answer is recognised before
+    // treat_answer's inputs are made, one of them below 0.95; 0.945-0.955
+    // before; docs/doic.md).
     let bin = bench_bin("bench-relay-ab")?;
     bench_attempts(|| {
         let mut cmd = std::process::Command::new(&bin);
         cmd.args(["--subject", "doic", "--cycles", "8", "--tolerance", "0.05"]);
-        cmd.args(["--capacity-tolerance", "0.07"]);
+        cmd.args(["--capacity-tolerance", "0.06"]);
         cmd
     })?;
     // A DOIC client (OC-Supported-Features in every request, the idle fast
     // path, its features reused per connection): measured end-to-end
-    // 0.942-0.956 and capacity 0.910-0.925, so gated at 7 % and 10 % against
-    // regressions; the 5 % bound is not met with margin (docs/doic.md,
-    // "Cost for a DOIC client with no overload").
+    // 0.947-0.963 and capacity 0.921-0.935 (six runs, load 5-13), so gated
+    // at 7 % and 9 % against regressions; the 5 % bound is not met with
+    // margin (docs/doic.md, "Cost for a DOIC client with no overload").
     bench_attempts(|| {
         let mut cmd = std::process::Command::new(&bin);
         cmd.args(["--subject", "doic", "--doic-client", "--cycles", "8"]);
-        cmd.args(["--tolerance", "0.07", "--capacity-tolerance", "0.10"]);
+        cmd.args(["--tolerance", "0.07", "--capacity-tolerance", "0.09"]);
         cmd
     })?;
     // The durable audit log (`[audit] dir`) on against off, both sides with

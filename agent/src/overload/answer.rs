@@ -48,6 +48,28 @@ pub(crate) fn idle_client_answer(
     Some((which, retry_allowed(experimental_result_code)))
 }
 
+/// The idle answer to a client without OC-Supported-Features: when `tx` is
+/// such a client's, the answer carries no DOIC AVP and this worker's core
+/// is idle, it goes back unchanged (RFC 7683 §5.1.2: no DOIC AVP to judge
+/// or strip, none to add, no state to advance); `Some` whether the request
+/// may be retried elsewhere (only 5198 forbids it, seed 004;
+/// `experimental_result_code` as the relay read it). `None`:
+/// [`treat_answer`] is needed. Asked before the relay builds
+/// [`treat_answer`]'s inputs.
+#[inline]
+pub(crate) fn idle_answer(
+    ov: &Overload,
+    tx: &TxState,
+    routing: &Routing<'_>,
+    experimental_result_code: Option<u32>,
+) -> Option<bool> {
+    (tx.client_features.is_none()
+        && !has_doic_avps(routing)
+        && with_core(ov, |core, _| core.answer_idle(tx))
+            .is_none_or(|a| a == Some(IdleAnswer::Unchanged)))
+    .then(|| retry_allowed(experimental_result_code))
+}
+
 /// `msg` with `avp` (whole, padded) appended and its Message Length set: the
 /// bytes [`MessageBuf::append_avp`] gives for the same AVP, in one copy.
 #[must_use]
@@ -63,7 +85,8 @@ pub(crate) fn with_avp(msg: &[u8], avp: &[u8]) -> Bytes {
 /// `dest_realm` treated with `tx`: reports judged and applied, the answer
 /// rewritten for the client. Returns the answer to send downstream and
 /// whether the request may be retried on an alternate path. The relay asks
-/// [`idle_client_answer`] first for a DOIC client's transaction.
+/// [`idle_client_answer`] first for a DOIC client's transaction,
+/// [`idle_answer`] for any other.
 pub(crate) fn treat_answer(
     ov: &Overload,
     tx: &TxState,
@@ -72,15 +95,8 @@ pub(crate) fn treat_answer(
     msg: &Bytes,
     routing: &Routing<'_>,
 ) -> (Option<Bytes>, bool) {
-    if tx.client_features.is_none()
-        && !has_doic_avps(routing)
-        && with_core(ov, |core, _| core.answer_idle(tx))
-            .is_none_or(|a| a == Some(IdleAnswer::Unchanged))
-    {
-        // No DOIC AVP to judge or strip, none to add for a client that sent
-        // none (RFC 7683 §5.1.2), no state to advance: unchanged. Only 5198
-        // forbids a retry (seed 004).
-        let retry = retry_allowed(routing.experimental_result_code().map(|(_, c)| c));
+    let erc = routing.experimental_result_code().map(|(_, c)| c);
+    if let Some(retry) = idle_answer(ov, tx, routing, erc) {
         return (None, retry);
     }
     let tx = tx.pending(client, dest_realm, from_peer);
@@ -94,7 +110,7 @@ pub(crate) fn treat_answer(
         origin_host: routing.origin_host().and_then(text).unwrap_or(""),
         origin_realm: routing.origin_realm().and_then(text).unwrap_or(""),
         result_code: routing.result_code(),
-        experimental_result_code: routing.experimental_result_code().map(|(_, c)| c),
+        experimental_result_code: erc,
         features: doic.features.as_ref(),
         olrs: &doic.olrs,
     };

@@ -37,40 +37,61 @@ pub(crate) fn current_worker() -> Option<usize> {
 }
 
 /// Runs `f` on this worker's core (created on first use), after applying
-/// what the other workers accepted.
+/// what the other workers accepted. Its common case is the thread-local
+/// access, the borrow and the inbox's flag (one relaxed load): the core's
+/// creation and the wake-up work are out of line ([`start`], [`wake`]).
+#[inline]
 pub(crate) fn with_core<R>(ov: &Overload, f: impl FnOnce(&mut Doic, usize) -> R) -> Option<R> {
     let worker = WORKER.with(Cell::get);
     CORE.with(|c| {
         let mut c = c.borrow_mut();
         if c.is_none() {
-            let seed = ov.sequence_base ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let board = ov.realm_board.clone();
-            let cfg = ov.cfg.held();
-            match Doic::with_realm_board(
-                &ov.identity,
-                cfg.get().clone(),
-                seed,
-                ov.sequence_base,
-                board,
-            ) {
-                Ok(d) => {
-                    *c = Some(d);
-                    CONFIG_APPLIED.with(|a| a.set(cfg.generation()));
-                }
-                Err(e) => {
-                    tracing::error!(cause = %e, "DOIC core not started");
-                    return None;
-                }
-            }
+            *c = Some(start(ov, worker)?);
         }
         let core = c.as_mut()?;
-        if ov.inboxes.drain(worker, core) {
-            let now = ov.clock.now();
-            reconfigure(ov, core, worker, now);
-            super::protect::apply(ov, core, now);
+        if ov.inboxes.ready(worker) {
+            wake(ov, core, worker);
         }
         Some(f(core, worker))
     })
+}
+
+/// This worker's core, made from the shared configuration (first use).
+#[cold]
+#[inline(never)]
+fn start(ov: &Overload, worker: usize) -> Option<Doic> {
+    let seed = ov.sequence_base ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let board = ov.realm_board.clone();
+    let cfg = ov.cfg.held();
+    match Doic::with_realm_board(
+        &ov.identity,
+        cfg.get().clone(),
+        seed,
+        ov.sequence_base,
+        board,
+    ) {
+        Ok(d) => {
+            CONFIG_APPLIED.with(|a| a.set(cfg.generation()));
+            Some(d)
+        }
+        Err(e) => {
+            tracing::error!(cause = %e, "DOIC core not started");
+            None
+        }
+    }
+}
+
+/// The worker was woken ([`super::inbox::Inboxes::ready`]): the replicas
+/// waiting in its inbox, a reload's `[doic]` and the protection's reports
+/// applied to its core, at the instant of this use.
+#[cold]
+#[inline(never)]
+fn wake(ov: &Overload, core: &mut Doic, worker: usize) {
+    if ov.inboxes.drain(worker, core) {
+        let now = ov.clock.now();
+        reconfigure(ov, core, worker, now);
+        super::protect::apply(ov, core, now);
+    }
 }
 
 /// Applies the `[doic]` a reload published, if this core does not run

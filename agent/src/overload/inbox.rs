@@ -87,14 +87,21 @@ impl Inboxes {
         }
     }
 
+    /// Whether `worker` may have been woken: the request path's one
+    /// relaxed load, [`Inboxes::drain`] only when it is true.
+    #[inline]
+    pub(crate) fn ready(&self, worker: usize) -> bool {
+        self.inboxes
+            .get(worker)
+            .is_some_and(|inbox| inbox.ready.load(Ordering::Relaxed))
+    }
+
     /// Applies what is waiting in `worker`'s inbox to its core; true when
     /// the worker was woken (a replica, or [`Inboxes::wake_all`]).
-    #[inline]
     pub(crate) fn drain(&self, worker: usize, core: &mut Doic) -> bool {
-        // A plain load first: the swap (a locked write) only when a report
-        // is waiting.
+        // The swap (a locked write) only when a report is waiting
+        // ([`Inboxes::ready`] first).
         if let Some(inbox) = self.inboxes.get(worker)
-            && inbox.ready.load(Ordering::Relaxed)
             && inbox.ready.swap(false, Ordering::Acquire)
         {
             for r in inbox.rx.try_iter() {

@@ -79,6 +79,7 @@ impl Upstream {
     /// Hop-by-Hop Identifier and the T flag when `r.retransmit`. Returns the
     /// identifier and the request it displaced, if one still used it (2^32
     /// identifiers later: long overdue, answered 3002 by the caller).
+    #[inline]
     pub(crate) fn send(
         &mut self,
         now: Instant,
@@ -113,6 +114,7 @@ impl Upstream {
     /// An answer that matches none (late after the 3002 of its timeout,
     /// from a peer whose requests failed over, or never asked for) is
     /// dropped: counted in `stats.answers_unmatched`.
+    #[inline]
     pub(crate) fn handle_answer(
         &mut self,
         hbh: u32,

@@ -160,6 +160,15 @@ impl Cpu<'_> {
             Cpu::Process(pid) => bench::own::cpu_secs(pid),
         }
     }
+
+    /// Messages handed from one worker to another so far
+    /// (`doic_worker_handoffs_total`), for an agent in this process.
+    fn handoffs(self) -> Option<u64> {
+        match self {
+            Cpu::Agent(a) => Some(a.io().handoffs.load(std::sync::atomic::Ordering::Relaxed)),
+            Cpu::None | Cpu::Process(_) => None,
+        }
+    }
 }
 
 fn agent(server: &PeerTarget, workers: usize) -> anyhow::Result<Agent> {
@@ -391,15 +400,24 @@ fn main() -> anyhow::Result<()> {
     for round in 0..args.rounds {
         for t in &mut targets {
             let pace = (Pace::Closed(args.outstanding), args.seconds);
-            let mut before = None;
+            let (mut before, mut handed) = (None, None);
             let r = bench::relay::measure_clients(&rt, t.addr, pace, args.clients, || {
-                before = t.cpu.seconds();
+                (before, handed) = (t.cpu.seconds(), t.cpu.handoffs());
             })?;
             if let (Some(b), Some(a)) = (before, t.cpu.seconds()) {
                 t.cpu_us.push((a - b) * 1e6 / r.answered.max(1) as f64);
             }
+            // Hand-offs per answer: 0 when the client shares its upstream
+            // connection's worker, 2 when every request crosses.
+            let handoffs = match (handed, t.cpu.handoffs()) {
+                (Some(b), Some(a)) => format!(
+                    " handoffs {:.2}/answer",
+                    (a - b) as f64 / r.answered.max(1) as f64
+                ),
+                _ => String::new(),
+            };
             eprintln!(
-                "round {round} closed {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us{}",
+                "round {round} closed {:<20} {:>9.0}/s p50 {:>6} us p99 {:>6} us{}{handoffs}",
                 t.name,
                 r.rate(),
                 r.percentile_us(50.0),

@@ -332,6 +332,12 @@ impl Conn {
             (append, retry_ok) = (Some(features), retry);
         } else if let Some(ov) = &self.ctx.relay.overload
             && let Some(tx) = r.doic.as_ref()
+            && let Some(retry) = crate::overload::idle_answer(ov, tx, &routing, erc)
+        {
+            // Nothing to judge, add or strip: the answer goes unchanged.
+            retry_ok = retry;
+        } else if let Some(ov) = &self.ctx.relay.overload
+            && let Some(tx) = r.doic.as_ref()
         {
             let from_peer = self.peer.as_ref().map_or("", |(_, s)| s.host.as_str());
             let realm = std::str::from_utf8(&r.realm).unwrap_or("");
