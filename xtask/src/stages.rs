@@ -359,7 +359,7 @@ fn bench_ebpf_relay() -> anyhow::Result<()> {
 }
 
 /// How far below 1 worker the agent with 2 workers may fall in
-/// `bench-relay` (median of the closed-loop rounds, one client, which
+/// `bench-relay` (median of the closed-loop rounds' ratios, one client, which
 /// placement puts beside its upstream connection: no hand-off expected).
 /// Measured on the shared 2-core machine under other builds (load average
 /// 6-7), 2 s x 3 rounds: the 2 / 1 worker ratio of a run ranged 0.91-1.18
