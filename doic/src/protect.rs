@@ -39,7 +39,8 @@
 //!   limit grows by `probe * max(limit, anchor)` per second, `anchor` being
 //!   the highest completion rate seen in the episode (Clearwater: raise only
 //!   when the limit is used). Beyond the anchor the step starts at a tenth
-//!   after a cut and grows to the full step over 4 s (as CUBIC grows slowly
+//!   after a cut for a queue (not after a 3004 back-off) and grows to the
+//!   full step over 4 s (as CUBIC grows slowly
 //!   near its last loss point, RFC 9438 §4.2): at the server's capacity the
 //!   limit stays within a few percent of it, and a server whose capacity
 //!   grew is still probed at the full step once no cut came for 4 s.
@@ -297,7 +298,7 @@ pub struct Estimator {
     calm_since: Option<Instant>,
     /// The last tick's fastest answer was later than the target.
     slow_before: bool,
-    /// When the limit was last cut.
+    /// When the limit was last cut for a queue at the server.
     last_cut: Option<Instant>,
     measures: Measures,
 }
@@ -523,6 +524,11 @@ impl Estimator {
         if let Some(excess) = queueing {
             let gradient = (1.0 - excess / p.drain.as_secs_f64()).clamp(p.floor, 1.0);
             cut = Some(basis * gradient);
+            // A queue shows the capacity itself: the probe beyond it starts
+            // slowly from here (not after a 3004, whose back-off has its own
+            // cadence: a server answering 3004 above C is held at C by the
+            // probe's full step between back-offs).
+            self.last_cut = Some(now);
         }
         let backoff_due = self
             .last_backoff
@@ -544,7 +550,6 @@ impl Estimator {
             };
             self.limit = Some(new.max(min));
             self.calm_since = None;
-            self.last_cut = Some(now);
             return;
         }
         let Some(limit) = self.limit else {
