@@ -160,18 +160,31 @@ async fn an_edge_offering_rate_abates_at_the_source_on_the_report_made_for_the_s
     );
 }
 
-/// Loss: the edge abates a share of the excess at the source, the agent
-/// next to the server the rest. Not all of it at the edge: the percentage
-/// is computed from the load reaching that agent, already cut by the edge
-/// (docs/overload.md, "The agent chain").
+/// Loss: the excess is answered by the edge, the agent next to the server
+/// answers what the edge's random drop lets through above the server's share
+/// (and the onset, before the first correction). The percentage the edge is
+/// sent is the cut of its demand to its share, corrected by what arrives
+/// (`doic::protect::ClientLoss`): a cut of the load reaching that agent,
+/// already cut by the edge, settled at 1 - sqrt(1/3) = 42 % at 3x, and the
+/// agent next to the server answered a third (edge 2,119, core 1,021).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edge_offering_loss_abates_at_the_source_on_the_report_made_for_the_server() {
     let c = chain("[\"loss\"]").await;
     assert!(
-        c.edge_throttled * 4.0 >= c.sent as f64,
+        c.edge_throttled * 2.0 >= c.sent as f64,
         "edge throttled {} of {} ({:.1}/s at the server)",
         c.edge_throttled,
         c.sent,
         c.arrivals
+    );
+    // Aimed a little above its share (`doic::protect::behalf::OVER`), the
+    // edge leaves about a tenth of the share to the agent next to the
+    // server, with the onset and the random drop's peaks: 324-693 against
+    // the edge's 2,476-2,854 in six runs.
+    assert!(
+        c.core_throttled * 3.0 <= c.edge_throttled,
+        "core throttled {}, edge {}",
+        c.core_throttled,
+        c.edge_throttled
     );
 }

@@ -64,6 +64,26 @@ pub fn select_share(rng: &mut Prng, share: f64) -> bool {
     }
 }
 
+/// The reduction percentage (RFC 7683 §7.7, OC-Reduction-Percentage) that
+/// brings a `demand` of requests per second down to `rate`: `1 - rate /
+/// demand`, rounded up to a whole percent so that what passes is at most
+/// `rate`; 0 when the demand is within it.
+#[must_use]
+pub fn reduction_to(rate: f64, demand: f64) -> u32 {
+    if demand <= rate.max(0.0) || demand <= 0.0 {
+        return 0;
+    }
+    let pct = (100.0 * (1.0 - rate.max(0.0) / demand)).ceil();
+    // Bounded to [0, 100] just above.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "clamped to 0..=100"
+    )]
+    let pct = pct.clamp(0.0, 100.0) as u32;
+    pct
+}
+
 /// The additional share the peer step must abate so that the share of
 /// requests toward the peer removed by both steps equals `requested`
 /// (RFC 8581 §5: "take into consideration the number of messages already
@@ -100,6 +120,27 @@ mod tests {
             let hit = (0..n).filter(|_| select_percent(&mut r, p)).count();
             let share = hit as f64 / n as f64 * 100.0;
             assert!((share - f64::from(p)).abs() < 1.0, "p={p} share={share}");
+        }
+    }
+
+    #[test]
+    fn the_reduction_to_a_rate_passes_at_most_that_rate() {
+        // RFC 7683 §7.7: 3x the rate is cut by two thirds, rounded up.
+        assert_eq!(reduction_to(200.0, 600.0), 67);
+        assert_eq!(reduction_to(500.0, 2500.0), 80);
+        assert_eq!(reduction_to(200.0, 150.0), 0);
+        assert_eq!(reduction_to(0.0, 10.0), 100);
+        assert_eq!(reduction_to(10.0, 0.0), 0);
+        for (rate, demand) in [(200.0, 601.0), (7.0, 9.0), (499.0, 5000.0)] {
+            let p = f64::from(reduction_to(rate, demand));
+            assert!(
+                demand * (1.0 - p / 100.0) <= rate + 1e-9,
+                "{rate} {demand} {p}"
+            );
+            assert!(
+                demand * (1.0 - (p - 1.0) / 100.0) > rate,
+                "{rate} {demand} {p}"
+            );
         }
     }
 

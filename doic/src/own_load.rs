@@ -388,18 +388,7 @@ impl OwnLoad {
             );
         }
         // The loss report for peers without the rate algorithm.
-        let percent = if total_demand > 0.0 {
-            let keep = (f64::from(capacity) / total_demand).min(1.0);
-            #[expect(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                reason = "0..=100 by construction"
-            )]
-            let p = ((1.0 - keep) * 100.0).ceil().clamp(0.0, 100.0) as u32;
-            p
-        } else {
-            0
-        };
+        let percent = crate::loss::reduction_to(f64::from(capacity), total_demand);
         let renew = match self.loss {
             None => true,
             Some((old, at)) => {

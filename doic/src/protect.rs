@@ -62,7 +62,7 @@ pub mod behalf;
 pub mod config;
 pub mod gates;
 
-pub use behalf::{BehalfReport, OnBehalf};
+pub use behalf::{BehalfReport, ClientLoss, OnBehalf};
 pub use config::{ProtectConfig, ProtectConfigError};
 pub use gates::Gates;
 
@@ -392,12 +392,7 @@ impl Estimator {
         let (Some(limit), offered) = (self.limit(), self.measures.offered_rate) else {
             return 0;
         };
-        if offered <= f64::from(limit) {
-            return 0;
-        }
-        let pct = (100.0 * (1.0 - f64::from(limit) / offered)).ceil();
-        // Bounded to [0, 100] just above.
-        pct.clamp(0.0, 100.0) as u32
+        crate::loss::reduction_to(f64::from(limit), offered)
     }
 
     /// One control tick at `now`: takes the answers recorded since the last

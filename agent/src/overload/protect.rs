@@ -37,7 +37,7 @@ use crate::peer::table::PeerTable;
 use doic::Doic;
 use doic::own_load::split;
 use doic::protect::gates::source_demand;
-use doic::protect::{BehalfReport, Estimator, Gates, Load, Mode, OnBehalf};
+use doic::protect::{BehalfReport, ClientLoss, Estimator, Gates, Load, Mode, OnBehalf};
 use doic::rate::RateControl;
 
 /// Most applications a server's report is made for.
@@ -105,8 +105,14 @@ struct Server {
     /// The demands the shares were split from, and when.
     split_from: BTreeMap<String, f64>,
     split_at: Option<Instant>,
+    /// Each client's loss percentage, corrected by its arrivals.
+    losses: ClientLoss,
     view: ServerView,
 }
+
+/// How long a client's arrival rate takes to show a new loss percentage:
+/// [`measure_demands`] smooths over about a second.
+const LOSS_SETTLE: Duration = Duration::from_secs(1);
 
 /// A downstream peer's request arrival rate, smoothed over about a second.
 #[derive(Debug, Default)]
@@ -212,6 +218,7 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
             shares: Arc::default(),
             split_from: BTreeMap::new(),
             split_at: None,
+            losses: ClientLoss::default(),
             view: ServerView {
                 peer: slot.host.clone(),
                 ..ServerView::default()
@@ -256,11 +263,12 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                 s.gates = None;
                 s.split_from.clear();
                 s.split_at = None;
+                s.losses.clear();
             }
             _ => {}
         }
         let versioned = s.behalf.handle_limit(now, limit, s.est.loss_percent());
-        if versioned && let Some(r) = s.behalf.current() {
+        if versioned && let Some(r) = s.behalf.current().cloned() {
             s.view.reports_issued += 1;
             if !r.is_end() {
                 // RFC 8582 §6.1: the limit split among the clients by
@@ -296,6 +304,14 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                 s.shares = shares;
                 s.split_from = from;
                 s.split_at = Some(now);
+                // A loss client's cut is of its demand, not of what reaches
+                // the agent already cut by it.
+                let arrivals: BTreeMap<&str, f64> =
+                    demands.iter().map(|(c, r)| (c.as_str(), *r)).collect();
+                let losses =
+                    s.losses
+                        .revise(now, &s.shares, |c| arrivals.get(c).copied(), LOSS_SETTLE);
+                s.behalf.set_losses(losses);
                 // Each DOIC client held to its share, the others to the
                 // rest of the limit.
                 let l = limit.unwrap_or_else(|| r.rate());
@@ -307,6 +323,7 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                     &bucket,
                 )));
             }
+            let r = s.behalf.current().unwrap_or(&r);
             log_version(&slot.host, r, &s.est);
             if let Some(log) = ov.audit_log() {
                 let apps = s.apps.iter().copied().collect();

@@ -26,18 +26,16 @@ use crate::audit::Verdict;
 use crate::features::{self, Algorithm, OcSupportedFeatures};
 use crate::protect::{BehalfReport, Gates};
 use crate::rate::RateControl;
-use crate::report::{Abatement, OcOlr, Report, ReportType};
+use crate::report::{Abatement, OcOlr, ReportType};
 
 /// A version as a worker's core holds it.
 #[derive(Clone, Debug)]
 pub(crate) struct BehalfEntry {
-    report: Report,
-    loss_percent: u32,
+    version: BehalfReport,
     /// Each client's share of the limit (RFC 8582 §6.1), requests/s.
     shares: Arc<BTreeMap<String, u32>>,
     /// The buckets holding each DOIC client to its share (active versions).
     gates: Option<Arc<Gates>>,
-    until: Instant,
 }
 
 impl Doic {
@@ -78,16 +76,14 @@ impl Doic {
             self.realms.invalidate();
         }
         let entry = BehalfEntry {
-            report: version.report.clone(),
-            loss_percent: version.loss_percent,
+            version: version.clone(),
             shares: shares.clone(),
             gates: gates.cloned(),
-            until: version.until,
         };
         let max = self.cfg.max_ocs;
         let list = self.behalf.entry(server.to_owned()).or_default();
         if let Some((_, e)) = list.iter_mut().find(|(a, _)| *a == app_id) {
-            if e.report.sequence < entry.report.sequence {
+            if e.version.report.sequence < entry.version.report.sequence {
                 *e = entry;
             }
         } else if list.len() < max {
@@ -121,7 +117,7 @@ impl Doic {
         self.behalf
             .get(server)?
             .iter()
-            .find(|(a, e)| *a == app_id && now < e.until)
+            .find(|(a, e)| *a == app_id && now < e.version.until)
             .map(|(_, e)| e)
     }
 
@@ -152,10 +148,10 @@ impl Doic {
                 "a DOIC client held to its share of a protected server's limit"
             );
         }
-        let mut r = e.report.clone();
+        let mut r = e.version.report.clone();
         r.abatement = match algorithm {
             Algorithm::Rate => {
-                let whole = match e.report.abatement {
+                let whole = match e.version.report.abatement {
                     Abatement::Rate { per_second } => per_second,
                     Abatement::Loss { .. } => 1,
                 };
@@ -167,8 +163,10 @@ impl Doic {
                     per_second: share.or(rest).unwrap_or(whole).max(1),
                 }
             }
+            // Its own cut of the demand it was split from, where it has
+            // a share (`crate::protect::behalf`).
             Algorithm::Loss => Abatement::Loss {
-                percent: e.loss_percent,
+                percent: e.version.loss_for(client),
             },
         };
         if let Some(o) = self.ocs.get_mut(app_id, ReportType::Host, server)
@@ -185,7 +183,7 @@ impl Doic {
             return;
         }
         self.behalf.retain(|_, list| {
-            list.retain(|(_, e)| now < e.until);
+            list.retain(|(_, e)| now < e.version.until);
             !list.is_empty()
         });
     }

@@ -82,6 +82,9 @@ struct Edge {
     bucket: Option<RateControl>,
     percent: u32,
     rng: crate::loss::Prng,
+    /// Its loss percentage as the agent makes it: the edge is the one
+    /// client, its share the limit (`agent::overload::protect`).
+    loss: ClientLoss,
 }
 
 impl Edge {
@@ -92,6 +95,7 @@ impl Edge {
             bucket: None,
             percent: 0,
             rng: crate::loss::Prng::new(7),
+            loss: ClientLoss::default(),
         }
     }
 
@@ -105,8 +109,11 @@ impl Edge {
         }
         match self.behalf.current() {
             Some(v) if !v.is_end() => {
-                self.percent = v.loss_percent;
                 let r = v.rate();
+                let shares = std::collections::BTreeMap::from([(String::new(), r)]);
+                let arrivals = est.measures().offered_rate;
+                let settle = Duration::from_secs(1);
+                self.percent = self.loss.revise(now, &shares, |_| Some(arrivals), settle)[""];
                 match &self.bucket {
                     Some(b) => b.set_rate(now, r),
                     None => {
@@ -115,7 +122,10 @@ impl Edge {
                     }
                 }
             }
-            _ => (self.bucket, self.percent) = (None, 0),
+            _ => {
+                (self.bucket, self.percent) = (None, 0);
+                self.loss.clear();
+            }
         }
     }
 
@@ -555,19 +565,24 @@ fn per_tick_sd(sim: &Sim, from: u64) -> f64 {
 /// Smoothness with an RFC 8581 chain: a reacting node in front of the
 /// agent offering 5x C abates at the source on the report the agent makes
 /// on the server's behalf. Under rate (RFC 8582) its bucket at the
-/// version's rate shapes what reaches the server; under loss (RFC 7683 §6)
-/// it drops the version's percentage and the agent's own bucket at the
-/// limit shapes the rest. Either way the arrivals at the server per 100 ms
-/// vary by at most 4 % of their mean, and the goodput stays at C.
+/// version's rate shapes what reaches the server: the arrivals per 100 ms
+/// vary by at most 4 % of their mean. Under loss (RFC 7683 §6) it drops the
+/// percentage the agent makes for it ([`ClientLoss`]: the cut of its demand
+/// to its share), so the agent next to the server answers little of the
+/// excess itself, and what passes varies as random drops in whole percents
+/// do: issue 12's target, rate at most a third of loss, holds. The goodput
+/// stays at C either way.
 ///
-/// Measured here: sd 0.8 under rate, 0.9 under loss (of 50 per tick). It
-/// was 2.4 under rate while a version was made only when the limit moved by
-/// 10 %: the edge held each version's rate while the limit crept on, so
-/// what reached the server jumped by a tenth at each version (the limit
+/// Measured here: sd 0.8 under rate, 5.6 under loss (of 50 per tick), the
+/// agent answering 1 % of the loss edge's excess. Before the loss client's
+/// own cut, the version's percentage of the load reaching the agent
+/// settled at 1 - sqrt(1/5) = 55 % where 80 % is right, the agent's bucket
+/// answered the rest of the excess and shaped what passed as under rate
+/// (sd 0.9, the agent answering about 30 % of the excess). Under rate it
+/// was 2.4 while a version was made only when the limit moved by 10 %: the
+/// edge held each version's rate while the limit crept on (the limit
 /// between 490 and 561); with versions at 2 % and the probe slow beyond the
-/// capacity just after a cut, the limit stays within 494-506. Issue 12's
-/// bench target (rate <= 1/3 of loss) does not hold here either: under loss
-/// the agent's bucket at the same limit smooths what passes.
+/// capacity just after a cut, the limit stays within 494-506.
 #[test]
 fn a_chain_reaches_the_server_smoothly_under_rate_and_loss() {
     let mut sd = [0.0; 2];
@@ -576,25 +591,38 @@ fn a_chain_reaches_the_server_smoothly_under_rate_and_loss() {
         sim.edge = Some(Edge::new(rate, sim.origin));
         sim.run(30, |x| if x < 5.0 { C / 2.0 } else { 5.0 * C }, |_| C);
         sd[i] = per_tick_sd(&sim, 10);
-        let goodput: u64 = sim.secs(10, 30).iter().map(|s| s.goodput).sum();
+        let s = sim.secs(10, 30);
+        let goodput: u64 = s.iter().map(|s| s.goodput).sum();
+        let throttled: u64 = s.iter().map(|s| s.throttled).sum();
+        let excess = 20.0 * 4.0 * C;
         eprintln!(
-            "chain {}: sd {:.1} per {TICK_MS} ms, goodput {:.2} C: {:?}",
+            "chain {}: sd {:.1} per {TICK_MS} ms, goodput {:.2} C, the agent answered {:.3} of the excess: {:?}",
             if rate { "rate" } else { "loss" },
             sd[i],
             goodput as f64 / 20.0 / C,
+            throttled as f64 / excess,
             sim.secs(10, 14)
         );
         assert!(
             goodput as f64 >= 0.95 * 20.0 * C,
             "goodput {goodput} in 20 s"
         );
-    }
-    for (sd, what) in sd.iter().zip(["rate", "loss"]) {
         assert!(
-            *sd <= 0.04 * C * TICK_MS as f64 / 1000.0,
-            "{what}: sd {sd:.1} per {TICK_MS} ms"
+            throttled as f64 <= 0.05 * excess,
+            "the agent answered {throttled} of an excess of {excess}"
         );
     }
+    assert!(
+        sd[0] <= 0.04 * C * TICK_MS as f64 / 1000.0,
+        "rate: sd {:.1} per {TICK_MS} ms",
+        sd[0]
+    );
+    assert!(
+        sd[0] <= sd[1] / 3.0,
+        "sd per {TICK_MS} ms: rate {:.1}, loss {:.1}",
+        sd[0],
+        sd[1]
+    );
 }
 
 /// A fast server answered at 10,000/s for 2 s, then the agent idle for 1 s:
