@@ -327,7 +327,7 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
             log_version(&slot.host, r, &s.est);
             if let Some(log) = ov.audit_log() {
                 let apps = s.apps.iter().copied().collect();
-                let inputs = server_inputs(&s.est, limit, outstanding);
+                let inputs = server_inputs(&s.est, (limit, outstanding), r);
                 crate::audit::feed_behalf(log, now, (&slot.host, apps), r, inputs);
             }
         }
@@ -397,8 +397,8 @@ fn measure_demands(
 /// The inputs of a version made for a server (its audit record).
 fn server_inputs(
     est: &Estimator,
-    limit: Option<u32>,
-    outstanding: u64,
+    (limit, outstanding): (Option<u32>, u64),
+    r: &BehalfReport,
 ) -> doic::audit::record::ServerInputs {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let m = est.measures();
@@ -409,6 +409,7 @@ fn server_inputs(
         outstanding,
         offered: m.offered_rate,
         answered: m.answered_rate,
+        client_loss: (*r.losses).clone(),
     }
 }
 

@@ -21,6 +21,8 @@
 //! Nothing here reads a clock: times are given (milliseconds since the Unix
 //! epoch) and [`rfc3339`] formats them.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::{Counters, OcsEvent, ReportRecord, Spread, Totals, Verdict, VersionRecord};
@@ -241,6 +243,11 @@ pub struct ServerInputs {
     pub offered: f64,
     /// Its answers other than 3004 per second.
     pub answered: f64,
+    /// The OC-Reduction-Percentage each client with a share is sent if it
+    /// takes loss: the cut of its own demand to its share
+    /// (`crate::protect::ClientLoss`; `loss_percent` is for the others).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub client_loss: BTreeMap<String, u32>,
 }
 
 /// What the agent estimated of a realm when it issued a REALM report
@@ -389,14 +396,26 @@ impl IssuedEntry {
             let limit = s
                 .limit
                 .map_or_else(|| "lifted".into(), |l| format!("{l} requests/s"));
-            format!(
+            let mut why = format!(
                 "from the server's limit {limit}, {:.0} requests/s offered toward it, {:.0} answered, latency {} against a baseline of {}, {} outstanding",
                 s.offered,
                 s.answered,
                 ms(s.latency_ms),
                 ms(s.baseline_ms),
                 s.outstanding
-            )
+            );
+            if !s.client_loss.is_empty() {
+                let each: Vec<String> = s
+                    .client_loss
+                    .iter()
+                    .map(|(c, p)| format!("{c} {p} %"))
+                    .collect();
+                why.push_str(&format!(
+                    "; loss clients the cut of their demand to their share: {}",
+                    each.join(", ")
+                ));
+            }
+            why
         } else if let Some(r) = &self.realm {
             let rate = |x: Option<f64>| x.map_or_else(|| "-".into(), |x| format!("{x:.0}"));
             format!(
@@ -616,6 +635,7 @@ mod tests {
                 outstanding: 12,
                 offered: 600.0,
                 answered: 198.0,
+                client_loss: BTreeMap::from([("edge.example.com".into(), 70)]),
             }),
             realm: None,
         };
@@ -640,7 +660,7 @@ mod tests {
                 &host,
                 r#""server":{"limit":200"#,
                 "realm",
-                "limit 200 requests/s, 600 requests/s offered",
+                "limit 200 requests/s, 600 requests/s offered toward it, 198 answered, latency 40.0 ms against a baseline of 1.5 ms, 12 outstanding; loss clients the cut of their demand to their share: edge.example.com 70 %",
             ),
             (
                 &realm,
