@@ -47,6 +47,7 @@ pub mod clock;
 pub mod config;
 pub mod ebpf;
 pub mod feed;
+pub mod host;
 pub mod live;
 pub mod metrics;
 pub mod net;

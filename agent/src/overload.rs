@@ -190,6 +190,14 @@ impl Overload {
         self.clock.now()
     }
 
+    /// The same clock in monotonic nanoseconds (one counter read: the
+    /// request path's stamps).
+    #[inline]
+    #[must_use]
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
     /// The effective configuration (a lock: not for the request path,
     /// where each core has its own, [`doic::Doic::config`]).
     #[must_use]

@@ -93,8 +93,7 @@ impl Runtime {
                             return;
                         }
                     };
-                    // SAFETY: gettid has no preconditions.
-                    let tid = unsafe { libc::gettid() };
+                    let tid = crate::host::thread::current_tid();
                     let _ = ready_tx.send(Ok((rt.handle().clone(), tid)));
                     rt.block_on(async move {
                         stopped(&mut shutdown).await;

@@ -77,19 +77,18 @@ impl Workers {
     }
 
     /// CPU time worker `i`'s thread has used so far (user and system, as
-    /// the scheduler accounts it: `/proc/self/task/TID/schedstat`). The
+    /// the scheduler accounts it: [`crate::host::thread::cpu_time`]). The
     /// cost of relaying is this time per message, read as exactly as the
     /// kernel keeps it whatever else runs on the machine. `None` for a
-    /// worker on a caller's runtime ([`crate::runtime::Runtime::hosted`]).
+    /// worker on a caller's runtime ([`crate::runtime::Runtime::hosted`])
+    /// or when procfs does not say.
     #[must_use]
     pub fn cpu_time(&self, i: usize) -> Option<Duration> {
         let tid = self.slots.get(i)?.tid;
         if tid == 0 {
             return None;
         }
-        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-        let ns = stat.split_whitespace().next()?.parse().ok()?;
-        Some(Duration::from_nanos(ns))
+        crate::host::thread::cpu_time(tid).ok()
     }
 
     /// Runs `fut` on worker `i` (modulo the count), counted so that the

@@ -79,7 +79,7 @@ use std::time::{Duration, Instant};
 use super::report::{Abatement, Report, ReportType, Sequencer};
 
 mod measure;
-pub use measure::{Estimator, EstimatorParams, Inputs};
+pub use measure::{CpuUse, Estimator, EstimatorParams, Inputs};
 
 /// How the controller decides; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -219,9 +219,12 @@ pub struct Load {
     /// Of those, the ones the agent answered itself.
     pub throttled: u64,
     /// The agent's own lateness in the tick: the longest a piece of work
-    /// waited on one of its workers. Every answer may have been read that
-    /// much late, so it widens the latency target: an agent starved of CPU
-    /// must not take its own delay for a queue at the server.
+    /// waited in the agent (a request from its read to its dispatch, the
+    /// bytes unread in a socket at the rate they are read, a tick on a
+    /// worker's queue; the own-load estimator's queue delay). Every answer
+    /// may have been read that much late, so it widens the latency target:
+    /// an agent starved of CPU must not take its own delay for a queue at
+    /// the server.
     pub agent_delay: Duration,
 }
 

@@ -112,6 +112,10 @@ struct Conn {
     /// What one wake-up takes off each queue (kept for its capacity).
     batch: (Vec<Relayed>, Vec<ToConn>),
     inbuf: BytesMut,
+    /// When the last read returned bytes, on the overload control's clock
+    /// (0 without overload control): the requests in it carry it upstream
+    /// ([`Relayed::read_ns`]).
+    read_ns: u64,
     out: BytesMut,
     /// Requests relayed to this connection's peer, by Hop-by-Hop Identifier.
     upstream: Upstream,
@@ -193,6 +197,7 @@ pub(crate) async fn run(
         rx,
         batch: (Vec::new(), Vec::new()),
         inbuf: BytesMut::with_capacity(PRE_OPEN_READ),
+        read_ns: 0,
         out: BytesMut::with_capacity(PRE_OPEN_WRITE),
         upstream: Upstream::new(
             (id as u32).wrapping_mul(0x9e37_79b9) ^ 0x5bd1_e995,
@@ -393,12 +398,19 @@ impl Conn {
                 self.close_by_peer(Cause::EndOfStream);
                 return;
             }
-            Ok(_) => {}
+            Ok(n) => {
+                if let Some((_, slot)) = &self.peer {
+                    slot.stats.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
             Err(_) => {
                 self.close_by_peer(Cause::ReadError);
                 return;
             }
+        }
+        if let Some(ov) = &self.ctx.relay.overload {
+            self.read_ns = ov.now_ns();
         }
         self.ctx.io.reads.fetch_add(1, Ordering::Relaxed);
         let mut messages = 0u64;

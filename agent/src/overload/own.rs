@@ -7,16 +7,21 @@
 //! controller).
 //!
 //! The controller runs whether or not `own_capacity` is set: it also finds
-//! the agent's overload by measurement ([`doic::own_load::Estimator`]):
-//! each worker's utilisation (busy share of its loop, measured by the
-//! control thread), the queue delay (how long the control thread's tick
-//! waited on each worker's run queue before it ran, behind the requests
-//! queued there: one sample per worker every 100 ms, no per-request cost),
-//! the relayed requests waiting for an answer (`outstanding` of every peer)
-//! and the requests relayed per second (received less those the agent
-//! answered for exceeding an allocation). A peer whose connection closed
-//! since the last measurement gives its share back at once (RFC 8582 §8.2
-//! note).
+//! the agent's overload by measurement ([`doic::own_load::Estimator`]),
+//! from inputs the control thread reads without the workers' help (a
+//! worker that runs without end in a small CPU share publishes nothing by
+//! a tick of its own): each worker thread's CPU time, the process's, the
+//! cgroup's quota and throttled periods ([`CpuMeter`], by way of
+//! [`crate::host`]); the queue delay ([`note_queue_delay`]: the age of a
+//! request from its read, stamped there with the overload control's
+//! clock, to its dispatch upstream; the bytes waiting unread in each
+//! peer's socket over the rate they are read at, [`Backlog`]; a tick's wait
+//! on a worker's run queue); the relayed requests waiting for an answer
+//! (`outstanding` of every peer) and the requests relayed per second
+//! (received less those the agent answered for exceeding an allocation,
+//! both counted by atomic increments as they are read). A peer whose
+//! connection closed since the last measurement gives its share back at
+//! once (RFC 8582 §8.2 note).
 //!
 //! While the agent reports, every client is held to its allocation
 //! ([`enforce`]).
@@ -40,10 +45,14 @@ use super::Overload;
 use crate::peer::table::PeerTable;
 use crate::telemetry::{Kernel, KernelLoad};
 use doic::Doic;
-use doic::own_load::{Inputs, OwnLoad, OwnLoadParams, OwnReport};
+use doic::own_load::{CpuUse, Inputs, OwnLoad, OwnLoadParams, OwnReport};
 use doic::report::Abatement;
 
+mod backlog;
+mod cpu;
 mod enforce;
+pub(crate) use backlog::Backlog;
+pub(crate) use cpu::{CpuInterval, CpuMeter};
 pub use enforce::{ClientLimit, GRACE, TOLERANCE_FACTOR};
 pub(crate) use enforce::{ClientLimits, enforce};
 
@@ -112,8 +121,13 @@ pub struct OwnView {
     pub measured: bool,
     /// The capacity estimate (requests per second), once measured.
     pub estimate: Option<f64>,
-    /// The busiest worker's utilisation (0 to 1).
+    /// The busiest worker's utilisation (0 to 1): its CPU time over what
+    /// the interval and the cgroup's quota allow it.
     pub utilisation: f64,
+    /// The share of one CPU the agent's cgroup allows, when limited.
+    pub quota: Option<f64>,
+    /// The share of the cgroup's periods throttled in the last second.
+    pub throttled: Option<f64>,
     /// The longest queue delay of the last second.
     pub queue_delay: Duration,
     /// Relayed requests waiting for their answer.
@@ -200,12 +214,22 @@ impl OwnState {
     }
 }
 
-/// A tick waited `delay` on a worker's run queue before it ran (worker,
-/// every 100 ms): the queue delay of that worker's requests.
+/// Work waited `delay` on a worker before it ran: a request between its
+/// read and its dispatch upstream (the relay, per request), a tick on the
+/// worker's run queue (worker, every 100 ms), or the bytes unread in a
+/// peer's socket at the rate the agent reads them (control thread,
+/// [`backlog`]). The longest since the last reading is the queue delay of
+/// the own-load estimator and the agent's own lateness of the server's
+/// protection ([`take_tick_delay`]): one signal for both.
+#[inline]
 pub(crate) fn note_queue_delay(ov: &Overload, delay: Duration) {
     let ns = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
-    ov.own.queue_delay_ns.fetch_max(ns, Ordering::Relaxed);
-    ov.own.tick_delay_ns.fetch_max(ns, Ordering::Relaxed);
+    // A load first: the request path writes only a new maximum.
+    for a in [&ov.own.queue_delay_ns, &ov.own.tick_delay_ns] {
+        if a.load(Ordering::Relaxed) < ns {
+            a.fetch_max(ns, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The longest queue delay on a worker since the last call (control
@@ -215,14 +239,17 @@ pub(crate) fn take_tick_delay(ov: &Overload) -> Duration {
 }
 
 /// Measures every peer's arrival rate at `now` with the workers'
-/// `utilisation` (0 to 1) and runs the controller, then sets the clients'
-/// limits (control thread, once per second, after the kernel tick).
+/// `utilisation` (0 to 1, the runtime's busy share, for workers whose CPU
+/// time is not measured) and the CPU the kernel accounted (`cpu`), runs the
+/// controller, then sets the clients' limits (control thread, once per
+/// second, after the kernel tick).
 pub(crate) fn control_tick(
     table: &PeerTable,
     kernel: &Kernel,
     ov: &Overload,
     now: Instant,
     utilisation: &[f64],
+    cpu: Option<&CpuInterval>,
 ) {
     let own = &ov.own;
     let mut guard = own
@@ -279,11 +306,22 @@ pub(crate) fn control_tick(
         / dt;
     let rates: Vec<(String, f64)> = peers.iter().map(|(p, l)| (p.clone(), l.rate)).collect();
     let before = ctl.load.generation();
+    let measured: Vec<Duration> = cpu
+        .map(|c| c.workers.iter().flatten().copied().collect())
+        .unwrap_or_default();
+    let cpu_use = cpu.map(|c| CpuUse {
+        interval: c.interval,
+        workers: &measured,
+        process: c.process,
+        quota: c.quota,
+        throttled: c.throttled,
+    });
     ctl.load.handle_load(
         now,
         Inputs {
             rates: &rates,
             utilisation,
+            cpu: cpu_use,
             queue_delay,
             pending,
             relayed: Some(relayed),
@@ -295,7 +333,7 @@ pub(crate) fn control_tick(
             let inputs = doic::audit::record::IssuedInputs {
                 capacity: ctl.load.capacity().unwrap_or(0),
                 offered: ctl.load.total_rate(),
-                utilisation: utilisation.iter().copied().fold(0.0, f64::max),
+                utilisation: ctl.load.estimator().utilisation(),
                 queue_delay_ms: queue_delay.as_secs_f64() * 1000.0,
                 pending,
             };
@@ -330,7 +368,9 @@ pub(crate) fn control_tick(
         configured: ctl.load.params().capacity,
         measured: ctl.load.estimator().is_overloaded(),
         estimate: ctl.load.estimator().estimate(),
-        utilisation: utilisation.iter().copied().fold(0.0, f64::max),
+        utilisation: ctl.load.estimator().utilisation(),
+        quota: cpu.and_then(|c| c.quota),
+        throttled: cpu.and_then(|c| c.throttled),
         queue_delay,
         pending,
         clients,
@@ -352,7 +392,10 @@ pub(crate) struct SlotCount {
 
 /// The arrival rate of each peer at `now`: the kernel's rate for the
 /// connection's remote address when the kernel has one, else the userspace
-/// counter's increase since `last` (nothing before a first reading).
+/// counter's increase since `last` (nothing before a first reading); the
+/// userspace count when it is the larger (the requests the agent read
+/// arrived: a kernel count below it missed some, as the program does for
+/// messages that do not start a segment).
 pub(crate) fn measure(
     slots: &[SlotCount],
     kernel: Option<&KernelLoad>,
@@ -364,22 +407,27 @@ pub(crate) fn measure(
         let from_kernel = kernel
             .zip(slot.remote)
             .and_then(|(k, addr)| k.arrival_rate(addr));
-        let load = if let Some(rate) = from_kernel {
-            Some(PeerLoad {
-                rate,
-                source: Source::Kernel,
-            })
-        } else if let Some((at, prev)) = last {
+        let userspace = last.map(|(at, prev)| {
             let dt = now.saturating_duration_since(*at).as_secs_f64();
             let before = prev.get(&slot.host).copied().unwrap_or(0);
             #[expect(clippy::cast_precision_loss, reason = "a rate")]
             let rate = slot.requests_in.saturating_sub(before) as f64 / dt.max(1e-3);
-            Some(PeerLoad {
+            rate
+        });
+        let load = match (from_kernel, userspace) {
+            (Some(k), Some(u)) if u > k => Some(PeerLoad {
+                rate: u,
+                source: Source::Userspace,
+            }),
+            (Some(rate), _) => Some(PeerLoad {
+                rate,
+                source: Source::Kernel,
+            }),
+            (None, Some(rate)) => Some(PeerLoad {
                 rate,
                 source: Source::Userspace,
-            })
-        } else {
-            None
+            }),
+            (None, None) => None,
         };
         if let Some(l) = load {
             peers.insert(slot.host.clone(), l);
@@ -438,9 +486,21 @@ pub(crate) fn render(ov: &Overload, o: &mut String) {
     );
     let _ = writeln!(
         o,
-        "# HELP doic_own_queue_delay_seconds The longest wait of work on a worker's queue in the last second.\n# TYPE doic_own_queue_delay_seconds gauge\ndoic_own_queue_delay_seconds {:.6}",
+        "# HELP doic_own_queue_delay_seconds The longest wait of work in the agent in the last second: a request between its read and its dispatch upstream, a tick on a worker's queue, or the bytes unread in a peer's socket at the rate they are read.\n# TYPE doic_own_queue_delay_seconds gauge\ndoic_own_queue_delay_seconds {:.6}",
         v.queue_delay.as_secs_f64()
     );
+    if let Some(q) = v.quota {
+        let _ = writeln!(
+            o,
+            "# HELP doic_own_cpu_quota The share of one CPU the agent's cgroup allows (cpu.max or cpu.cfs_quota_us).\n# TYPE doic_own_cpu_quota gauge\ndoic_own_cpu_quota {q:.4}"
+        );
+    }
+    if let Some(t) = v.throttled {
+        let _ = writeln!(
+            o,
+            "# HELP doic_own_cpu_throttled_ratio The share of the cgroup's CPU periods in the last second in which it ran out of quota.\n# TYPE doic_own_cpu_throttled_ratio gauge\ndoic_own_cpu_throttled_ratio {t:.3}"
+        );
+    }
     let _ = writeln!(
         o,
         "# HELP doic_own_pending Relayed requests waiting for their answer.\n# TYPE doic_own_pending gauge\ndoic_own_pending {}",
@@ -596,6 +656,20 @@ mod tests {
         let m = measure(&slots, None, Some(&last), t1);
         assert_eq!(m["c1"].source, Source::Userspace);
         assert_eq!(m["c1"].rate, 500.0);
+        // A kernel count below what the agent read missed requests: the
+        // userspace count.
+        let low = KernelLoad {
+            at: Some(t1),
+            rates: vec![rate("127.0.0.1:40001", Direction::FromPeer, 10.0)],
+        };
+        let m = measure(&slots, Some(&low), Some(&last), t1);
+        assert_eq!(
+            m["c1"],
+            PeerLoad {
+                rate: 500.0,
+                source: Source::Userspace
+            }
+        );
         // No earlier reading and no kernel: nothing to say yet.
         assert!(measure(&slots, None, None, t1).is_empty());
     }

@@ -162,6 +162,11 @@ pub struct Relayed {
     /// OC-Supported-Features (start, end), replaced by the agent's (RFC 7683
     /// §5.1.3, RFC 8581 §6.1.1) without copying the request first.
     pub cut: Option<(u32, u32)>,
+    /// When the request was read from its downstream socket, on the
+    /// overload control's clock ([`crate::overload::Overload::now_ns`]); 0:
+    /// not stamped. Its age when the upstream connection takes it is the
+    /// agent's own queue delay (`overload::own::note_queue_delay`).
+    pub read_ns: u64,
 }
 
 /// The peer table.

@@ -133,6 +133,7 @@ fn relayed(msg: Bytes) -> (Relayed, Arc<Queue>) {
         from: Arc::from(CLIENT),
         doic: None,
         cut: None,
+        read_ns: 0,
     };
     (r, down)
 }

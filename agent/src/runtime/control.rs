@@ -1,7 +1,12 @@
 //! The control thread: every 100 ms a DOIC tick on each worker (expiry,
-//! ramps, replicas, snapshots: `crate::overload::tick`) and the snapshots
-//! the workers sent back collected; once a second the workers' busy share,
-//! the kernel program's counters ([`crate::ebpf::live::Live::handle_tick`],
+//! ramps, replicas, snapshots: `crate::overload::tick`), the snapshots
+//! the workers sent back collected and the bytes unread in the peers'
+//! sockets (`crate::overload::own::Backlog`); once a second the CPU the
+//! kernel accounted to each worker thread and to the agent's cgroup
+//! (`crate::overload::own::CpuMeter`: each worker's utilisation is its CPU
+//! time over what the interval and the cgroup's quota allow it; the
+//! runtime's busy time for a worker whose thread time is not known), the
+//! kernel program's counters ([`crate::ebpf::live::Live::handle_tick`],
 //! published in [`crate::telemetry::Kernel`]) and the agent's own load
 //! (`crate::overload::own`), and the second's counts to the audit log
 //! ([`crate::audit`]).
@@ -19,6 +24,7 @@ use std::time::{Duration, Instant};
 use super::{Stop, Workers};
 use crate::ebpf::live::Live;
 use crate::overload::Overload;
+use crate::overload::own::{Backlog, CpuMeter};
 use crate::peer::table::PeerTable;
 use crate::telemetry::Kernel;
 
@@ -49,6 +55,10 @@ pub(super) struct Ticking {
     /// When that was.
     at: Instant,
     ticks: u64,
+    /// The CPU the kernel accounted to the workers and the cgroup.
+    cpu: CpuMeter,
+    /// The bytes waiting in the peers' sockets.
+    backlog: Backlog,
 }
 
 impl Control {
@@ -68,6 +78,8 @@ impl Control {
             last: workers.busy().collect(),
             at: now,
             ticks: 0,
+            cpu: CpuMeter::new(),
+            backlog: Backlog::default(),
         }
     }
 }
@@ -80,6 +92,10 @@ impl Ticking {
         self.ticks += 1;
         if let Some(ov) = &c.overload {
             ov.collect_snapshots();
+            // What waits unread in the peers' sockets, before the
+            // protection reads the agent's own lateness.
+            let backlog = self.backlog.handle_tick(&c.table, now);
+            crate::overload::own::note_queue_delay(ov, backlog);
             // Before the workers' ticks, which apply what it publishes.
             crate::overload::protect::control_tick(&c.table, ov, ov.now());
             if !shutdown.is_stopping() {
@@ -104,19 +120,33 @@ impl Ticking {
             return;
         }
         self.at = now;
+        let cpu = self.cpu.handle_tick(workers, now);
         let mut utilisation = Vec::with_capacity(self.last.len());
         for (i, busy) in workers.busy().enumerate() {
             let delta = busy.saturating_sub(self.last[i]);
             self.last[i] = busy;
-            let permille = (delta.as_secs_f64() / elapsed.as_secs_f64() * 1000.0).min(1000.0);
-            workers.set_utilisation(i, permille as u32);
-            utilisation.push(permille / 1000.0);
+            let measured = cpu.as_ref().and_then(|c| c.worker_utilisation(i));
+            let share = measured.unwrap_or_else(|| {
+                // The runtime's busy time: it is submitted when the worker
+                // parks, so a worker that never does reads idle.
+                let busy = (delta.as_secs_f64() / elapsed.as_secs_f64()).min(1.0);
+                utilisation.push(busy);
+                busy
+            });
+            workers.set_utilisation(i, (share * 1000.0) as u32);
         }
         if let Some(reading) = c.ebpf.handle_tick(now, c.kernel.take_events()) {
             c.kernel.publish(now, reading);
         }
         if let Some(ov) = &c.overload {
-            crate::overload::own::control_tick(&c.table, &c.kernel, ov, now, &utilisation);
+            crate::overload::own::control_tick(
+                &c.table,
+                &c.kernel,
+                ov,
+                now,
+                &utilisation,
+                cpu.as_ref(),
+            );
             if let Some(log) = ov.audit_log() {
                 crate::audit::feed_second(log, ov.second_totals(), ov.now());
             }

@@ -4,11 +4,21 @@
 //! and how much it can take).
 //!
 //! [`Estimator`] is sans-io: each measurement ([`Inputs`], once a second)
-//! says how busy each worker's loop was, how long work waited on the
-//! busiest worker before it ran (queue delay), how many relayed requests
-//! wait for their answer (pending) and how many requests per second each
-//! peer sent. From them it decides, with hysteresis, whether the agent is
-//! overloaded and estimates its capacity in requests per second:
+//! says how busy each worker was ([`CpuUse`]: the CPU time the kernel
+//! accounted to each worker thread and to the process over the interval,
+//! against what the agent's cgroup quota allows, read without the workers'
+//! help), how long work waited before the agent got to it (queue delay),
+//! how many relayed requests wait for their answer (pending) and how many
+//! requests per second each peer sent. From them it decides, with
+//! hysteresis, whether the agent is overloaded and estimates its capacity
+//! in requests per second:
+//!
+//! - **Utilisation** of the busiest worker: its CPU time over the
+//!   interval divided by what it could have had, the interval or the
+//!   cgroup's share of it (quota / period) when that is smaller; or the
+//!   process's CPU time over the cgroup's share, when that is larger (the
+//!   workers share one quota). A worker held to 0.1 CPU that uses 0.1 s of
+//!   CPU a second is saturated, although the wall clock says 10 %.
 //!
 //! - **Overloaded** after `enter_after` consecutive measurements with the
 //!   busiest worker's utilisation at `high_utilisation` or more while it
@@ -44,17 +54,65 @@
 
 use std::time::Duration;
 
+/// The CPU the kernel accounted to the agent over one interval.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuUse<'a> {
+    /// The interval (wall clock).
+    pub interval: Duration,
+    /// CPU time each worker thread used in it.
+    pub workers: &'a [Duration],
+    /// CPU time every thread of the process used in it; `None`: not
+    /// measured.
+    pub process: Option<Duration>,
+    /// The share of one CPU the agent's cgroup allows (quota / period);
+    /// `None`: no limit known.
+    pub quota: Option<f64>,
+    /// The share (0 to 1) of the cgroup's enforcement periods in the
+    /// interval in which it ran out of quota; `None`: not measured.
+    pub throttled: Option<f64>,
+}
+
+impl CpuUse<'_> {
+    /// The busiest worker's utilisation (0 to 1, see the module
+    /// documentation); 0 for an empty interval.
+    #[must_use]
+    pub fn utilisation(&self) -> f64 {
+        let wall = self.interval.as_secs_f64();
+        if wall <= 0.0 {
+            return 0.0;
+        }
+        let quota = self.quota.filter(|q| *q > 0.0);
+        let per_worker = wall * quota.map_or(1.0, |q| q.min(1.0));
+        let busiest = self
+            .workers
+            .iter()
+            .map(|w| w.as_secs_f64() / per_worker)
+            .fold(0.0_f64, f64::max);
+        let whole = match (self.process, quota) {
+            (Some(p), Some(q)) => p.as_secs_f64() / (wall * q),
+            _ => 0.0,
+        };
+        busiest.max(whole).clamp(0.0, 1.0)
+    }
+}
+
 /// One measurement of the agent's own load.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Inputs<'a> {
     /// Requests per second received from each downstream peer, by
     /// DiameterIdentity.
     pub rates: &'a [(String, f64)],
-    /// Busy share (0 to 1) of each worker's loop over the interval; empty
-    /// when not measured.
+    /// Busy share (0 to 1) of each worker over the interval, as the caller
+    /// measured it; empty when not measured. The larger of this and
+    /// [`CpuUse::utilisation`] of `cpu` counts.
     pub utilisation: &'a [f64],
-    /// The longest wait of work queued on a worker before it ran, over the
-    /// interval.
+    /// The CPU time the kernel accounted to the workers; `None`: not
+    /// measured.
+    pub cpu: Option<CpuUse<'a>>,
+    /// The longest wait of work before the agent got to it, over the
+    /// interval: a request's time from its read to its dispatch upstream,
+    /// or the bytes unread in a connection's socket over the rate the
+    /// agent reads it at.
     pub queue_delay: Duration,
     /// Relayed requests waiting for their answer.
     pub pending: u64,
@@ -145,6 +203,8 @@ pub struct Estimator {
     /// Consecutive measurements on the other side of the decision.
     streak: u32,
     estimate: Option<f64>,
+    /// The utilisation of the last measurement.
+    utilisation: f64,
 }
 
 impl Estimator {
@@ -156,6 +216,7 @@ impl Estimator {
             overloaded: false,
             streak: 0,
             estimate: None,
+            utilisation: 0.0,
         }
     }
 
@@ -167,7 +228,9 @@ impl Estimator {
             .iter()
             .copied()
             .fold(0.0_f64, f64::max)
+            .max(inputs.cpu.map_or(0.0, |c| c.utilisation()))
             .clamp(0.0, 1.0);
+        self.utilisation = u;
         let total: f64 = inputs.rates.iter().map(|(_, r)| r.max(0.0)).sum();
         let relayed = inputs.relayed.unwrap_or(total);
         // Queue delay counts with busy workers: with idle ones it is the
@@ -243,6 +306,12 @@ impl Estimator {
         )]
         let c = |e: f64| e.round().clamp(1.0, f64::from(u32::MAX)) as u32;
         self.estimate.filter(|_| self.overloaded).map(c)
+    }
+
+    /// The busiest worker's utilisation in the last measurement (0 to 1).
+    #[must_use]
+    pub fn utilisation(&self) -> f64 {
+        self.utilisation
     }
 
     /// The capacity estimate, whether or not the agent is overloaded.

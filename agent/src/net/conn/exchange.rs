@@ -6,6 +6,7 @@
 //! its §5.6.4 election in the peer table, and the transmissions of the peer
 //! state machine (CER, CEA, DPR, DPA).
 
+use std::os::fd::AsRawFd as _;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
@@ -83,6 +84,7 @@ impl Conn {
                         self.stream.peer_addr().ok(),
                         crate::overload::current_worker(),
                     );
+                    slot.note_socket(self.id, self.stream.tcp().as_raw_fd());
                 }
                 if !opened {
                     self.close_by_peer(Cause::AnotherOpen);
@@ -144,6 +146,7 @@ impl Conn {
                         self.stream.peer_addr().ok(),
                         crate::overload::current_worker(),
                     );
+                    slot.note_socket(self.id, self.stream.tcp().as_raw_fd());
                     self.peer = Some((id, slot));
                 }
                 _ => election_lost = true,

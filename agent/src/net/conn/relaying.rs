@@ -67,6 +67,14 @@ impl Conn {
     /// Route-Record and a fresh Hop-by-Hop Identifier into the hop-by-hop
     /// table ([`Relay::send_upstream`]).
     pub(super) fn send_upstream(&mut self, r: Relayed) {
+        if r.read_ns != 0
+            && let Some(ov) = &self.ctx.relay.overload
+        {
+            // How long the request waited in the agent between its read
+            // and now: its queue delay, measured when the worker got to it.
+            let age = ov.now_ns().saturating_sub(r.read_ns);
+            crate::overload::own::note_queue_delay(ov, Duration::from_nanos(age));
+        }
         let usable =
             self.fsm.state() == State::Open && self.watchdog.as_ref().is_some_and(Watchdog::usable);
         let features = match &self.ctx.relay.overload {
@@ -270,6 +278,7 @@ impl Conn {
             from,
             doic,
             cut,
+            read_ns: self.read_ns,
         };
         let relay = self.ctx.relay.relay(self.routes.router());
         let sent = match to {

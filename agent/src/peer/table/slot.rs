@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -40,6 +41,8 @@ pub mod state {
 pub struct PeerStats {
     /// Requests received from this peer.
     pub requests_in: AtomicU64,
+    /// Bytes read from this peer's connections (one add per read).
+    pub bytes_in: AtomicU64,
     /// Requests relayed to this peer (including failovers).
     pub requests_out: AtomicU64,
     /// Answers received from this peer, by Result-Code (0: none found).
@@ -71,6 +74,16 @@ pub struct PeerStats {
     pub queue_full: AtomicU64,
 }
 
+/// Clears what `slot` holds of connection `conn`, if it is that one's.
+fn forget<T: Copy>(slot: &Mutex<Option<(u64, T)>>, conn: u64) {
+    let mut held = slot
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if held.is_some_and(|(id, _)| id == conn) {
+        *held = None;
+    }
+}
+
 /// One peer of the table.
 #[derive(Debug)]
 pub struct PeerSlot {
@@ -93,6 +106,9 @@ pub struct PeerSlot {
     /// The open connection's id and remote transport address (for the
     /// kernel's per-address arrival rates).
     remote: Mutex<Option<(u64, SocketAddr)>>,
+    /// The open connection's id and socket descriptor: its unread bytes,
+    /// read by the control thread ([`PeerSlot::unread`]).
+    socket: Mutex<Option<(u64, RawFd)>>,
     /// The rate the agent holds it to while overloaded
     /// ([`crate::peer::limit::ClientLimit`], enforced by `overload::own`).
     pub own_limit: crate::peer::limit::ClientLimit,
@@ -132,6 +148,7 @@ impl PeerSlot {
             stats: PeerStats::default(),
             sensed: crate::peer::sensed::Sensed::new(),
             remote: Mutex::new(None),
+            socket: Mutex::new(None),
             own_limit: crate::peer::limit::ClientLimit::default(),
             down_cause: Mutex::new(None),
             retired: AtomicBool::new(false),
@@ -352,13 +369,8 @@ impl PeerSlot {
             self.set_state(state::CLOSED);
         }
         drop(reg);
-        let mut remote = self
-            .remote
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if remote.is_some_and(|(id, _)| id == conn) {
-            *remote = None;
-        }
+        forget(&self.remote, conn);
+        forget(&self.socket, conn);
     }
 
     /// Records the remote address of connection `conn`, which just opened,
@@ -371,6 +383,27 @@ impl PeerSlot {
             .remote
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = addr.map(|a| (conn, a));
+    }
+
+    /// Records the socket of connection `conn`, which just opened (called
+    /// on its task; forgotten when it unregisters).
+    pub fn note_socket(&self, conn: u64, fd: RawFd) {
+        *self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((conn, fd));
+    }
+
+    /// Bytes the peer sent on the open connection that wait unread in its
+    /// socket (`None`: no open connection, or the kernel would not say).
+    #[must_use]
+    pub fn unread(&self) -> Option<usize> {
+        let fd = self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .map(|(_, fd)| fd)?;
+        crate::host::socket::unread(fd).ok()
     }
 
     /// The remote transport address of the open connection, as

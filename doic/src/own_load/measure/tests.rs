@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use super::super::{OwnLoad, OwnLoadParams};
-use super::{Estimator, EstimatorParams, Inputs};
+use super::{CpuUse, Estimator, EstimatorParams, Inputs};
 
 const ME: &str = "agent.example.com";
 const WORKERS: usize = 2;
@@ -97,6 +97,7 @@ impl Sim {
                 pending: 0,
                 relayed: Some(self.relayed),
                 left: &[],
+                cpu: None,
             },
         );
         if self.ctl.is_reporting() != reporting {
@@ -330,4 +331,266 @@ fn saturated(rates: &[(String, f64)], relayed: f64) -> Inputs<'_> {
         relayed: Some(relayed),
         ..Inputs::default()
     }
+}
+
+/// One worker held to `quota` of one CPU by a cgroup (period 100 ms), as
+/// the agent's control thread sees it: the runtime's busy share reads 0
+/// (a worker that never parks submits none), the kernel's per-peer counts
+/// are absent, so the arrival rates are the requests read; what the
+/// kernel accounts (the thread's CPU time, the throttled periods) and the
+/// bytes waiting unread in the sockets (the queue delay: backlog over the
+/// rate it is read) are what there is. Each relayed request costs `cost`
+/// of CPU, each request the agent answers itself for exceeding an
+/// allocation `cost / 10`; requests the worker does not get to wait in
+/// the sockets, in order.
+struct QuotaSim {
+    ctl: OwnLoad,
+    now: Instant,
+    quota: f64,
+    cost: f64,
+    /// Requests waiting unread.
+    backlog: f64,
+    /// Relayed in the last second.
+    relayed: f64,
+    delay: Duration,
+    toggles: u32,
+    /// Seconds simulated.
+    t: u32,
+    /// When the estimator first found overload.
+    found_at: Option<u32>,
+}
+
+/// The period of the cgroup's quota.
+const PERIOD: Duration = Duration::from_millis(100);
+
+impl QuotaSim {
+    fn new(quota: f64, cost: f64) -> Self {
+        let now = Instant::now();
+        Self {
+            ctl: OwnLoad::new(ME, OwnLoadParams::measured(), now, 1_700_000_000_000),
+            now,
+            quota,
+            cost,
+            backlog: 0.0,
+            relayed: 0.0,
+            delay: Duration::ZERO,
+            toggles: 0,
+            t: 0,
+            found_at: None,
+        }
+    }
+
+    /// The requests per second the quota relays with nothing throttled.
+    fn capacity(&self) -> f64 {
+        self.quota / self.cost
+    }
+
+    fn second(&mut self, offered: &[(&str, f64)]) {
+        let reporting = self.ctl.is_reporting();
+        let arriving: f64 = offered.iter().map(|(_, r)| r).sum();
+        let admitted: f64 = offered
+            .iter()
+            .map(|(p, r)| match self.ctl.allocation(p) {
+                Some(a) if reporting => r.min(f64::from(a)),
+                _ => *r,
+            })
+            .sum();
+        let kept = if arriving > 0.0 {
+            admitted / arriving
+        } else {
+            1.0
+        };
+        let mean_cost = self.cost * (kept + (1.0 - kept) / 10.0);
+        let queue = self.backlog + arriving;
+        let read = queue.min(self.quota / mean_cost);
+        self.backlog = queue - read;
+        let cpu = read * mean_cost;
+        let saturated = cpu >= 0.99 * self.quota;
+        self.relayed = read * kept;
+        // The queue delay the agent measures: the backlog at the rate it is
+        // read, and with the quota spent, the rest of a period the worker
+        // waits for the next one.
+        let pause = if saturated {
+            PERIOD.mul_f64(1.0 - self.quota)
+        } else {
+            Duration::from_micros(200)
+        };
+        let backlog = if read > 0.0 {
+            Duration::from_secs_f64((self.backlog / read).min(10.0))
+        } else {
+            Duration::from_secs(1)
+        };
+        self.delay = pause.max(backlog);
+        let share = if arriving > 0.0 { read / arriving } else { 0.0 };
+        let rates: Vec<(String, f64)> = offered
+            .iter()
+            .map(|(p, r)| ((*p).to_owned(), r * share))
+            .collect();
+        let workers = [Duration::from_secs_f64(cpu)];
+        self.now += Duration::from_secs(1);
+        self.t += 1;
+        self.ctl.handle_load(
+            self.now,
+            Inputs {
+                rates: &rates,
+                // The runtime's busy time of a worker that never parks.
+                utilisation: &[0.0],
+                cpu: Some(CpuUse {
+                    interval: Duration::from_secs(1),
+                    workers: &workers,
+                    process: Some(Duration::from_secs_f64(cpu * 1.02)),
+                    quota: Some(self.quota),
+                    throttled: Some(if saturated { 1.0 } else { 0.0 }),
+                }),
+                queue_delay: self.delay,
+                pending: 0,
+                relayed: Some(self.relayed),
+                left: &[],
+            },
+        );
+        if self.ctl.estimator().is_overloaded() && self.found_at.is_none() {
+            self.found_at = Some(self.t);
+        }
+        if self.ctl.is_reporting() != reporting {
+            self.toggles += 1;
+        }
+    }
+
+    fn run(&mut self, seconds: u32, offered: &[(&str, f64)]) {
+        for _ in 0..seconds {
+            self.second(offered);
+        }
+    }
+}
+
+/// 20 µs of CPU per relayed request in 0.1 CPU: 5,000 requests/s.
+const QUOTA: f64 = 0.1;
+const QUOTA_COST: f64 = 20e-6;
+
+#[test]
+fn cpu_use_is_measured_against_the_quota() {
+    let one = [Duration::from_millis(100)];
+    let cpu = CpuUse {
+        interval: Duration::from_secs(1),
+        workers: &one,
+        quota: Some(0.1),
+        ..CpuUse::default()
+    };
+    // 0.1 s of CPU in a second is all 0.1 CPU allows.
+    assert!((cpu.utilisation() - 1.0).abs() < 1e-9);
+    // Without a limit, 10 % of the wall clock.
+    let free = CpuUse { quota: None, ..cpu };
+    assert!((free.utilisation() - 0.1).abs() < 1e-9);
+    // Two workers sharing the quota: each reads half, the process all.
+    let two = [Duration::from_millis(50); 2];
+    let shared = CpuUse {
+        workers: &two,
+        process: Some(Duration::from_millis(100)),
+        ..cpu
+    };
+    assert!((shared.utilisation() - 1.0).abs() < 1e-9);
+    assert_eq!(CpuUse::default().utilisation(), 0.0);
+}
+
+#[test]
+fn a_saturated_worker_in_a_tenth_of_a_cpu_finds_its_overload_within_two_seconds() {
+    let mut sim = QuotaSim::new(QUOTA, QUOTA_COST);
+    let c = sim.capacity();
+    // Half the capacity: 50 % of the quota, no backlog, nothing found.
+    sim.run(10, &both(c / 4.0));
+    assert!(!sim.ctl.estimator().is_overloaded());
+    assert!((sim.ctl.estimator().utilisation() - 0.5).abs() < 0.01);
+    // 2x: every input the worker would publish itself reads 0 (busy share
+    // 0, rates capped at what it reads), yet its CPU time against the
+    // quota and the backlog find it within `enter_after` measurements.
+    sim.run(2, &both(c));
+    assert_eq!(sim.found_at, Some(12), "found in the second measurement");
+    sim.run(1, &both(c));
+    assert!(sim.ctl.is_reporting());
+    // The capacity measured is what the quota relays at the target
+    // utilisation, near 80 % of C.
+    let capacity = f64::from(sim.ctl.capacity().expect("overloaded"));
+    assert!((0.6 * c..=0.9 * c).contains(&capacity), "{capacity} of {c}");
+    // Held to it, the backlog stops growing and drains: what the sockets
+    // held is read within a few seconds and the queue delay falls to the
+    // quota's own pause.
+    sim.run(20, &both(c));
+    assert!(sim.backlog < 0.05 * c, "backlog {}", sim.backlog);
+    assert!(sim.relayed >= 0.6 * c, "goodput {} of {c}", sim.relayed);
+    assert_eq!(sim.toggles, 1);
+}
+
+#[test]
+fn the_same_worker_with_only_the_runtime_s_busy_share_finds_nothing() {
+    // What the agent measured before: busy share 0, no queue delay from a
+    // tick that never ran: 2x for 10 s and nothing found.
+    let mut e = Estimator::new(EstimatorParams::default());
+    let rates = vec![("c1".to_owned(), 5000.0)];
+    for _ in 0..10 {
+        e.handle_load(&Inputs {
+            rates: &rates,
+            utilisation: &[0.0],
+            relayed: Some(5000.0),
+            ..Inputs::default()
+        });
+    }
+    assert!(!e.is_overloaded());
+    // The same second with the thread's CPU time against the quota and the
+    // delay of the backlog: found.
+    let one = [Duration::from_millis(100)];
+    for _ in 0..2 {
+        e.handle_load(&Inputs {
+            rates: &rates,
+            utilisation: &[0.0],
+            cpu: Some(CpuUse {
+                interval: Duration::from_secs(1),
+                workers: &one,
+                quota: Some(0.1),
+                ..CpuUse::default()
+            }),
+            queue_delay: Duration::from_millis(500),
+            relayed: Some(5000.0),
+            ..Inputs::default()
+        });
+    }
+    assert!(e.is_overloaded());
+}
+
+#[test]
+fn an_idle_worker_in_a_tenth_of_a_cpu_is_never_overloaded() {
+    let mut sim = QuotaSim::new(QUOTA, QUOTA_COST);
+    let c = sim.capacity();
+    // 30 % of the quota for a minute, with a 1 % of C step now and then.
+    for i in 0..60 {
+        let r = if i % 7 == 0 { 0.16 * c } else { 0.15 * c };
+        sim.second(&both(r));
+    }
+    assert_eq!(sim.found_at, None);
+    assert_eq!(sim.toggles, 0);
+    assert!(sim.ctl.estimator().utilisation() < 0.4);
+}
+
+#[test]
+fn recovery_ends_the_overload_after_the_hysteresis_and_only_once() {
+    let mut sim = QuotaSim::new(QUOTA, QUOTA_COST);
+    let c = sim.capacity();
+    sim.run(20, &both(c));
+    assert!(sim.ctl.is_reporting());
+    // The load falls to 20 % of C: the estimator needs `leave_after` (3)
+    // measurements below every low threshold, the reports then `end_after`
+    // (2 s) below 80 % of the capacity.
+    sim.run(2, &both(0.1 * c));
+    assert!(
+        sim.ctl.estimator().is_overloaded(),
+        "not before 3 measurements"
+    );
+    assert!(sim.ctl.is_reporting());
+    sim.run(8, &both(0.1 * c));
+    assert!(!sim.ctl.estimator().is_overloaded());
+    assert!(!sim.ctl.is_reporting());
+    assert!(sim.ctl.reports().all(super::super::OwnReport::is_end));
+    assert_eq!(sim.toggles, 2);
+    // And it stays so.
+    sim.run(30, &both(0.1 * c));
+    assert_eq!(sim.toggles, 2);
 }
