@@ -1,7 +1,8 @@
 //! Kernel side of the agent's telemetry: per-peer counters of Diameter traffic
-//! (RFC 6733 §2.1, Diameter over TCP) and recognition of the Diameter header
-//! (RFC 6733 §3: version 1, 24-bit length, R flag) where a message starts at
-//! the start of a TCP segment's payload.
+//! (RFC 6733 §2.1, Diameter over TCP) and of the Diameter requests and
+//! answers in it (RFC 6733 §3 header: version 1, 24-bit length, R flag),
+//! every message of every segment, followed through the byte stream per flow
+//! (`stream`).
 //!
 //! One parse path serves three hooks: XDP (ingress, native or generic), TC
 //! ingress and TC egress. It reads Ethernet (with at most one VLAN tag), IPv4
@@ -13,22 +14,28 @@
 //! source not in `DOIC_SYN_ALLOW`.
 //!
 //! Cost: a packet that is not TCP to or from a Diameter port costs the header
-//! reads and two loads from the port bitmap; a matching packet
-//! adds one per-CPU hash lookup and a few increments.
+//! reads and two loads from the port bitmap; a matching packet adds one
+//! per-CPU hash lookup and a few increments, and one with payload a flow
+//! lookup and a read per Diameter header.
 
 #![no_std]
 #![no_main]
+#![feature(asm_experimental_arch)]
+
+mod stream;
 
 use agent_ebpf_common::{
-    DIR_FROM_PEER, DIR_TO_PEER, FLAG_SYN_GUARD, GLOBAL_COUNT, GLOBAL_TABLE_FULL, GLOBAL_UNPARSED,
-    MAX_PEERS, MAX_SYN_ALLOW, PORT_WORDS, PeerKey, PeerStats,
+    DIR_FROM_PEER, DIR_TO_PEER, FLAG_SYN_GUARD, FlowKey, FlowState, GLOBAL_COUNT,
+    GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, MAX_FLOWS, MAX_PEERS, MAX_SYN_ALLOW, PORT_WORDS, PeerKey,
+    PeerStats,
 };
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action},
     macros::{classifier, map, xdp},
-    maps::{Array, LpmTrie, PerCpuArray, PerCpuHashMap, lpm_trie::Key},
+    maps::{Array, LpmTrie, LruHashMap, PerCpuArray, PerCpuHashMap, lpm_trie::Key},
     programs::{TcContext, XdpContext},
 };
+use stream::{Counted, Payload};
 
 #[map]
 static DOIC_PEERS: PerCpuHashMap<PeerKey, PeerStats> =
@@ -37,6 +44,9 @@ static DOIC_PEERS: PerCpuHashMap<PeerKey, PeerStats> =
 /// Port bitmap (`GLOBAL_PORT_BITS`), set by the agent at load time.
 #[unsafe(no_mangle)]
 static DOIC_PORT_BITS: [u64; PORT_WORDS as usize] = [0; PORT_WORDS as usize];
+
+#[map]
+static DOIC_FLOWS: LruHashMap<FlowKey, FlowState> = LruHashMap::with_max_entries(MAX_FLOWS, 0);
 
 #[map]
 static DOIC_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
@@ -56,13 +66,8 @@ const ETH_P_8021AD: u16 = 0x88A8;
 const IPPROTO_TCP: u8 = 6;
 const TCP_SYN: u8 = 0x02;
 const TCP_ACK: u8 = 0x10;
-/// RFC 6733 §3: the header is 20 bytes.
-const DIAMETER_HLEN: u32 = 20;
-/// RFC 6733 §3: "R(equest) – If set, the message is a request."
-const DIAMETER_FLAG_R: u8 = 0x80;
-/// RFC 6733 §3: "r(eserved) – These flag bits are reserved for future use and
-/// MUST be set to zero."
-const DIAMETER_FLAGS_RESERVED: u8 = 0x0F;
+/// Packet offsets the direct reads accept: the verifier needs a bound.
+const MAX_DIRECT_OFF: usize = 0xFFF0;
 
 /// What the hook does with the packet.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -80,31 +85,50 @@ enum Dir {
     Egress,
 }
 
-/// Reads the first bytes of a TCP payload. XDP reads the linear buffer
-/// directly; TC goes through `bpf_skb_load_bytes`, because the payload of a
-/// locally generated segment may sit in page fragments.
-trait Payload {
-    /// The first 8 bytes at `off`, as loaded (network byte order).
-    fn head(&self, start: usize, end: usize, off: usize) -> Option<u64>;
-}
+/// XDP reads the linear buffer directly (on a multi-buffer frame, bytes
+/// past it count as unreadable). The packet pointers are read from the
+/// context at each read, so that the verifier sees the same (fresh) pointers
+/// on every path into the walk and prunes them together.
+struct Direct<'a>(&'a XdpContext);
 
-struct Direct;
-
-impl Payload for Direct {
+impl Payload for Direct<'_> {
     #[inline(always)]
-    fn head(&self, start: usize, end: usize, off: usize) -> Option<u64> {
-        // The full 20-byte header must be in the frame, not only what we read.
-        let p = ptr_at::<[u8; DIAMETER_HLEN as usize]>(start, end, off)?;
-        Some(load::<u64>(p as usize))
+    fn word(&self, mut off: usize) -> Option<u64> {
+        // Opaque to LLVM, so that `off + 8` below is not folded with how the
+        // caller computed `off` (`x - 8 + 8`): the verifier must see the
+        // pointer it reads through compared with the packet's end.
+        // SAFETY: an empty instruction sequence; `off` goes through unchanged.
+        unsafe { core::arch::asm!("/* {0} */", inout(reg) off, options(pure, nomem, nostack)) };
+        if off > MAX_DIRECT_OFF {
+            return None;
+        }
+        // SAFETY: the context the kernel passed; volatile so that LLVM does
+        // not reuse the pointers loaded before the walk.
+        let (start, end) = unsafe {
+            let md = self.0.ctx;
+            (
+                core::ptr::read_volatile(&raw const (*md).data) as usize,
+                core::ptr::read_volatile(&raw const (*md).data_end) as usize,
+            )
+        };
+        let mut p = ptr_at::<u64>(start, end, off)? as usize;
+        // And from reading through `p + 8 - 8`, an offset outside the range
+        // the verifier proved for the register it compared.
+        // SAFETY: as above.
+        unsafe { core::arch::asm!("/* {0} */", inout(reg) p, options(pure, nomem, nostack)) };
+        Some(u64::from_be(load::<u64>(p)))
     }
 }
 
+/// TC goes through `bpf_skb_load_bytes`, which reaches the page fragments
+/// where the payload of a locally generated segment (or the rest of a GSO
+/// super-segment) may sit.
 struct Skb<'a>(&'a TcContext);
 
 impl Payload for Skb<'_> {
     #[inline(always)]
-    fn head(&self, _start: usize, _end: usize, off: usize) -> Option<u64> {
-        self.0.load::<u64>(off).ok()
+    fn word(&self, off: usize) -> Option<u64> {
+        self.0.load::<u64>(off).ok().map(u64::from_be)
     }
 }
 
@@ -128,7 +152,7 @@ fn port_is_diameter(port: u16) -> bool {
 }
 
 #[inline(always)]
-fn global_add(index: u32) {
+pub(crate) fn global_add(index: u32) {
     if let Some(v) = DOIC_GLOBAL.get_ptr_mut(index) {
         // SAFETY: per-CPU slot; programs do not migrate while running.
         unsafe { *v += 1 };
@@ -138,8 +162,7 @@ fn global_add(index: u32) {
 /// What one packet adds to its peer's counters.
 struct Sample {
     bytes: u64,
-    request: bool,
-    answer: bool,
+    messages: Counted,
     syn: bool,
     syn_dropped: bool,
 }
@@ -148,10 +171,11 @@ struct Sample {
 fn add(stats: &mut PeerStats, s: &Sample) {
     stats.packets += 1;
     stats.bytes += s.bytes;
-    stats.requests += u64::from(s.request);
-    stats.answers += u64::from(s.answer);
+    stats.requests += u64::from(s.messages.requests);
+    stats.answers += u64::from(s.messages.answers);
     stats.syn += u64::from(s.syn);
     stats.syn_dropped += u64::from(s.syn_dropped);
+    stats.inexact += u64::from(s.messages.inexact);
 }
 
 #[inline(always)]
@@ -187,22 +211,6 @@ fn syn_refused(addr: &[u8; 16]) -> bool {
     guard && DOIC_SYN_ALLOW.get(Key::new(128, *addr)).is_none()
 }
 
-/// RFC 6733 §3 sanity check of a header at a segment start: version 1, a
-/// length of at least 20 that is a multiple of 4, reserved flags clear.
-/// Returns `Some(true)` for a request, `Some(false)` for an answer.
-#[inline(always)]
-fn diameter_kind(h: u64) -> Option<bool> {
-    // Network order: version, length (3 bytes), flags, command code (3 bytes).
-    let w = u64::from_be(h);
-    let version = (w >> 56) as u8;
-    let len = ((w >> 32) & 0x00FF_FFFF) as u32;
-    let flags = (w >> 24) as u8;
-    if version != 1 || len < DIAMETER_HLEN || len & 3 != 0 || flags & DIAMETER_FLAGS_RESERVED != 0 {
-        return None;
-    }
-    Some(flags & DIAMETER_FLAG_R != 0)
-}
-
 /// Reads a `T` at `p`, which callers have bounds-checked. The build enables
 /// misaligned loads (`+allows-misaligned-mem-access`, see `.cargo/config.toml`),
 /// so this is one load instruction; the verifier accepts misaligned packet
@@ -214,12 +222,18 @@ fn load<T: Copy>(p: usize) -> T {
 }
 
 /// The shared parse path. `start..end` is the directly readable frame,
-/// `bytes` the packet length to count.
+/// `bytes` the packet length to count. `REWIND`: see `stream::segment`.
 ///
 /// Ordered for the common case of traffic that is not Diameter: nothing is
 /// built or looked up per peer until the TCP ports have matched.
 #[inline(always)]
-fn observe<P: Payload>(start: usize, end: usize, bytes: u64, dir: Dir, payload: &P) -> Verdict {
+fn observe<P: Payload, const REWIND: bool>(
+    start: usize,
+    end: usize,
+    bytes: u64,
+    dir: Dir,
+    payload: &P,
+) -> Verdict {
     if ptr_at::<[u8; ETH_HLEN]>(start, end, 0).is_none() {
         return Verdict::Pass;
     }
@@ -252,7 +266,14 @@ fn observe<P: Payload>(start: usize, end: usize, bytes: u64, dir: Dir, payload: 
             return Verdict::Pass;
         }
         l4 = l3 + ihl;
-        l4_len = u32::from(u16::from_be(load::<u16>(ip_at + 2))).saturating_sub(ihl as u32);
+        let total = u32::from(u16::from_be(load::<u16>(ip_at + 2)));
+        // 0 on a GSO super-segment above 64 KiB (BIG TCP): the skb's length.
+        let total = if total == 0 {
+            (bytes as u32).saturating_sub(l3 as u32)
+        } else {
+            total
+        };
+        l4_len = total.saturating_sub(ihl as u32);
         v4 = true;
     } else if proto == ETH_P_IPV6 {
         if ptr_at::<[u8; 40]>(start, end, l3).is_none() {
@@ -268,7 +289,13 @@ fn observe<P: Payload>(start: usize, end: usize, bytes: u64, dir: Dir, payload: 
             return Verdict::Pass;
         }
         l4 = l3 + 40;
-        l4_len = u32::from(u16::from_be(load::<u16>(ip_at + 4)));
+        let payload_len = u32::from(u16::from_be(load::<u16>(ip_at + 4)));
+        // 0 on a GSO super-segment above 64 KiB (BIG TCP): the skb's length.
+        l4_len = if payload_len == 0 {
+            (bytes as u32).saturating_sub(l4 as u32)
+        } else {
+            payload_len
+        };
         v4 = false;
     } else {
         return Verdict::Pass;
@@ -288,23 +315,14 @@ fn observe<P: Payload>(start: usize, end: usize, bytes: u64, dir: Dir, payload: 
     }
 
     // A Diameter port: build the key.
-    let addr: [u8; 16] = if v4 {
-        let at = ip_at + if dir == Dir::Ingress { 12 } else { 16 };
-        // ::ffff:a.b.c.d, written as four native words.
-        let words: [u32; 4] = [
-            0,
-            0,
-            u32::from_ne_bytes([0, 0, 0xFF, 0xFF]),
-            load::<u32>(at),
-        ];
-        // SAFETY: same size, any bit pattern is valid.
-        unsafe { core::mem::transmute::<[u32; 4], [u8; 16]>(words) }
+    let (src, dst) = if v4 {
+        (address_v4(ip_at + 12), address_v4(ip_at + 16))
     } else {
-        let at = ip_at + if dir == Dir::Ingress { 8 } else { 24 };
-        let words: [u64; 2] = [load::<u64>(at), load::<u64>(at + 8)];
-        // SAFETY: as above.
-        unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(words) }
+        (address_v6(ip_at + 8), address_v6(ip_at + 24))
     };
+    let addr = if dir == Dir::Ingress { src } else { dst };
+    // SAFETY: same size, any bit pattern is valid.
+    let addr = unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(addr) };
     let key = PeerKey {
         addr,
         port: if dir == Dir::Ingress { sport } else { dport },
@@ -319,37 +337,79 @@ fn observe<P: Payload>(start: usize, end: usize, bytes: u64, dir: Dir, payload: 
     let flags = load::<u8>(tcp + 13);
     let syn = flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
     let doff = u32::from(load::<u8>(tcp + 12) >> 4) * 4;
+    let seq = u32::from_be(load::<u32>(tcp + 4));
     let mut sample = Sample {
         bytes,
-        request: false,
-        answer: false,
+        messages: Counted::default(),
         syn,
         syn_dropped: false,
     };
-    if syn {
-        if dir == Dir::Ingress && to_diameter && syn_refused(&key.addr) {
+    let flow = || FlowKey {
+        src,
+        dst,
+        ports_direction: u64::from(load::<u32>(tcp)) | (u64::from(key.direction) << 32),
+    };
+    if flags & TCP_SYN != 0 {
+        if syn && dir == Dir::Ingress && to_diameter && syn_refused(&key.addr) {
             sample.syn_dropped = true;
             count(&key, &sample);
             return Verdict::Drop;
         }
-    } else if l4_len >= doff + DIAMETER_HLEN
-        && let Some(head) = payload.head(start, end, l4 + doff as usize)
-    {
-        match diameter_kind(head) {
-            Some(true) => sample.request = true,
-            Some(false) => sample.answer = true,
-            None => {}
-        }
+        // SYN or SYN-ACK: the stream's first byte is ISN + 1.
+        let start = FlowState {
+            next: u64::from(seq.wrapping_add(1)),
+            synced: 1,
+            ..FlowState::default()
+        };
+        let _ = DOIC_FLOWS.insert(flow(), start, 0);
+    } else if l4_len > doff {
+        sample.messages = stream::segment(
+            payload,
+            &flow(),
+            seq,
+            l4 + doff as usize,
+            l4_len - doff,
+            REWIND,
+        );
     }
     count(&key, &sample);
     Verdict::Pass
 }
 
+/// An IPv4 address at `at` (bounds-checked by the caller) as IPv4-mapped
+/// IPv6, in two native words as it lies in memory.
+#[inline(always)]
+fn address_v4(at: usize) -> [u64; 2] {
+    // ::ffff:a.b.c.d: bytes 8-15 are 00 00 ff ff a b c d.
+    let low = u64::from(u32::from_ne_bytes([0, 0, 0xFF, 0xFF]));
+    let high = u64::from(load::<u32>(at));
+    [0, low | (high << 32)]
+}
+
+/// An IPv6 address at `at` (bounds-checked by the caller), likewise.
+#[inline(always)]
+fn address_v6(at: usize) -> [u64; 2] {
+    [load::<u64>(at), load::<u64>(at + 8)]
+}
+
 /// XDP hook (native or generic): counts what arrives from peers.
 #[xdp]
 pub fn doic_xdp(ctx: XdpContext) -> u32 {
+    xdp::<false>(&ctx)
+}
+
+/// `doic_xdp` for the benchmarks: a segment of a known flow is taken as the
+/// next in sequence, so that one packet replayed measures the steady state.
+#[xdp]
+pub fn doic_xdp_bench(ctx: XdpContext) -> u32 {
+    xdp::<true>(&ctx)
+}
+
+#[inline(always)]
+fn xdp<const REWIND: bool>(ctx: &XdpContext) -> u32 {
     let (start, end) = (ctx.data(), ctx.data_end());
-    match observe(start, end, (end - start) as u64, Dir::Ingress, &Direct) {
+    let direct = Direct(ctx);
+    match observe::<_, REWIND>(start, end, (end - start) as u64, Dir::Ingress, &direct) {
         Verdict::Pass => xdp_action::XDP_PASS,
         Verdict::Drop => xdp_action::XDP_DROP,
     }
@@ -370,7 +430,7 @@ pub fn doic_tc_egress(ctx: TcContext) -> i32 {
 
 #[inline(always)]
 fn tc(ctx: &TcContext, dir: Dir) -> i32 {
-    match observe(
+    match observe::<_, false>(
         ctx.data(),
         ctx.data_end(),
         u64::from(ctx.len()),

@@ -38,13 +38,13 @@ use std::os::fd::{AsFd, AsRawFd};
 #[cfg(feature = "probe")]
 use std::path::Path;
 
-#[cfg(feature = "probe")]
-use agent_ebpf_common::PROG_XDP_PASS;
 use agent_ebpf_common::{
-    DIR_FROM_PEER, DIR_TO_PEER, FLAG_SYN_GUARD, GLOBAL_PORT_BITS, GLOBAL_TABLE_FULL,
-    GLOBAL_UNPARSED, MAP_CONFIG, MAP_GLOBAL, MAP_PEERS, MAP_SYN_ALLOW, PORT_WORDS, PROG_TC_EGRESS,
-    PROG_TC_INGRESS, PROG_XDP, PeerKey, PeerStats,
+    DIR_FROM_PEER, DIR_TO_PEER, FLAG_SYN_GUARD, GLOBAL_INEXACT, GLOBAL_PORT_BITS,
+    GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, INEXACT_CAUSES, MAP_CONFIG, MAP_GLOBAL, MAP_PEERS,
+    MAP_SYN_ALLOW, PORT_WORDS, PROG_TC_EGRESS, PROG_TC_INGRESS, PROG_XDP, PeerKey, PeerStats,
 };
+#[cfg(feature = "probe")]
+use agent_ebpf_common::{PROG_XDP_BENCH, PROG_XDP_PASS};
 use aya::maps::{Array, LpmTrie, MapData, MapError, PerCpuArray, PerCpuHashMap, lpm_trie::Key};
 use aya::programs::{ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode};
 use aya::{Ebpf, EbpfError, EbpfLoader};
@@ -375,9 +375,14 @@ fn read_global(ebpf: &Ebpf) -> Result<GlobalCounters, LoadError> {
         let values = global.get(&index, 0).map_err(map_err(MAP_GLOBAL))?;
         Ok(values.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
     };
+    let mut inexact = [0; INEXACT_CAUSES as usize];
+    for (cause, v) in (0..INEXACT_CAUSES).zip(inexact.iter_mut()) {
+        *v = sum(GLOBAL_INEXACT + cause)?;
+    }
     Ok(GlobalCounters {
         unparsed: sum(GLOBAL_UNPARSED)?,
         table_full: sum(GLOBAL_TABLE_FULL)?,
+        inexact,
     })
 }
 
@@ -542,8 +547,9 @@ fn test_run(prog_fd: i32, frame: &[u8]) -> Result<i32, std::io::Error> {
 }
 
 #[cfg(feature = "probe")]
-/// Loads the object, fills the maps from `cfg` and pins the XDP program and
-/// the empty anchor program under `dir` (on a mounted bpffs), without
+/// Loads the object, fills the maps from `cfg` and pins the XDP program, its
+/// benchmark variant (`PROG_XDP_BENCH`) and the empty anchor program under
+/// `dir` (on a mounted bpffs), without
 /// attaching anything: for `bpftool prog run` benchmarks. The pins keep the
 /// programs and their maps alive after the process exits; remove `dir` to
 /// free them.
@@ -554,7 +560,7 @@ fn test_run(prog_fd: i32, frame: &[u8]) -> Result<i32, std::io::Error> {
 pub fn pin_for_test_run(cfg: &Config, dir: &Path) -> Result<(), LoadError> {
     let mut ebpf = load_object(cfg)?;
     write_config(&mut ebpf, cfg)?;
-    for name in [PROG_XDP, PROG_XDP_PASS] {
+    for name in [PROG_XDP, PROG_XDP_BENCH, PROG_XDP_PASS] {
         let prog: &mut Xdp = program(&mut ebpf, name)?;
         prog.load()
             .map_err(|source| LoadError::Program { name, source })?;

@@ -41,12 +41,16 @@ pub struct KernelLoad {
 impl KernelLoad {
     /// Diameter requests per second received from `peer` (the remote
     /// address of a connection, as `TcpStream::peer_addr` gives it), or
-    /// `None` when the kernel saw nothing from it in the last tick's window.
+    /// `None` when the kernel saw nothing from it in the last tick's window,
+    /// or could not count its requests exactly in that window (a segment
+    /// out of sequence, a flow state lost, ...: [`PeerRate::exact`]); the
+    /// caller then falls back to its own count for that peer.
     #[must_use]
     pub fn arrival_rate(&self, peer: SocketAddr) -> Option<f64> {
         self.rates
             .iter()
             .find(|r| r.peer == peer && r.direction == Direction::FromPeer)
+            .filter(|r| r.exact)
             .map(|r| r.requests)
     }
 
@@ -220,6 +224,7 @@ mod tests {
             requests,
             answers: 0.0,
             syn: 0.0,
+            exact: true,
         };
         let load = KernelLoad {
             at: Some(Instant::now()),
@@ -233,5 +238,10 @@ mod tests {
         assert_eq!(load.arrival_rate(b), Some(50.0));
         assert_eq!(load.arrival_rate("10.0.0.2:5000".parse().unwrap()), None);
         assert_eq!(load.total_arrival_rate(), 150.0);
+        // A rate the kernel could not count exactly is not given.
+        let mut inexact = load.clone();
+        inexact.rates[0].exact = false;
+        assert_eq!(inexact.arrival_rate(a), None);
+        assert_eq!(inexact.arrival_rate(b), Some(50.0));
     }
 }

@@ -1,8 +1,10 @@
 //! The kernel program's parse path, frame by frame, through the kernel's test
-//! run (`BPF_PROG_TEST_RUN`): what is counted and for whom, what is only
-//! recognised as a Diameter request or answer (RFC 6733 §3 header at a segment
-//! start), what is counted as unparsed, what the SYN guard drops, and that no
-//! frame, however malformed or truncated, is ever dropped otherwise.
+//! run (`BPF_PROG_TEST_RUN`): what is counted and for whom, every Diameter
+//! request and answer of a byte stream (RFC 6733 §3 headers, followed
+//! through their lengths across segments), what the program cannot count
+//! exactly and why, what is counted as unparsed, what the SYN guard drops,
+//! and that no frame, however malformed or truncated, is ever dropped
+//! otherwise.
 //!
 //! Needs root (CAP_BPF), so every test is ignored by plain `cargo test`;
 //! `cargo xtask test --only ebpf` runs them.
@@ -18,8 +20,12 @@ mod packets;
 
 use std::net::SocketAddr;
 
-use agent::ebpf::{Config, Direction, PeerCounters, Probe, ProbeHook};
-use packets::{ACK, Frame, PSH_ACK, SYN, SYN_ACK};
+use agent::ebpf::{Config, Direction, GlobalCounters, PeerCounters, Probe, ProbeHook};
+use agent_ebpf_common::{
+    INEXACT_BAD_HEADER, INEXACT_CAUSES, INEXACT_GAP, INEXACT_NO_FLOW, INEXACT_UNREADABLE,
+    INEXACT_UNSYNCED,
+};
+use packets::{ACK, Frame, PSH_ACK, SYN, SYN_ACK, Stream};
 
 const XDP_DROP: i32 = 1;
 const XDP_PASS: i32 = 2;
@@ -59,13 +65,14 @@ fn counts_segments_bytes_requests_and_answers_per_source() {
         ("[fd00::1]:40000", "[fd00::2]:3868"),
     ] {
         let p = probe(&Config::default());
+        let mut s = Stream::new(client, server, 999);
         let frames = [
-            Frame::new(client, server, SYN, &[]).build(),
+            s.syn(SYN),
             Frame::new(client, server, ACK, &[]).build(),
-            Frame::new(client, server, PSH_ACK, &request()).build(),
-            Frame::new(client, server, PSH_ACK, &answer()).build(),
-            // The rest of a message: starts with AVP bytes, not a header.
-            Frame::new(client, server, PSH_ACK, &request()[20..]).build(),
+            s.data(&request()[..20]),
+            // The rest of the message: starts with AVP bytes, not a header.
+            s.data(&request()[20..]),
+            s.data(&answer()),
         ];
         for f in &frames {
             assert_eq!(run(&p, ProbeHook::Xdp, f), XDP_PASS);
@@ -84,6 +91,7 @@ fn counts_segments_bytes_requests_and_answers_per_source() {
             (5, bytes as u64, 1, 1, 1, 0),
             "{client}"
         );
+        assert_eq!(c.inexact, 0, "{client}");
         assert_eq!(p.read().unwrap().len(), 1, "only the source is a peer");
         let mut p = p;
         assert_eq!(p.forget(client.parse().unwrap()).unwrap(), 1);
@@ -116,14 +124,14 @@ fn recognises_only_sane_headers_at_segment_start() {
     let p = probe(&Config::default());
     let src = "10.0.0.1:40000";
     let dst = "10.0.0.2:3868";
+    // No SYN: each segment is taken where it starts (a hole before each),
+    // so each is checked as the first of a stream.
     let mut sent = 0;
     let mut send = |payload: &[u8]| {
         sent += 1;
-        run(
-            &p,
-            ProbeHook::Xdp,
-            &Frame::new(src, dst, PSH_ACK, payload).build(),
-        )
+        let mut f = Frame::new(src, dst, PSH_ACK, payload);
+        f.seq = sent * 100_000;
+        run(&p, ProbeHook::Xdp, &f.build())
     };
     let good = request();
     // RFC 6733 §3: version 1 only.
@@ -335,6 +343,223 @@ fn malformed_and_truncated_frames_always_pass() {
             // The kernel builds no skb from a frame too short for its IP
             // header, so no TC hook can see one.
             Err(e) => assert!(f.len() < 14 + 40, "{e:?} for {f:02x?}"),
+        }
+    }
+}
+
+/// A small request (60 bytes and up, by `pad`) with hop-by-hop id `i`.
+fn small_request(i: u32, pad: usize) -> Vec<u8> {
+    handmade::request(i, "c", pad)
+}
+
+/// `n` requests and answers of assorted lengths, mixed, in one byte string,
+/// and how many of each.
+fn batch(n: u32, seed: u32) -> (Vec<u8>, u64, u64) {
+    let mut bytes = Vec::new();
+    let (mut requests, mut answers) = (0, 0);
+    for i in 0..n {
+        let req = small_request(seed + i, ((seed + i) as usize * 4) % 12);
+        if (seed + i) % 5 == 4 {
+            bytes.extend_from_slice(&handmade::answer(&req, "s"));
+            answers += 1;
+        } else {
+            bytes.extend_from_slice(&req);
+            requests += 1;
+        }
+    }
+    (bytes, requests, answers)
+}
+
+fn counters(p: &Probe, addr: &str, direction: Direction) -> PeerCounters {
+    peer(p, addr, direction).unwrap_or_else(|| panic!("{addr} {direction:?} not counted"))
+}
+
+fn inexact_causes(g: &GlobalCounters) -> [u64; INEXACT_CAUSES as usize] {
+    g.inexact
+}
+
+const FLOWS: [(&str, &str); 2] = [
+    ("10.0.0.1:40000", "10.0.0.2:3868"),
+    ("[fd00::1]:40000", "[fd00::2]:3868"),
+];
+
+/// The hooks, the direction each counts, and whose address keys the peer.
+const HOOKS: [(ProbeHook, Direction, bool); 3] = [
+    (ProbeHook::Xdp, Direction::FromPeer, true),
+    (ProbeHook::TcIngress, Direction::FromPeer, true),
+    (ProbeHook::TcEgress, Direction::ToPeer, false),
+];
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn counts_every_message_of_a_segment() {
+    for (hook, direction, by_source) in HOOKS {
+        for (src, dst) in FLOWS {
+            let p = probe(&Config::default());
+            let mut s = Stream::new(src, dst, 0xffff_ff00);
+            run(&p, hook, &s.syn(SYN));
+            let (mut requests, mut answers) = (0, 0);
+            // 10 to 50 messages per segment; the sequence numbers wrap.
+            for (k, n) in [10, 23, 50, 37, 1, 44].into_iter().enumerate() {
+                let (bytes, r, a) = batch(n, 100 * k as u32);
+                requests += r;
+                answers += a;
+                run(&p, hook, &s.data(&bytes));
+            }
+            let c = counters(&p, if by_source { src } else { dst }, direction);
+            assert_eq!(
+                (c.requests, c.answers, c.inexact, c.packets),
+                (requests, answers, 0, 7),
+                "{hook:?} {src}"
+            );
+            assert_eq!(inexact_causes(&p.global().unwrap()), [0; 7], "{hook:?}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn a_message_split_over_segments_counts_once() {
+    let (whole, requests, answers) = batch(12, 7);
+    let len = whole.len();
+    // Cuts within the second header (after 0 to 23 bytes of it), inside a
+    // body, three-way splits, and pieces of 1 to 7 bytes, with or without
+    // the start or the rest of a header.
+    let first = small_request(7, (7 * 4) % 12).len();
+    let mut cuts: Vec<Vec<usize>> = (0..24).map(|k| vec![first + k]).collect();
+    cuts.push(vec![first - 1, first + 9]);
+    cuts.push(vec![first + 3, first + 11]);
+    cuts.push(vec![first + 4, first + 12, first + 30]);
+    cuts.push(vec![9, first + 8, len - 3]);
+    cuts.push(vec![len / 3, 2 * len / 3]);
+    cuts.push(vec![first - 1, first + 2]);
+    cuts.push(vec![first + 1, first + 2, first + 3, first + 40]);
+    cuts.push(vec![first + 2, first + 4, first + 11]);
+    cuts.push(vec![first, first + 7, first + 14]);
+    for (hook, direction, by_source) in HOOKS {
+        for (src, dst) in FLOWS {
+            // One program, one connection (client port) per cut.
+            let p = probe(&Config::default());
+            let dst_peer = if by_source { None } else { Some(dst) };
+            for (j, cut) in cuts.iter().enumerate() {
+                let (ip, port) = src.rsplit_once(':').unwrap();
+                let port: u16 = port.parse().unwrap();
+                let client = format!("{ip}:{}", port + j as u16);
+                let mut s = Stream::new(&client, dst, 5000 + 977 * j as u32);
+                run(&p, hook, &s.syn(SYN));
+                let mut at = 0;
+                for &c in cut.iter().chain([len].iter()) {
+                    run(&p, hook, &s.data(&whole[at..c]));
+                    at = c;
+                }
+                let c = counters(&p, dst_peer.unwrap_or(&client), direction);
+                // Egress: one peer (the server) for every connection.
+                let times = if by_source { 1 } else { j as u64 + 1 };
+                assert_eq!(
+                    (c.requests, c.answers, c.inexact),
+                    (times * requests, times * answers, 0),
+                    "{hook:?} {client} cut at {cut:?}"
+                );
+            }
+            assert_eq!(inexact_causes(&p.global().unwrap()), [0; 7], "{hook:?}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn retransmissions_are_not_counted_again() {
+    for (src, dst) in FLOWS {
+        let p = probe(&Config::default());
+        let mut s = Stream::new(src, dst, 1);
+        run(&p, ProbeHook::Xdp, &s.syn(SYN));
+        let (a, ra, _) = batch(10, 0);
+        let (b, rb, _) = batch(10, 50);
+        let first = s.data(&a);
+        run(&p, ProbeHook::Xdp, &first);
+        run(&p, ProbeHook::Xdp, &first);
+        // A retransmission that also carries new bytes: only those count.
+        let start = s.seq - a.len() as u32;
+        let mut both = a.clone();
+        both.extend_from_slice(&b);
+        let mut f = Frame::new(src, dst, PSH_ACK, &both);
+        f.seq = start;
+        run(&p, ProbeHook::Xdp, &f.build());
+        s.seq += b.len() as u32;
+        let (c3, r3, _) = batch(10, 90);
+        run(&p, ProbeHook::Xdp, &s.data(&c3));
+        let c = counters(&p, src, Direction::FromPeer);
+        assert_eq!((c.requests, c.inexact), (ra + rb + r3, 0), "{src}");
+    }
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn what_cannot_be_exact_is_counted_inexact_with_its_cause() {
+    for (src, dst) in FLOWS {
+        for hook in [ProbeHook::Xdp, ProbeHook::TcIngress] {
+            let p = probe(&Config::default());
+            let cause = |i: u32| p.global().unwrap().inexact[i as usize];
+            let mut s = Stream::new(src, dst, 77);
+            run(&p, hook, &s.syn(SYN));
+            let (a, ra, _) = batch(10, 0);
+            run(&p, hook, &s.data(&a));
+            // A hole: the next segment is lost (or late).
+            let (lost, _, _) = batch(20, 10);
+            let _ = s.data(&lost);
+            let (b, rb, _) = batch(15, 30);
+            run(&p, hook, &s.data(&b));
+            assert_eq!(cause(INEXACT_GAP), 1, "{hook:?} {src}");
+            let c = counters(&p, src, Direction::FromPeer);
+            // The segment after the hole starts with a header: the walk
+            // takes up there, but the count is marked inexact.
+            assert_eq!((c.requests, c.inexact), (ra + rb, 1), "{hook:?} {src}");
+
+            // A segment after a hole that starts inside a message: nothing
+            // can be counted until a segment starts with a header again.
+            let (d, _, _) = batch(10, 50);
+            let _ = s.data(&d[..7]);
+            run(&p, hook, &s.data(&d[7..]));
+            let (e, re, _) = batch(10, 70);
+            run(&p, hook, &s.data(&e));
+            assert_eq!(cause(INEXACT_GAP), 2);
+            assert_eq!(cause(INEXACT_UNSYNCED), 1);
+            let c = counters(&p, src, Direction::FromPeer);
+            assert_eq!((c.requests, c.inexact), (ra + rb + re, 3));
+            // Once it has taken up again, it is exact again.
+            let (f, rf, _) = batch(10, 90);
+            run(&p, hook, &s.data(&f));
+            let c = counters(&p, src, Direction::FromPeer);
+            assert_eq!((c.requests, c.inexact), (ra + rb + re + rf, 3));
+
+            // A segment whose headers go on past what the packet holds (the
+            // IP length says more than the frame carries).
+            let (g, _, _) = batch(20, 110);
+            let mut tail = s.data(&g);
+            tail.truncate(tail.len() - g.len() / 2);
+            run(&p, hook, &tail);
+            assert_eq!(cause(INEXACT_UNREADABLE), 1, "{hook:?} {src}");
+            // Taken up again at the next segment starting with a header.
+            let (h, _, _) = batch(5, 130);
+            run(&p, hook, &s.data(&h));
+            assert_eq!(cause(INEXACT_UNSYNCED), 2);
+
+            // Bytes that are not a Diameter header where one must start.
+            run(&p, hook, &s.data(&[0xEE; 64]));
+            assert_eq!(cause(INEXACT_BAD_HEADER), 1);
+
+            // A flow the program has no state for (no SYN seen).
+            let other = if src.starts_with('[') {
+                "[fd00::1]:40001"
+            } else {
+                "10.0.0.1:40001"
+            };
+            let mut t = Stream::new(other, dst, 9);
+            run(&p, hook, &t.data(&a));
+            run(&p, hook, &t.data(&b));
+            assert_eq!(cause(INEXACT_NO_FLOW), 1);
+            let c = counters(&p, other, Direction::FromPeer);
+            assert_eq!((c.requests, c.inexact), (ra + rb, 1), "{hook:?} {other}");
         }
     }
 }

@@ -19,6 +19,11 @@ pub const PROG_TC_EGRESS: &str = "doic_tc_egress";
 /// Name of an XDP program that passes every packet and does nothing else:
 /// the anchor the benchmarks subtract.
 pub const PROG_XDP_PASS: &str = "doic_xdp_pass";
+/// Name of the XDP program the benchmarks run instead of `PROG_XDP`: the same
+/// code, except that a segment of a known flow is taken as the next one in
+/// sequence, so that replaying one packet measures the steady-state path
+/// (flow found, headers walked) rather than the retransmission path.
+pub const PROG_XDP_BENCH: &str = "doic_xdp_bench";
 
 /// Per-CPU hash map `PeerKey -> PeerStats`.
 pub const MAP_PEERS: &str = "DOIC_PEERS";
@@ -27,6 +32,11 @@ pub const MAP_PEERS: &str = "DOIC_PEERS";
 /// loads the program (a frozen array map: the parse path reads it with one
 /// load, no map lookup); changing the ports means reloading.
 pub const GLOBAL_PORT_BITS: &str = "DOIC_PORT_BITS";
+/// LRU hash map `FlowKey -> FlowState`: per TCP flow and direction, where the
+/// next Diameter header starts in the byte stream (RFC 6733 §3: the header's
+/// length field gives the next one). Least recently used flows are evicted
+/// when it is full; a flow seen again after that counts `INEXACT_NO_FLOW`.
+pub const MAP_FLOWS: &str = "DOIC_FLOWS";
 /// Array of one `u32`: the `FLAG_*` bits.
 pub const MAP_CONFIG: &str = "DOIC_CONFIG";
 /// Longest-prefix-match trie `Key<[u8; 16]> -> u8`: sources allowed to open
@@ -39,6 +49,11 @@ pub const MAP_GLOBAL: &str = "DOIC_GLOBAL";
 /// Capacity of the peer map. When it is full, new peers are counted in
 /// `GLOBAL_TABLE_FULL` instead.
 pub const MAX_PEERS: u32 = 16_384;
+/// Capacity of the flow map (LRU).
+pub const MAX_FLOWS: u32 = 65_536;
+/// Most Diameter headers walked in one packet. A GSO super-segment or a
+/// frame with more counts `INEXACT_TOO_MANY`.
+pub const MAX_HEADERS: u32 = 256;
 /// Number of `u64` words in the port bitmap (65 536 bits).
 pub const PORT_WORDS: u32 = 1024;
 /// Capacity of the SYN allow trie.
@@ -53,8 +68,43 @@ pub const FLAG_SYN_GUARD: u32 = 1;
 pub const GLOBAL_UNPARSED: u32 = 0;
 /// Diameter packets not counted per peer because the peer map was full.
 pub const GLOBAL_TABLE_FULL: u32 = 1;
+/// First of the `INEXACT_*` causes in `MAP_GLOBAL`: segments whose
+/// requests and answers the program could not count exactly, by cause, at
+/// index `GLOBAL_INEXACT + cause`.
+pub const GLOBAL_INEXACT: u32 = 2;
+/// Cause: a data segment of a flow without state (evicted from the LRU flow
+/// map, or a connection older than the program).
+pub const INEXACT_NO_FLOW: u32 = 0;
+/// Cause: a segment that does not follow the expected sequence number (a
+/// hole before it: loss or reordering).
+pub const INEXACT_GAP: u32 = 1;
+/// Cause: a header the program cannot read (beyond the readable part of the
+/// packet, or split over segments of fewer than 8 bytes).
+pub const INEXACT_UNREADABLE: u32 = 2;
+/// Cause: more headers in the packet than `MAX_HEADERS`.
+pub const INEXACT_TOO_MANY: u32 = 3;
+/// Cause: no valid Diameter header where the stream says one starts (not
+/// Diameter, e.g. TLS, or a stream the program lost track of).
+pub const INEXACT_BAD_HEADER: u32 = 4;
+/// Cause: a segment of a flow that lost track of its headers, before a
+/// segment starting with a valid header set it right again.
+pub const INEXACT_UNSYNCED: u32 = 5;
+/// Cause: the flow's state could not be stored (flow map insert failed).
+pub const INEXACT_FLOW_FULL: u32 = 6;
+/// Number of `INEXACT_*` causes.
+pub const INEXACT_CAUSES: u32 = 7;
+/// The causes' names, by index (the `cause` label of the metric).
+pub const INEXACT_NAMES: [&str; INEXACT_CAUSES as usize] = [
+    "no_flow",
+    "gap",
+    "unreadable",
+    "too_many",
+    "bad_header",
+    "unsynced",
+    "flow_full",
+];
 /// Number of entries in `MAP_GLOBAL`.
-pub const GLOBAL_COUNT: u32 = 2;
+pub const GLOBAL_COUNT: u32 = GLOBAL_INEXACT + INEXACT_CAUSES;
 
 /// `PeerKey::direction`: the packet came from the peer (XDP, TC ingress).
 pub const DIR_FROM_PEER: u8 = 0;
@@ -88,19 +138,58 @@ pub struct PeerStats {
     pub packets: u64,
     /// Bytes, link-layer header included (the frame length).
     pub bytes: u64,
-    /// Segments starting with a Diameter request header (R bit set).
+    /// Diameter request headers (R bit set) in the segments' payloads.
     pub requests: u64,
-    /// Segments starting with a Diameter answer header (R bit clear).
+    /// Diameter answer headers (R bit clear) in the segments' payloads.
     pub answers: u64,
     /// Connection attempts: SYN set, ACK clear.
     pub syn: u64,
     /// Connection attempts dropped by the SYN guard.
     pub syn_dropped: u64,
+    /// Segments whose requests and answers could not be counted exactly
+    /// (one of the `INEXACT_*` causes): while it grows, the request and
+    /// answer counts are not exact.
+    pub inexact: u64,
+}
+
+/// One TCP flow in one direction, as the hook sees it. Every field is a
+/// `u64` (the kernel program builds it on its stack, where LLVM, allowed
+/// misaligned accesses for packet reads, would merge narrower stores into
+/// misaligned ones the verifier refuses).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// Source address, IPv6 or IPv4-mapped, as loaded (network byte order).
+    pub src: [u64; 2],
+    /// Destination address, likewise.
+    pub dst: [u64; 2],
+    /// The TCP header's first 4 bytes (source and destination port) as
+    /// loaded, and the hook's side (`DIR_FROM_PEER` or `DIR_TO_PEER`) << 32.
+    pub ports_direction: u64,
+}
+
+/// Where the next Diameter header of a flow starts. `u64` fields, as in
+/// `FlowKey`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowState {
+    /// TCP sequence number of the next header's first byte (low 32 bits).
+    pub next: u64,
+    /// The first `have` bytes of a split header, most significant first
+    /// (low 32 bits).
+    pub part: u64,
+    /// How many bytes of the next header came in earlier segments (0-4):
+    /// the segment that follows starts at `next + have`.
+    pub have: u64,
+    /// 1 while `next` is known; 0 after a loss of track.
+    pub synced: u64,
 }
 
 const _: () = assert!(size_of::<PeerKey>() == 20);
 const _: () = assert!(align_of::<PeerKey>() == 2);
-const _: () = assert!(size_of::<PeerStats>() == 48);
+const _: () = assert!(size_of::<PeerStats>() == 56);
+const _: () = assert!(size_of::<FlowKey>() == 40);
+const _: () = assert!(size_of::<FlowState>() == 32);
 
 #[cfg(feature = "user")]
 mod user {

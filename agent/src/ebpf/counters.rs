@@ -13,19 +13,25 @@
 //! | `doic_ebpf_attached` | gauge | 1 when the program is attached, else 0 |
 //! | `doic_kernel_packets_total{peer,direction}` | counter | TCP segments |
 //! | `doic_kernel_bytes_total{peer,direction}` | counter | frame bytes (link-layer header included) |
-//! | `doic_kernel_requests_total{peer,direction}` | counter | segments starting with a Diameter request |
-//! | `doic_kernel_answers_total{peer,direction}` | counter | segments starting with a Diameter answer |
+//! | `doic_kernel_requests_total{peer,direction}` | counter | Diameter requests (every header in the stream) |
+//! | `doic_kernel_answers_total{peer,direction}` | counter | Diameter answers |
 //! | `doic_kernel_syn_total{peer,direction}` | counter | connection attempts (SYN without ACK) |
 //! | `doic_kernel_syn_dropped_total{peer,direction}` | counter | attempts dropped by the SYN guard |
 //! | `doic_kernel_unparsed_total` | counter | packets not parsed down to TCP ports |
 //! | `doic_kernel_table_full_total` | counter | Diameter packets not counted: peer table full |
+//! | `doic_kernel_inexact_segments_total{peer,direction}` | counter | segments whose requests and answers could not be counted exactly |
+//! | `doic_kernel_inexact_total{cause}` | counter | the same segments, all peers, by cause |
+//!
+//! A peer whose inexact count grew between two reads has an inexact
+//! request rate for that interval ([`PeerRate::exact`] false): the overload
+//! logic then uses its own count for that peer.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use agent_ebpf_common::{DIR_TO_PEER, PeerKey, PeerStats};
+use agent_ebpf_common::{DIR_TO_PEER, INEXACT_CAUSES, INEXACT_NAMES, PeerKey, PeerStats};
 
 use super::config::addr_from_key;
 
@@ -62,14 +68,16 @@ pub struct PeerCounters {
     pub packets: u64,
     /// Frame bytes, link-layer header included.
     pub bytes: u64,
-    /// Segments whose payload starts with a Diameter request header.
+    /// Diameter requests: every request header in the segments' payloads.
     pub requests: u64,
-    /// Segments whose payload starts with a Diameter answer header.
+    /// Diameter answers.
     pub answers: u64,
     /// Connection attempts (SYN without ACK).
     pub syn: u64,
     /// Connection attempts dropped by the SYN guard.
     pub syn_dropped: u64,
+    /// Segments whose requests and answers could not be counted exactly.
+    pub inexact: u64,
 }
 
 impl PeerCounters {
@@ -93,6 +101,7 @@ impl PeerCounters {
             answers: 0,
             syn: 0,
             syn_dropped: 0,
+            inexact: 0,
         };
         for s in per_cpu {
             c.packets = c.packets.wrapping_add(s.packets);
@@ -101,11 +110,12 @@ impl PeerCounters {
             c.answers = c.answers.wrapping_add(s.answers);
             c.syn = c.syn.wrapping_add(s.syn);
             c.syn_dropped = c.syn_dropped.wrapping_add(s.syn_dropped);
+            c.inexact = c.inexact.wrapping_add(s.inexact);
         }
         c
     }
 
-    fn values(&self) -> [u64; 6] {
+    fn values(&self) -> [u64; 7] {
         [
             self.packets,
             self.bytes,
@@ -113,6 +123,7 @@ impl PeerCounters {
             self.answers,
             self.syn,
             self.syn_dropped,
+            self.inexact,
         ]
     }
 }
@@ -125,9 +136,13 @@ pub struct GlobalCounters {
     pub unparsed: u64,
     /// Diameter packets not counted per peer because the peer table was full.
     pub table_full: u64,
+    /// Segments whose requests and answers could not be counted exactly, by
+    /// cause (index `agent_ebpf_common::INEXACT_*`, names in
+    /// `INEXACT_NAMES`).
+    pub inexact: [u64; INEXACT_CAUSES as usize],
 }
 
-const PEER_METRICS: [(&str, &str); 6] = [
+const PEER_METRICS: [(&str, &str); 7] = [
     (
         "doic_kernel_packets_total",
         "TCP segments to or from a Diameter port, per peer",
@@ -138,11 +153,11 @@ const PEER_METRICS: [(&str, &str); 6] = [
     ),
     (
         "doic_kernel_requests_total",
-        "Segments starting with a Diameter request header, per peer",
+        "Diameter requests (every header in the byte stream), per peer",
     ),
     (
         "doic_kernel_answers_total",
-        "Segments starting with a Diameter answer header, per peer",
+        "Diameter answers (every header in the byte stream), per peer",
     ),
     (
         "doic_kernel_syn_total",
@@ -151,6 +166,10 @@ const PEER_METRICS: [(&str, &str); 6] = [
     (
         "doic_kernel_syn_dropped_total",
         "Connection attempts dropped by the SYN guard, per peer",
+    ),
+    (
+        "doic_kernel_inexact_segments_total",
+        "Segments whose Diameter requests and answers could not be counted exactly, per peer",
     ),
 ];
 
@@ -201,6 +220,15 @@ pub fn render_prometheus(
             let _ = writeln!(out, "# TYPE {name} counter");
             let _ = writeln!(out, "{name} {v}");
         }
+        let name = "doic_kernel_inexact_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Segments whose Diameter requests and answers could not be counted exactly, by cause"
+        );
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for (cause, v) in INEXACT_NAMES.iter().zip(g.inexact) {
+            let _ = writeln!(out, "{name}{{cause=\"{cause}\"}} {v}");
+        }
     }
 }
 
@@ -222,6 +250,10 @@ pub struct PeerRate {
     pub answers: f64,
     /// Connection attempts per second.
     pub syn: f64,
+    /// False when some segment of the interval could not be counted exactly
+    /// (the peer's inexact count grew): `requests` and `answers` are then
+    /// not to be trusted for it.
+    pub exact: bool,
 }
 
 /// Turns successive reads of the counters into per-peer rates. Sans-io: the
@@ -275,6 +307,7 @@ impl RateMeter {
                         requests: d(2),
                         answers: d(3),
                         syn: d(4),
+                        exact: now[6] == before[6],
                     });
                 }
                 rates.sort_by_key(|r| (r.peer, r.direction));
@@ -318,6 +351,7 @@ mod tests {
             answers: n / 3,
             syn: 1,
             syn_dropped: 0,
+            inexact: 0,
         }
     }
 
@@ -358,6 +392,7 @@ mod tests {
             Some(&GlobalCounters {
                 unparsed: 3,
                 table_full: 0,
+                inexact: [0, 2, 0, 0, 0, 0, 0],
             }),
         );
         assert!(out.contains("doic_ebpf_attached 1\n"));
@@ -380,6 +415,11 @@ mod tests {
             "doic_kernel_syn_dropped_total{peer=\"10.0.0.2:3868\",direction=\"out\"} 0\n"
         ));
         assert!(out.contains("doic_kernel_unparsed_total 3\n"));
+        assert!(out.contains("doic_kernel_inexact_total{cause=\"gap\"} 2\n"));
+        assert!(out.contains("doic_kernel_inexact_total{cause=\"no_flow\"} 0\n"));
+        assert!(out.contains(
+            "doic_kernel_inexact_segments_total{peer=\"10.0.0.1:51000\",direction=\"in\"} 0\n"
+        ));
         // Sorted by peer: 10.0.0.1 before 10.0.0.2 within each metric.
         let first = out.find("10.0.0.1:51000").unwrap();
         let second = out.find("10.0.0.2:3868").unwrap();
@@ -413,6 +453,7 @@ mod tests {
         assert_eq!(r[0].bytes, 2000.0);
         assert_eq!(r[0].requests, 10.0); // (25 - 5) / 2
         assert_eq!(r[0].syn, 0.0);
+        assert!(r[0].exact);
         // A reset (reload) counts from zero rather than going negative.
         let r = m.handle_read(
             t0 + Duration::from_secs(3),
@@ -430,5 +471,19 @@ mod tests {
         assert_eq!(r[0].packets, 0.0);
         assert_eq!(r[1].packets, 3.0);
         assert!(m.handle_read(t0 + Duration::from_secs(5), &both).is_empty());
+        // An interval in which the inexact count grew is not exact; the next
+        // one, in which it did not, is again.
+        let mut worse = stats(4);
+        worse.inexact = 1;
+        let r = m.handle_read(
+            t0 + Duration::from_secs(6),
+            &[PeerCounters::from_kernel(&k, &[worse])],
+        );
+        assert!(!r[0].exact);
+        let r = m.handle_read(
+            t0 + Duration::from_secs(7),
+            &[PeerCounters::from_kernel(&k, &[worse])],
+        );
+        assert!(r[0].exact, "exact again once it stops growing");
     }
 }

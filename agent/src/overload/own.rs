@@ -391,11 +391,11 @@ pub(crate) struct SlotCount {
 }
 
 /// The arrival rate of each peer at `now`: the kernel's rate for the
-/// connection's remote address when the kernel has one, else the userspace
-/// counter's increase since `last` (nothing before a first reading); the
-/// userspace count when it is the larger (the requests the agent read
-/// arrived: a kernel count below it missed some, as the program does for
-/// messages that do not start a segment).
+/// connection's remote address when the kernel has one and counted it
+/// exactly over the interval (`KernelLoad::arrival_rate`), else the
+/// userspace counter's increase since `last` (nothing before a first
+/// reading); the userspace count when it is the larger (the requests the
+/// agent read arrived: a kernel count below it missed some).
 pub(crate) fn measure(
     slots: &[SlotCount],
     kernel: Option<&KernelLoad>,
@@ -601,6 +601,7 @@ mod tests {
             requests,
             answers: 0.0,
             syn: 0.0,
+            exact: true,
         }
     }
 
@@ -672,5 +673,17 @@ mod tests {
         );
         // No earlier reading and no kernel: nothing to say yet.
         assert!(measure(&slots, None, None, t1).is_empty());
+        // The kernel could not count c1 exactly in the interval (a segment
+        // out of sequence, say): its own count for c1, the kernel's for none.
+        let mut inexact = kernel.clone();
+        inexact.rates[0].exact = false;
+        let m = measure(&slots, Some(&inexact), Some(&last), t1);
+        assert_eq!(
+            m["c1"],
+            PeerLoad {
+                rate: 500.0,
+                source: Source::Userspace
+            }
+        );
     }
 }

@@ -16,6 +16,8 @@ pub(crate) struct Frame {
     pub(crate) src: SocketAddr,
     pub(crate) dst: SocketAddr,
     pub(crate) flags: u8,
+    /// TCP sequence number (1000 unless set).
+    pub(crate) seq: u32,
     pub(crate) payload: Vec<u8>,
     pub(crate) vlan: bool,
     pub(crate) ipv4_options: bool,
@@ -31,6 +33,7 @@ impl Frame {
             src: src.parse().unwrap(),
             dst: dst.parse().unwrap(),
             flags,
+            seq: 1000,
             payload: payload.to_vec(),
             vlan: false,
             ipv4_options: false,
@@ -44,7 +47,7 @@ impl Frame {
         let mut tcp = Vec::new();
         tcp.extend_from_slice(&self.src.port().to_be_bytes());
         tcp.extend_from_slice(&self.dst.port().to_be_bytes());
-        tcp.extend_from_slice(&1000u32.to_be_bytes());
+        tcp.extend_from_slice(&self.seq.to_be_bytes());
         tcp.extend_from_slice(&2000u32.to_be_bytes());
         // 32-byte header: 12 bytes of options (NOP, NOP, timestamps).
         tcp.push(8 << 4);
@@ -96,5 +99,39 @@ impl Frame {
         f.extend_from_slice(&tcp);
         f.extend_from_slice(&self.trailer);
         f
+    }
+}
+
+/// One direction of a TCP connection, frame by frame: a SYN, then data
+/// segments numbered in sequence.
+pub(crate) struct Stream {
+    src: String,
+    dst: String,
+    /// Sequence number of the next data byte.
+    pub(crate) seq: u32,
+}
+
+impl Stream {
+    pub(crate) fn new(src: &str, dst: &str, isn: u32) -> Self {
+        Stream {
+            src: src.to_owned(),
+            dst: dst.to_owned(),
+            seq: isn.wrapping_add(1),
+        }
+    }
+
+    /// The connection's SYN (or SYN-ACK with `flags`), at ISN = `seq - 1`.
+    pub(crate) fn syn(&self, flags: u8) -> Vec<u8> {
+        let mut f = Frame::new(&self.src, &self.dst, flags, &[]);
+        f.seq = self.seq.wrapping_sub(1);
+        f.build()
+    }
+
+    /// The next data segment, carrying `payload`.
+    pub(crate) fn data(&mut self, payload: &[u8]) -> Vec<u8> {
+        let mut f = Frame::new(&self.src, &self.dst, PSH_ACK, payload);
+        f.seq = self.seq;
+        self.seq = self.seq.wrapping_add(payload.len() as u32);
+        f.build()
     }
 }

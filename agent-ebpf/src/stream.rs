@@ -1,0 +1,321 @@
+//! Diameter messages in a TCP byte stream (RFC 6733 §2.1: Diameter over
+//! TCP; §3: every message starts with a 20-byte header whose 24-bit
+//! Message Length covers the whole message, header included).
+//!
+//! A hook sees segments, not messages. Per flow and direction the program
+//! keeps, in the LRU map `DOIC_FLOWS`, the sequence number where the next
+//! header starts (from the connection's SYN on: ISN + 1). A segment is
+//! walked from that header on, header by header, through the length fields,
+//! at most `MAX_HEADERS` per packet; the end of the walk is where the next
+//! header starts, in this segment's successor or beyond. A header split over
+//! two segments keeps its first bytes (fewer than 5: version, length and
+//! flags are all that is read) in the flow state.
+//!
+//! Where the walk cannot be exact the segment is counted as inexact, with
+//! one cause (`INEXACT_*`): no flow state, a segment out of sequence, a
+//! header that cannot be read, too many headers, no valid header where one
+//! should start, a flow that lost track and has not found a header at a
+//! segment start since, a flow state that could not be stored. A flow that
+//! lost track takes up again at the next segment that starts with a valid
+//! header (the heuristic the first version used for every segment).
+//! Retransmitted bytes, already walked, are not counted again.
+
+use agent_ebpf_common::{
+    FlowKey, FlowState, GLOBAL_INEXACT, INEXACT_BAD_HEADER, INEXACT_FLOW_FULL, INEXACT_GAP,
+    INEXACT_NO_FLOW, INEXACT_TOO_MANY, INEXACT_UNREADABLE, INEXACT_UNSYNCED, MAX_HEADERS,
+};
+
+use crate::{DOIC_FLOWS, global_add};
+
+/// RFC 6733 §3: the header is 20 bytes.
+const DIAMETER_HLEN: u32 = 20;
+/// RFC 6733 §3: "R(equest) – If set, the message is a request." The flags
+/// byte is bits 31-24 of the header's first 8 bytes read big-endian.
+const DIAMETER_FLAG_R_BIT: u32 = 31;
+/// RFC 6733 §3: "r(eserved) – These flag bits are reserved for future use and
+/// MUST be set to zero."
+const DIAMETER_FLAGS_RESERVED: u8 = 0x0F;
+/// Bytes of a header that say where the next one is and what this one is:
+/// version (1), Message Length (3), Command Flags (1).
+const HEADER_NEEDED: u32 = 5;
+/// Longest payload walked (a packet is at most 64 KiB, or 512 KiB with BIG
+/// TCP); a longer one counts as unreadable.
+const MAX_PAYLOAD: u32 = 1 << 20;
+/// Above any payload offset plus a Diameter length (24 bits).
+const OFFSET_MASK: u32 = (1 << 25) - 1;
+
+/// Reads the packet for the walk.
+pub(crate) trait Payload {
+    /// The 8 bytes at `off` from the start of the packet, read big-endian,
+    /// or `None` where they cannot be read.
+    fn word(&self, off: usize) -> Option<u64>;
+}
+
+/// What one segment adds to its peer's counters.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Counted {
+    pub(crate) requests: u32,
+    pub(crate) answers: u32,
+    pub(crate) inexact: bool,
+}
+
+/// How the walk of a segment ended.
+#[derive(Clone, Copy)]
+enum End {
+    /// The next header starts at this payload offset (at or past the end).
+    Next(u32),
+    /// A header starts at this offset and only its first bytes are here.
+    Partial(u32, u32, u32),
+    /// Lost track, for this cause.
+    Lost(u32),
+}
+
+/// RFC 6733 §3 sanity check: version 1, a length of at least 20 that is a
+/// multiple of 4, reserved flags clear. `w` holds the header's first bytes,
+/// most significant first. Returns the message length.
+#[inline(always)]
+fn header_len(w: u64) -> Option<u32> {
+    let version = (w >> 56) as u8;
+    let len = ((w >> 32) & 0x00FF_FFFF) as u32;
+    let flags = (w >> 24) as u8;
+    if version != 1 || len < DIAMETER_HLEN || len & 3 != 0 || flags & DIAMETER_FLAGS_RESERVED != 0 {
+        return None;
+    }
+    Some(len)
+}
+
+/// Counts the header in `w` as a request or an answer, without a branch (the
+/// verifier then follows one path per header).
+#[inline(always)]
+fn tally(w: u64, c: &mut Counted) {
+    let request = ((w >> DIAMETER_FLAG_R_BIT) & 1) as u32;
+    c.requests += request;
+    c.answers += 1 - request;
+}
+
+/// Walks the headers of a payload of `plen` bytes at packet offset `at`,
+/// from the header at payload offset `o`.
+#[inline(always)]
+fn walk<P: Payload>(p: &P, at: usize, plen: u32, o: u32, c: &mut Counted) -> End {
+    // The paths into the walk (IPv4 or IPv6, VLAN or not, where in the
+    // stream) know different bounds of these; without them the verifier
+    // walks the loop once for all of them.
+    let (at, plen, mut o) = (opaque(at as u32) as usize, opaque(plen), opaque(o));
+    if plen > MAX_PAYLOAD {
+        return End::Lost(INEXACT_UNREADABLE);
+    }
+    let mut left = MAX_HEADERS;
+    loop {
+        if o >= plen {
+            return End::Next(o);
+        }
+        if plen - o < 8 {
+            break;
+        }
+        if left == 0 {
+            return End::Lost(INEXACT_TOO_MANY);
+        }
+        left -= 1;
+        let Some(w) = p.word(at + o as usize) else {
+            return End::Lost(INEXACT_UNREADABLE);
+        };
+        let Some(len) = header_len(w) else {
+            return End::Lost(INEXACT_BAD_HEADER);
+        };
+        tally(w, c);
+        // `o` < `plen` <= `MAX_PAYLOAD` and `len` < 2^24: the mask changes
+        // nothing but gives `o` the same range in every round, so that the
+        // verifier prunes the states after the loop instead of walking them
+        // once per round.
+        o = (o + len) & OFFSET_MASK;
+    }
+    // Fewer than 8 bytes left: read the packet's last 8 (the TCP header is
+    // before the payload, so there are 8) and keep the header's.
+    let r = plen - o;
+    let Some(w) = last_bytes(p, at, plen, r) else {
+        return End::Lost(INEXACT_UNREADABLE);
+    };
+    if r < HEADER_NEEDED {
+        return End::Partial(o, (w >> 32) as u32, r);
+    }
+    let Some(len) = header_len(w) else {
+        return End::Lost(INEXACT_BAD_HEADER);
+    };
+    // (One header past `MAX_HEADERS` is fine: the loop's bound is for the
+    // verifier, and `left` stays dead after the loop.)
+    tally(w, c);
+    End::Next(o + len)
+}
+
+/// `x`, without the bounds the verifier knows of it: written to the stack as
+/// the high half of a `u64` and read back as a `u32`, which it cannot follow.
+#[inline(always)]
+fn opaque(x: u32) -> u32 {
+    let mut slot = 0u64;
+    let p = &raw mut slot;
+    // SAFETY: `p` is a local; volatile so that LLVM keeps both accesses. The
+    // target is little-endian: the high half is at `p + 4`.
+    unsafe {
+        core::ptr::write_volatile(p, u64::from(x) << 32);
+        core::ptr::read_volatile(p.cast::<u32>().add(1))
+    }
+}
+
+/// The last `r` (1-7) bytes of the payload, most significant first.
+#[inline(always)]
+fn last_bytes<P: Payload>(p: &P, at: usize, plen: u32, r: u32) -> Option<u64> {
+    let w = p.word((at + plen as usize).wrapping_sub(8))?;
+    Some(w << (8 * (8 - (r & 7))))
+}
+
+/// Where the walk of a segment starts, or how the segment ends without one.
+enum Plan {
+    /// Walk from this payload offset.
+    Walk(u32),
+    /// No walk.
+    Done(End),
+}
+
+/// Counts the Diameter headers of one data segment (`plen` > 0 payload
+/// bytes at packet offset `at`, first byte at sequence number `seq`) of the
+/// flow `key`, and keeps where the next one starts. With `rewind` (the
+/// benchmark program only), a known flow takes the segment as the next in
+/// sequence.
+#[inline(always)]
+pub(crate) fn segment<P: Payload>(
+    p: &P,
+    key: &FlowKey,
+    seq: u32,
+    at: usize,
+    plen: u32,
+    rewind: bool,
+) -> Counted {
+    let mut c = Counted::default();
+    let slot = DOIC_FLOWS.get_ptr_mut(key);
+    let mut st = match slot {
+        // SAFETY: a value of an existing entry; the flow's segments are
+        // handled one at a time (one socket, one queue).
+        Some(s) => unsafe { *s },
+        None => FlowState::default(),
+    };
+    if rewind && slot.is_some() {
+        st.next = u64::from(seq);
+        st.have = 0;
+        st.synced = 1;
+    }
+    // Why this segment cannot be exact before any walk, if it cannot.
+    let mut cause = None;
+    // Where the walk starts in this payload, or why it does not.
+    let from = if slot.is_none() || st.synced == 0 {
+        cause = Some(if slot.is_none() {
+            INEXACT_NO_FLOW
+        } else {
+            INEXACT_UNSYNCED
+        });
+        resync(plen)
+    } else {
+        let d = seq.wrapping_sub(st.next as u32) as i32;
+        let have = (st.have & 7) as i32;
+        if have != 0 && d == have {
+            // The rest of a split header starts this segment.
+            joined(p, at, plen, &st, &mut c)
+        } else if d < have {
+            // `behind` bytes of this segment were seen before.
+            let behind = (have - d) as u32;
+            if behind >= plen {
+                // A retransmission of bytes already walked: nothing new.
+                return c;
+            }
+            if have != 0 {
+                cause = Some(INEXACT_GAP);
+                resync(plen)
+            } else {
+                Plan::Walk(behind)
+            }
+        } else if d == 0 {
+            Plan::Walk(0)
+        } else {
+            cause = Some(INEXACT_GAP);
+            resync(plen)
+        }
+    };
+    let end = match from {
+        Plan::Walk(o) => walk(p, at, plen, o, &mut c),
+        Plan::Done(end) => end,
+    };
+    match end {
+        End::Next(o) => {
+            st.next = u64::from(seq.wrapping_add(o));
+            st.part = 0;
+            st.have = 0;
+            st.synced = 1;
+        }
+        End::Partial(o, part, have) => {
+            st.next = u64::from(seq.wrapping_add(o));
+            st.part = u64::from(part);
+            st.have = u64::from(have);
+            st.synced = 1;
+        }
+        End::Lost(why) => {
+            st.synced = 0;
+            if cause.is_none() {
+                cause = Some(why);
+            }
+        }
+    }
+    if let Some(why) = cause {
+        c.inexact = true;
+        global_add(GLOBAL_INEXACT + why);
+    }
+    match slot {
+        // SAFETY: as above.
+        Some(s) => unsafe { *s = st },
+        None => {
+            if st.synced != 0 && DOIC_FLOWS.insert(key, st, 0).is_err() {
+                c.inexact = true;
+                global_add(GLOBAL_INEXACT + INEXACT_FLOW_FULL);
+            }
+        }
+    }
+    c
+}
+
+/// A flow without a known position takes up again where the segment starts
+/// with a valid header (at least 20 bytes of it in the segment).
+#[inline(always)]
+fn resync(plen: u32) -> Plan {
+    if plen < DIAMETER_HLEN {
+        return Plan::Done(End::Lost(INEXACT_UNSYNCED));
+    }
+    Plan::Walk(0)
+}
+
+/// The header whose first `st.have` bytes came before: the rest starts this
+/// segment. Says where the next header starts in it.
+#[inline(always)]
+fn joined<P: Payload>(p: &P, at: usize, plen: u32, st: &FlowState, c: &mut Counted) -> Plan {
+    let have = (st.have & 7) as u32;
+    let rest = if plen >= 8 {
+        p.word(at)
+    } else {
+        last_bytes(p, at, plen, plen)
+    };
+    let Some(rest) = rest else {
+        return Plan::Done(End::Lost(INEXACT_UNREADABLE));
+    };
+    let w = ((st.part & 0xFFFF_FFFF) << 32) | (rest >> (8 * have));
+    let known = have + plen;
+    if known < HEADER_NEEDED {
+        // Still not enough of it: the header starts `have` bytes back.
+        return Plan::Done(End::Partial(
+            0u32.wrapping_sub(have),
+            (w >> 32) as u32,
+            known,
+        ));
+    }
+    let Some(len) = header_len(w) else {
+        return Plan::Done(End::Lost(INEXACT_BAD_HEADER));
+    };
+    tally(w, c);
+    Plan::Walk(len - have)
+}
