@@ -32,7 +32,7 @@ pub mod idle;
 pub mod reconfigure;
 pub mod request;
 
-pub use idle::{AnswerFeatures, IdleAnswer, IdleAvps, Offer};
+pub use idle::{AnswerFeatures, ClientMemo, IdleAnswer, IdleAvps, Offer};
 
 /// An answer as the overload core needs to see it (decoded by the relay).
 #[derive(Clone, Copy, Debug)]
@@ -113,6 +113,9 @@ pub struct AnswerView<'a> {
 #[derive(Debug)]
 pub struct Doic {
     cfg: DoicConfig,
+    /// This core's `cfg`, named uniquely among every core's configurations
+    /// ([`idle::config_id`]): what a [`ClientMemo`] was made under.
+    config_id: u64,
     identity: String,
     vector: u64,
     /// The OC-Supported-Features of every relayed request (constant).
@@ -198,6 +201,7 @@ impl Doic {
             vector,
             request_features: features::request_features(vector, identity),
             cfg,
+            config_id: idle::config_id(),
             own_peer_report: None,
             own_peer_reports: super::fxhash::FxMap::default(),
             own_sequence: sequence_base,

@@ -47,7 +47,7 @@ pub mod treatment;
 mod tests;
 
 pub use config::{DoicConfig, DoicConfigError, PeerPolicy, ThrottleResult};
-pub use engine::{AnswerFeatures, AnswerView, Doic, IdleAnswer, IdleAvps, Offer};
+pub use engine::{AnswerFeatures, AnswerView, ClientMemo, Doic, IdleAnswer, IdleAvps, Offer};
 pub use features::{Algorithm, OcSupportedFeatures};
 pub use report::{OcOlr, ReportType};
 pub use treatment::{

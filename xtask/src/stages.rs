@@ -732,14 +732,17 @@ fn bench_doic() -> anyhow::Result<()> {
         cmd
     })?;
     // A DOIC client (OC-Supported-Features in every request, the idle fast
-    // path, its features reused per connection): measured end-to-end
-    // 0.947-0.963 and capacity 0.921-0.935 (six runs, load 5-13), so gated
-    // at 7 % and 9 % against regressions; the 5 % bound is not met with
-    // margin (docs/doic.md, "Cost for a DOIC client with no overload").
+    // path, its features and its state in the core reused per connection):
+    // measured end-to-end 0.966-0.975 and capacity 0.949-0.963 (five runs,
+    // load 8-15, medians 0.975 and 0.962; 0.961-0.968 and 0.937-0.949
+    // before the client's state was kept; 0.953 and 0.954 of capacity
+    // since the own load is read without the worker's help), so gated at
+    // the issue's 5 % for both (docs/doic.md, "Cost for a DOIC client with
+    // no overload").
     bench_attempts(|| {
         let mut cmd = std::process::Command::new(&bin);
         cmd.args(["--subject", "doic", "--doic-client", "--cycles", "8"]);
-        cmd.args(["--tolerance", "0.07", "--capacity-tolerance", "0.09"]);
+        cmd.args(["--tolerance", "0.05", "--capacity-tolerance", "0.05"]);
         cmd
     })?;
     // The durable audit log (`[audit] dir`) on against off, both sides with

@@ -16,11 +16,6 @@ use doic::avps::{DoicAvps, apply_answer, text};
 use doic::treatment::retry_allowed;
 use doic::{AnswerFeatures, AnswerView, IdleAnswer, TxState};
 
-/// Whether the answer carries any DOIC AVP.
-fn has_doic_avps(routing: &Routing<'_>) -> bool {
-    routing.oc_supported_features().is_some() || routing.oc_olrs().next().is_some()
-}
-
 /// The idle answer to a DOIC client: when `tx` is a DOIC client's, the
 /// answer carries no OC-Supported-Features and no OC-OLR, and this worker's
 /// core says so ([`doic::Doic::answer_idle`]: idle, no peer report of the
@@ -39,7 +34,7 @@ pub(crate) fn idle_client_answer(
     experimental_result_code: Option<u32>,
 ) -> Option<(AnswerFeatures, bool)> {
     tx.client_features?;
-    if has_doic_avps(routing) {
+    if routing.has_doic_avps() {
         return None;
     }
     let Some(IdleAnswer::Add(which)) = with_core(ov, |core, _| core.answer_idle(tx))? else {
@@ -64,7 +59,7 @@ pub(crate) fn idle_answer(
     experimental_result_code: Option<u32>,
 ) -> Option<bool> {
     (tx.client_features.is_none()
-        && !has_doic_avps(routing)
+        && !routing.has_doic_avps()
         && with_core(ov, |core, _| core.answer_idle(tx))
             .is_none_or(|a| a == Some(IdleAnswer::Unchanged)))
     .then(|| retry_allowed(experimental_result_code))

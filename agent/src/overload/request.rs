@@ -9,6 +9,7 @@
 //! and the agent's own follows the Route-Record (RFC 7683 §5.1.3, RFC 8581
 //! §6.1.1).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -17,14 +18,15 @@ use super::cores::with_core;
 use super::{MAX_CANDIDATES, Overload, RETRY_NOT_ALLOWED_VENDOR};
 use crate::peer::table::PeerTable;
 use crate::routing::{PeerId, Router};
-use diameter::codec::avp::{Avp, RawAvp};
+use diameter::codec::avp::Avp;
 use diameter::codec::doic::FeaturesRef;
 use diameter::codec::relay::{MessageBuf, Routing};
 use diameter::codec::{Header, builder};
 use diameter::dictionary::code;
 use doic::treatment::ThrottleAnswer;
 use doic::{
-    Candidate, Cause, Doic, OcSupportedFeatures, Offer, ReportType, RequestView, Treatment,
+    Candidate, Cause, ClientMemo, Doic, OcSupportedFeatures, Offer, ReportType, RequestView,
+    Treatment,
 };
 
 pub(crate) use crate::relay::Decision;
@@ -80,14 +82,19 @@ pub(crate) enum FeaturesCut {
 /// by the relay scan ([`Routing::oc_supported_features_repeated`]), so the
 /// rest of the request is not walked again.
 pub(crate) fn features_cut(routing: &Routing<'_>) -> FeaturesCut {
-    let Some(raw) = routing.oc_supported_features() else {
-        return FeaturesCut::None;
-    };
+    routing
+        .oc_supported_features_span()
+        .map_or(FeaturesCut::None, |span| cut_of(routing, span))
+}
+
+/// [`features_cut`] of a request whose first OC-Supported-Features is at
+/// `offset` with bytes `avp`, already taken from `routing`.
+fn cut_of(routing: &Routing<'_>, (offset, avp): (usize, &[u8])) -> FeaturesCut {
     if routing.oc_supported_features_repeated() {
         return FeaturesCut::Several;
     }
-    let end = raw.offset + raw.raw.len();
-    match (u32::try_from(raw.offset), u32::try_from(end)) {
+    let end = offset + avp.len();
+    match (u32::try_from(offset), u32::try_from(end)) {
         (Ok(a), Ok(b)) => FeaturesCut::One(a, b),
         _ => FeaturesCut::Several,
     }
@@ -107,31 +114,34 @@ pub(crate) fn idle_forward(
     ov: &Overload,
     app_id: u32,
     routing: &Routing<'_>,
-    (from, offers): (&str, &mut Offers),
+    (from, offers): (&Arc<str>, &mut Offers),
 ) -> Option<Decision> {
-    let Some(raw) = routing.oc_supported_features() else {
+    let Some(span) = routing.oc_supported_features_span() else {
         let tx = with_core(ov, |core, _| core.treat_idle(app_id, from, None))??;
         return Some(Decision::Plain { tx, cut: None });
     };
-    idle_forward_client(ov, app_id, routing, &raw, (from, offers))
+    idle_forward_client(ov, app_id, routing, span, (from, offers))
 }
 
-/// [`idle_forward`] for a DOIC client's request (`raw`: its
-/// OC-Supported-Features), out of line so that the path without them stays
-/// as small as it was.
+/// [`idle_forward`] for a DOIC client's request (`span`: where its
+/// OC-Supported-Features are, [`Routing::oc_supported_features_span`]), out
+/// of line so that the path without them stays as small as it was.
 #[inline(never)]
 fn idle_forward_client(
     ov: &Overload,
     app_id: u32,
     routing: &Routing<'_>,
-    raw: &RawAvp<'_>,
-    (from, offers): (&str, &mut Offers),
+    span: (usize, &[u8]),
+    (from, offers): (&Arc<str>, &mut Offers),
 ) -> Option<Decision> {
-    let FeaturesCut::One(start, end) = features_cut(routing) else {
+    let FeaturesCut::One(start, end) = cut_of(routing, span) else {
         return None;
     };
-    let offer = offers.read(raw, from)?;
-    let tx = with_core(ov, |core, _| core.treat_idle(app_id, from, Some(offer)))??;
+    let offer = offers.read(span.1, routing, from)?;
+    let memo = &mut offers.memo;
+    let tx = with_core(ov, |core, _| {
+        core.treat_idle_remembered(app_id, from, offer, memo)
+    })??;
     Some(Decision::Plain {
         tx,
         cut: Some((start, end)),
@@ -144,14 +154,20 @@ fn idle_forward_client(
 /// gets the same [`Offer`] without reading it again. The offer is made of
 /// those bytes and the sender alone: the client's policy and the agent's
 /// `[doic]` are the core's, applied to it per request
-/// ([`Doic::treat_idle`]), so a reload or a change of trust takes effect at
-/// once, and different features (other bytes) are read anew.
+/// ([`Doic::treat_idle_remembered`]: the state the core made of the offer
+/// is kept here too, [`ClientMemo`], and taken again only under the same
+/// configuration of the same core), so a reload or a change of trust
+/// takes effect at once, and different features (other bytes) are read
+/// anew.
 #[derive(Debug, Default)]
 pub(crate) struct Offers {
-    /// The AVP (header, data, padding) and the sender it was read for.
+    /// The AVP (header, data, padding) and the sender it was read for
+    /// (the connection's peer: the same `Arc`, compared by address first).
     avp: Vec<u8>,
-    from: String,
+    from: Option<Arc<str>>,
     offer: Option<Offer>,
+    /// The core's state of the client for `offer`, dropped with it.
+    memo: Option<ClientMemo>,
 }
 
 /// Longest OC-Supported-Features kept for reuse: a feature vector,
@@ -160,27 +176,41 @@ pub(crate) struct Offers {
 const OFFER_AVP_MAX: usize = 256;
 
 impl Offers {
-    /// The [`Offer`] of `raw` received from `from`: the one read before
-    /// when the AVP's bytes and the sender are the same, else read in place
-    /// ([`FeaturesRef::from_raw`]). `None` for a malformed AVP (never kept).
-    pub(crate) fn read(&mut self, raw: &RawAvp<'_>, from: &str) -> Option<Offer> {
+    /// The [`Offer`] of `routing`'s OC-Supported-Features (`avp`: its
+    /// bytes, [`Routing::oc_supported_features_span`]) received from
+    /// `from`: the one read before when the AVP's bytes and the sender are
+    /// the same, else read in place ([`FeaturesRef::from_raw`]). `None` for
+    /// a malformed AVP (never kept).
+    pub(crate) fn read(
+        &mut self,
+        avp: &[u8],
+        routing: &Routing<'_>,
+        from: &Arc<str>,
+    ) -> Option<Offer> {
         if let Some(o) = self.offer
-            && self.avp == raw.raw
-            && self.from == from
+            && self.avp == avp
+            && self.from.as_ref().is_some_and(|f| same_peer(f, from))
         {
             return Some(o);
         }
         self.offer = None;
-        let offer = Offer::read(&FeaturesRef::from_raw(raw).ok()?, from);
-        if raw.raw.len() <= OFFER_AVP_MAX {
+        self.memo = None;
+        let raw = routing.oc_supported_features()?;
+        let offer = Offer::read(&FeaturesRef::from_raw(&raw).ok()?, from);
+        if avp.len() <= OFFER_AVP_MAX {
             self.avp.clear();
-            self.avp.extend_from_slice(raw.raw);
-            self.from.clear();
-            self.from.push_str(from);
+            self.avp.extend_from_slice(avp);
+            self.from = Some(from.clone());
             self.offer = Some(offer);
         }
         Some(offer)
     }
+}
+
+/// Whether `a` and `b` name the same peer: the same `Arc` (a connection's
+/// peer, every request), else the same identity.
+fn same_peer(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
 }
 
 /// Treats one request (RFC 8581 §5 order) and applies the decision to its

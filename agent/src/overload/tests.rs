@@ -204,7 +204,7 @@ fn idle_doic_client_fast_path_is_byte_identical_to_full_treatment() {
             let Some(Decision::Plain {
                 tx,
                 cut: Some((a, b)),
-            }) = idle_forward(&ov, 4, &routing, ("client", &mut offers))
+            }) = idle_forward(&ov, 4, &routing, (&Arc::from("client"), &mut offers))
             else {
                 panic!("no fast path for {cf:?}");
             };
@@ -327,7 +327,15 @@ fn unusual_client_features_take_the_full_treatment() {
         twice.to_bytes().unwrap().freeze(),
     ] {
         let routing = Routing::scan(&msg).unwrap();
-        assert!(idle_forward(&ov, 4, &routing, ("client", &mut Offers::default())).is_none());
+        assert!(
+            idle_forward(
+                &ov,
+                4,
+                &routing,
+                (&Arc::from("client"), &mut Offers::default())
+            )
+            .is_none()
+        );
     }
     // Two are removed by a copy, not cut.
     let twice = twice.to_bytes().unwrap().freeze();
@@ -360,25 +368,31 @@ fn offers_are_reused_only_for_the_same_avp_from_the_same_peer() {
             .map(|f| doic::Offer::read(&f, from))
     };
     let mut offers = Offers::default();
-    let mut check = |msg: &Bytes, from: &str| {
+    let mut check = |msg: &Bytes, from: &Arc<str>| {
         let routing = Routing::scan(msg).unwrap();
-        let raw = routing.oc_supported_features().unwrap();
-        assert_eq!(offers.read(&raw, from), fresh(msg, from), "from {from}");
+        let (_, avp) = routing.oc_supported_features_span().unwrap();
+        assert_eq!(
+            offers.read(avp, &routing, from),
+            fresh(msg, from),
+            "from {from}"
+        );
     };
-    // Every pair of AVPs in both orders, each twice in a row, one sender.
+    // Every pair of AVPs in both orders, each twice in a row, one sender
+    // (one `Arc`, as a connection's peer).
     for from in ["client", "elsewhere"] {
+        let from = Arc::from(from);
         for a in &sets {
             for b in &sets {
                 for msg in [a, a, b, b, a] {
-                    check(msg, from);
+                    check(msg, &from);
                 }
             }
         }
     }
-    // The same AVP from one sender, then another.
+    // The same AVP from one sender, then another; each name a new `Arc`.
     for msg in &sets {
         for from in ["client", "client", "elsewhere", "elsewhere", "client"] {
-            check(msg, from);
+            check(msg, &Arc::from(from));
         }
     }
 }

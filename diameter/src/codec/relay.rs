@@ -261,11 +261,39 @@ impl<'a> Routing<'a> {
     pub fn oc_supported_features(&self) -> Option<RawAvp<'a>> {
         self.get(Slot::OcSupportedFeatures)
     }
+    /// Where the first OC-Supported-Features is, as [`Routing::scan`]
+    /// recorded it: its offset and its bytes (header, data and padding),
+    /// the fields of [`Routing::oc_supported_features`] not split out. What
+    /// the relay's fast path compares with the AVP it read before and cuts
+    /// out of the request it forwards (RFC 7683 §5.1.3).
+    #[inline]
+    pub fn oc_supported_features_span(&self) -> Option<(usize, &'a [u8])> {
+        let off = self.first[Slot::OcSupportedFeatures as usize] as usize;
+        if off == 0 {
+            return None;
+        }
+        let h = self.buf.get(off..off + 8)?;
+        let padded = (super::header::u24(&h[5..8]) as usize + 3) & !3;
+        Some((off, self.buf.get(off..off + padded)?))
+    }
     /// True when the message carries more than one top-level
     /// OC-Supported-Features (RFC 7683 §7.1 defines one per message), as
     /// counted by [`Routing::scan`]: no second pass over the message.
     pub fn oc_supported_features_repeated(&self) -> bool {
         self.repeated & (1 << Slot::OcSupportedFeatures as u16) != 0
+    }
+    /// Whether the message carries an OC-Supported-Features or an OC-OLR
+    /// (RFC 7683 §7.1, §7.3) at top level, as [`Routing::scan`] recorded
+    /// them: no AVP is read.
+    #[inline]
+    pub fn has_doic_avps(&self) -> bool {
+        self.has_oc_supported_features() || self.first[Slot::OcOlr as usize] != 0
+    }
+    /// Whether the message carries an OC-Supported-Features at top level
+    /// (RFC 7683 §7.1), as [`Routing::scan`] recorded it: no AVP is read.
+    #[inline]
+    pub fn has_oc_supported_features(&self) -> bool {
+        self.first[Slot::OcSupportedFeatures as usize] != 0
     }
     /// Every OC-OLR AVP (RFC 7683 §7.3; a host or realm report and an RFC
     /// 8581 peer report may travel together).

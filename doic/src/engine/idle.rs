@@ -6,9 +6,13 @@
 //! trusted for DOIC ignored).
 //!
 //! One decision, used by both: [`Doic::treat`] takes its idle branch and the
-//! client's state from here, the relay calls [`Doic::treat_idle`] and
-//! [`Doic::answer_idle`] before it builds the full views. Neither reads a
-//! time: with no overload state nothing depends on it.
+//! client's state from here, the relay calls [`Doic::treat_idle`] (or
+//! [`Doic::treat_idle_remembered`], the client's state kept by the caller,
+//! [`ClientMemo`]) and [`Doic::answer_idle`] before it builds the full
+//! views. Neither reads a time: with no overload state nothing depends on
+//! it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Bytes, BytesMut};
 use diameter::codec::doic::FeaturesRef;
@@ -49,6 +53,34 @@ impl Offer {
             source_is_sender: f.source_id == Some(from_peer.as_bytes()),
         }
     }
+}
+
+/// A name for a core's configuration that no other configuration of any
+/// core in the process has had: given to each core as it is made and at
+/// each [`Doic::reconfigure`], so that a [`ClientMemo`] made under one
+/// configuration is never taken for another's.
+pub(crate) fn config_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What [`Doic::treat_idle_remembered`] made of one client's [`Offer`]: the
+/// client's state ([`Doic::client_state`]: its features kept, its peer
+/// report support, RFC 7683 §10.4, RFC 8581 §6.1.2) under the core's
+/// configuration of that moment. A client announces the same
+/// OC-Supported-Features in every request (RFC 7683 §5.1.1), so the caller
+/// keeps the memo with the offer and the sender it read them from and gives
+/// it back with the next request of that sender: the same offer under the
+/// same configuration of the same core takes the state without looking up
+/// the client's policy again; another offer, a reload or another core's
+/// configuration makes it anew.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientMemo {
+    /// The configuration it was made under ([`config_id`]).
+    config: u64,
+    offer: Offer,
+    kept: bool,
+    peer_report: bool,
 }
 
 /// Which of the agent's OC-Supported-Features an idle answer to a DOIC client
@@ -177,14 +209,56 @@ impl Doic {
         if !self.is_idle() {
             return None;
         }
+        let state = self.client_state(from_peer, offer);
+        Some(self.forward_idle(app_id, offer, state))
+    }
+
+    /// [`Doic::treat_idle`] of a request from `from_peer` with `offer`, the
+    /// client's state taken from `memo` when it was made for this offer
+    /// under this core's configuration, else made and left in `memo`. The
+    /// caller gives back a memo only with requests of the peer it was made
+    /// for. The same transaction state and counts as [`Doic::treat_idle`].
+    pub fn treat_idle_remembered(
+        &mut self,
+        app_id: u32,
+        from_peer: &str,
+        offer: Offer,
+        memo: &mut Option<ClientMemo>,
+    ) -> Option<TxState> {
+        if !self.is_idle() {
+            return None;
+        }
+        let state = match *memo {
+            Some(m) if m.config == self.config_id && m.offer == offer => (m.kept, m.peer_report),
+            _ => {
+                let (kept, peer_report) = self.client_state(from_peer, Some(offer));
+                *memo = Some(ClientMemo {
+                    config: self.config_id,
+                    offer,
+                    kept,
+                    peer_report,
+                });
+                (kept, peer_report)
+            }
+        };
+        Some(self.forward_idle(app_id, Some(offer), state))
+    }
+
+    /// The idle forward of a request with `offer` from a client in `state`
+    /// ([`Doic::client_state`]): counted, with its transaction state.
+    fn forward_idle(
+        &mut self,
+        app_id: u32,
+        offer: Option<Offer>,
+        (kept, client_peer_report): (bool, bool),
+    ) -> TxState {
         self.audit.totals.requests += 1;
         self.audit.totals.forwarded += 1;
-        let (kept, client_peer_report) = self.client_state(from_peer, offer);
-        Some(TxState {
+        TxState {
             app_id,
             client_features: offer.filter(|_| kept).map(|o| kept_vector(o.vector)),
             client_peer_report,
-        })
+        }
     }
 
     /// [`Doic::on_answer`] of an answer to a request treated with `tx` that
@@ -350,9 +424,20 @@ mod tests {
         ] {
             let mut fast = Doic::new("agent", cfg(algo, trusted), 1, 1).unwrap();
             let mut full = Doic::new("agent", cfg(algo, trusted), 1, 1).unwrap();
+            let mut remembered = Doic::new("agent", cfg(algo, trusted), 1, 1).unwrap();
+            let mut memo = None;
             for f in feature_sets() {
                 let offer = f.as_ref().map(|f| Offer::of(f, "client"));
                 let tx = fast.treat_idle(4, "client", offer).unwrap();
+                if let Some(o) = offer {
+                    // Made, then taken from the memo: the same state.
+                    for _ in 0..2 {
+                        let r = remembered.treat_idle_remembered(4, "client", o, &mut memo);
+                        assert_eq!(r, Some(tx), "{f:?}, trusted {trusted}");
+                    }
+                } else {
+                    remembered.treat_idle(4, "client", None).unwrap();
+                }
                 let Treatment::Forward { index: 0, tx: ftx } =
                     full.treat(t0, &request(f.as_ref()), &ROUTE)
                 else {
@@ -378,7 +463,50 @@ mod tests {
                 assert!(act.forward_reports.is_empty());
             }
             assert_eq!(fast.audit().totals, full.audit().totals);
+            let once = fast.audit().totals;
+            let twice = remembered.audit().totals;
+            assert_eq!(twice.requests, once.requests * 2 - 1, "one of each offer");
         }
+    }
+
+    /// A memo is taken only under the configuration it was made under: a
+    /// reload that withdraws the client's reports or its trust (RFC 7683
+    /// §10.4) applies to the next request, one that gives them back too,
+    /// and a memo of another core is made anew.
+    #[test]
+    fn a_memo_is_made_anew_after_a_reload_and_on_another_core() {
+        let t0 = Instant::now();
+        let all = OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT;
+        let offer = Offer {
+            vector: all,
+            source_is_sender: true,
+        };
+        let mut core = Doic::new("agent", cfg(Algorithm::Rate, true), 1, 1).unwrap();
+        let mut memo = None;
+        let tx = core.treat_idle_remembered(4, "client", offer, &mut memo);
+        assert_eq!(tx.map(|t| t.client_peer_report), Some(true));
+        let mut no_reports = cfg(Algorithm::Rate, true);
+        no_reports.peers.get_mut("client").unwrap().receive_reports = false;
+        core.reconfigure(t0, &no_reports).unwrap();
+        let tx = core.treat_idle_remembered(4, "client", offer, &mut memo);
+        assert_eq!(tx, core.treat_idle(4, "client", Some(offer)));
+        assert_eq!(
+            tx.map(|t| (t.client_features, t.client_peer_report)),
+            Some((None, false))
+        );
+        core.reconfigure(t0, &cfg(Algorithm::Rate, true)).unwrap();
+        let tx = core.treat_idle_remembered(4, "client", offer, &mut memo);
+        assert_eq!(tx.map(|t| t.client_peer_report), Some(true), "given back");
+        core.reconfigure(t0, &cfg(Algorithm::Rate, false)).unwrap();
+        let tx = core.treat_idle_remembered(4, "client", offer, &mut memo);
+        assert_eq!(tx.map(|t| t.client_features), Some(None), "not trusted");
+        // Another core of the same configuration as the memo's first one.
+        let mut other = Doic::new("agent", cfg(Algorithm::Rate, false), 1, 1).unwrap();
+        let mut memo = None;
+        core.reconfigure(t0, &cfg(Algorithm::Rate, true)).unwrap();
+        core.treat_idle_remembered(4, "client", offer, &mut memo);
+        let tx = other.treat_idle_remembered(4, "client", offer, &mut memo);
+        assert_eq!(tx.map(|t| t.client_features), Some(None), "its own policy");
     }
 
     /// With overload state the idle path declines, and counts nothing.

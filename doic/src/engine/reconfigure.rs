@@ -54,6 +54,7 @@ impl Doic {
             self.realms.invalidate();
         }
         self.cfg = cfg;
+        self.config_id = super::idle::config_id();
         Ok(ended)
     }
 

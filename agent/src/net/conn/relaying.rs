@@ -326,7 +326,7 @@ impl Conn {
         let rc = routing.result_code();
         let erc = routing.experimental_result_code().map(|(_, code)| code);
         let code = rc.or(erc).unwrap_or(0);
-        let native = routing.oc_supported_features().is_some();
+        let native = routing.has_oc_supported_features();
         let mut retry_ok = true;
         let mut rewritten = None;
         let mut append = None;

@@ -85,6 +85,39 @@ fn scan_counts_a_second_oc_supported_features() {
     assert!(r.oc_supported_features_repeated());
 }
 
+/// `has_doic_avps`, `has_oc_supported_features` and
+/// `oc_supported_features_span` are what reading the
+/// slots says: an IETF OC-Supported-Features or OC-OLR at top level, never
+/// a vendor AVP of the same code (RFC 7683 §7).
+#[test]
+fn doic_presence_and_span_are_the_slots_reading() {
+    let features = Avp::grouped(
+        code::OC_SUPPORTED_FEATURES,
+        vec![Avp::u64(code::OC_FEATURE_VECTOR, 1)],
+    );
+    let plain = Message::request(cmd::FD_TEST, app::FD_TEST, true)
+        .with(Avp::str(code::ORIGIN_HOST, "client.example.org"))
+        .with(Avp::vendor(
+            code::OC_SUPPORTED_FEATURES,
+            Some(vendor::TGPP),
+            crate::codec::Value::Unsigned32(1),
+        ))
+        .with(Avp::vendor(
+            623,
+            Some(vendor::TGPP),
+            crate::codec::Value::Enumerated(1),
+        ));
+    for m in [plain.clone(), plain.with(features), request()] {
+        let b = m.to_bytes().unwrap();
+        let r = Routing::scan(&b).unwrap();
+        let read = r.oc_supported_features().is_some() || r.oc_olrs().next().is_some();
+        assert_eq!(r.has_doic_avps(), read, "{m:?}");
+        let span = r.oc_supported_features().map(|a| (a.offset, a.raw));
+        assert_eq!(r.has_oc_supported_features(), span.is_some(), "{m:?}");
+        assert_eq!(r.oc_supported_features_span(), span, "{m:?}");
+    }
+}
+
 fn answer(avps: Vec<Avp>) -> bytes::BytesMut {
     let mut m = Message::new(cmd::FD_TEST, app::FD_TEST, CommandFlags(0)).with_ids(1, 2);
     m.avps = avps;
