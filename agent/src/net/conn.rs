@@ -116,6 +116,9 @@ struct Conn {
     /// (0 without overload control): the requests in it carry it upstream
     /// ([`Relayed::read_ns`]).
     read_ns: u64,
+    /// Requests relayed upstream on this connection, for sampling their
+    /// age in the agent (one clock read in `relaying::AGE_SAMPLE`).
+    relayed: u32,
     out: BytesMut,
     /// Requests relayed to this connection's peer, by Hop-by-Hop Identifier.
     upstream: Upstream,
@@ -198,6 +201,7 @@ pub(crate) async fn run(
         batch: (Vec::new(), Vec::new()),
         inbuf: BytesMut::with_capacity(PRE_OPEN_READ),
         read_ns: 0,
+        relayed: 0,
         out: BytesMut::with_capacity(PRE_OPEN_WRITE),
         upstream: Upstream::new(
             (id as u32).wrapping_mul(0x9e37_79b9) ^ 0x5bd1_e995,
