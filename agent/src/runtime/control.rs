@@ -120,7 +120,9 @@ impl Ticking {
             return;
         }
         self.at = now;
-        let cpu = self.cpu.handle_tick(workers, now);
+        let cpu = self
+            .cpu
+            .handle_tick(workers.slots.iter().map(|s| s.tid), now);
         let mut utilisation = Vec::with_capacity(self.last.len());
         for (i, busy) in workers.busy().enumerate() {
             let delta = busy.saturating_sub(self.last[i]);

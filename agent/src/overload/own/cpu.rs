@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use crate::host::cgroup::{Cgroup, Quota, Throttling};
 use crate::host::{HostError, thread};
-use crate::workers::Workers;
 
 /// One reading of the counters.
 #[derive(Clone, Debug)]
@@ -93,12 +92,16 @@ impl CpuMeter {
         }
     }
 
-    /// Reads the counters at `now`; the CPU used since the last reading
-    /// (`None` the first time).
-    pub(crate) fn handle_tick(&mut self, workers: &Workers, now: Instant) -> Option<CpuInterval> {
-        let per_worker: Vec<Option<Duration>> = (0..workers.count())
-            .map(|i| {
-                let tid = workers.slots[i].tid;
+    /// Reads the counters at `now` for the worker threads `tids` (0: a
+    /// worker whose thread id is not known); the CPU used since the last
+    /// reading (`None` the first time).
+    pub(crate) fn handle_tick(
+        &mut self,
+        tids: impl Iterator<Item = i32>,
+        now: Instant,
+    ) -> Option<CpuInterval> {
+        let per_worker: Vec<Option<Duration>> = tids
+            .map(|tid| {
                 if tid == 0 {
                     return None;
                 }
