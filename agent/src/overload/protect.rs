@@ -268,9 +268,9 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
             _ => {}
         }
         let versioned = s.behalf.handle_limit(now, limit, s.est.loss_percent());
-        if versioned && let Some(r) = s.behalf.current().cloned() {
+        if versioned && let Some((rate, end)) = s.behalf.current().map(|r| (r.rate(), r.is_end())) {
             s.view.reports_issued += 1;
-            if !r.is_end() {
+            if !end {
                 // RFC 8582 §6.1: the limit split among the clients by
                 // demand, fixed for the version; a DOIC client abating to
                 // its share keeps the demand it was split from.
@@ -296,7 +296,7 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                 from.retain(|_, r| *r >= 0.5);
                 let d: Vec<(&str, f64)> = from.iter().map(|(c, r)| (c.as_str(), *r)).collect();
                 let shares = Arc::new(
-                    split(r.rate(), &d)
+                    split(rate, &d)
                         .into_iter()
                         .map(|(c, n)| (c.to_owned(), n))
                         .collect(),
@@ -314,7 +314,7 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                 s.behalf.set_losses(losses);
                 // Each DOIC client held to its share, the others to the
                 // rest of the limit.
-                let l = limit.unwrap_or_else(|| r.rate());
+                let l = limit.unwrap_or(rate);
                 s.gates = Some(Arc::new(Gates::revise(
                     s.gates.as_deref(),
                     (st.origin, now),
@@ -323,12 +323,14 @@ pub(crate) fn control_tick(table: &PeerTable, ov: &Overload, now: Instant) {
                     &bucket,
                 )));
             }
-            let r = s.behalf.current().unwrap_or(&r);
-            log_version(&slot.host, r, &s.est);
-            if let Some(log) = ov.audit_log() {
-                let apps = s.apps.iter().copied().collect();
-                let inputs = server_inputs(&s.est, (limit, outstanding), r);
-                crate::audit::feed_behalf(log, now, (&slot.host, apps), r, inputs);
+            // The version as made, its clients' losses in.
+            if let Some(r) = s.behalf.current() {
+                log_version(&slot.host, r, &s.est);
+                if let Some(log) = ov.audit_log() {
+                    let apps = s.apps.iter().copied().collect();
+                    let inputs = server_inputs(&s.est, (limit, outstanding), r);
+                    crate::audit::feed_behalf(log, now, (&slot.host, apps), r, inputs);
+                }
             }
         }
         changed |= versioned || (new_app && s.behalf.current().is_some());
