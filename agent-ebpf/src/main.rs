@@ -7,16 +7,20 @@
 //! One parse path serves three hooks: XDP (ingress, native or generic), TC
 //! ingress and TC egress. It reads Ethernet (with at most one VLAN tag), IPv4
 //! (options skipped) or IPv6 (without extension headers: those are counted as
-//! unparsed), then the TCP ports. Packets to or from a port set in
-//! `DOIC_PORT_BITS` are counted per peer in the per-CPU map `DOIC_PEERS`. The
-//! program never changes a packet and passes every packet on, except, when the
-//! optional SYN guard is on, connection attempts to a Diameter port from a
-//! source not in `DOIC_SYN_ALLOW`.
+//! unparsed), then the TCP ports. Packets to or from a port with a role in
+//! `DOIC_PORT_BITS` are counted per peer in the per-CPU map `DOIC_PEERS`;
+//! the Diameter messages of the segments that arrive at the agent (ingress,
+//! to a port it listens on or from a port a peer listens on) are counted
+//! too. What the agent sends (egress, and its own segments looped back on
+//! `lo`) it counts itself, message by message, as it writes them. The
+//! program never changes a packet and passes every packet on, except, when
+//! the optional SYN guard is on, connection attempts to a port the agent
+//! listens on from a source not in `DOIC_SYN_ALLOW`.
 //!
 //! Cost: a packet that is not TCP to or from a Diameter port costs the header
 //! reads and two loads from the port bitmap; a matching packet adds one
-//! per-CPU hash lookup and a few increments, and one with payload a flow
-//! lookup and a read per Diameter header.
+//! per-CPU hash lookup and a few increments, and one arriving with payload a
+//! flow lookup and a read per Diameter header.
 
 #![no_std]
 #![no_main]
@@ -26,8 +30,8 @@ mod stream;
 
 use agent_ebpf_common::{
     DIR_FROM_PEER, DIR_TO_PEER, FLAG_SYN_GUARD, FlowKey, FlowState, GLOBAL_COUNT,
-    GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, MAX_FLOWS, MAX_PEERS, MAX_SYN_ALLOW, PORT_WORDS, PeerKey,
-    PeerStats,
+    GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, MAX_FLOWS, MAX_PEERS, MAX_SYN_ALLOW, PORT_LISTEN,
+    PORT_PEER, PORT_WORDS, PeerKey, PeerStats,
 };
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action},
@@ -41,7 +45,7 @@ use stream::{Counted, Payload};
 static DOIC_PEERS: PerCpuHashMap<PeerKey, PeerStats> =
     PerCpuHashMap::with_max_entries(MAX_PEERS, 0);
 
-/// Port bitmap (`GLOBAL_PORT_BITS`), set by the agent at load time.
+/// Port roles (`GLOBAL_PORT_BITS`), set by the agent at load time.
 #[unsafe(no_mangle)]
 static DOIC_PORT_BITS: [u64; PORT_WORDS as usize] = [0; PORT_WORDS as usize];
 
@@ -143,12 +147,13 @@ fn ptr_at<T>(start: usize, end: usize, off: usize) -> Option<*const T> {
     Some(p as *const T)
 }
 
+/// The `PORT_*` roles of a TCP port (0: not a Diameter port).
 #[inline(always)]
-fn port_is_diameter(port: u16) -> bool {
+fn port_roles(port: u16) -> u64 {
     // Volatile: the zeros in the object are placeholders the loader replaces.
-    // SAFETY: a valid, aligned reference; `port >> 6` < `PORT_WORDS`.
-    let word = unsafe { core::ptr::read_volatile(&DOIC_PORT_BITS[usize::from(port >> 6)]) };
-    (word >> (port & 63)) & 1 != 0
+    // SAFETY: a valid, aligned reference; `port >> 5` < `PORT_WORDS`.
+    let word = unsafe { core::ptr::read_volatile(&DOIC_PORT_BITS[usize::from(port >> 5)]) };
+    (word >> ((port & 31) * 2)) & (PORT_LISTEN | PORT_PEER)
 }
 
 #[inline(always)]
@@ -309,10 +314,15 @@ fn observe<P: Payload, const REWIND: bool>(
     let tcp = tcp as usize;
     let sport = u16::from_be(load::<u16>(tcp));
     let dport = u16::from_be(load::<u16>(tcp + 2));
-    let to_diameter = port_is_diameter(dport);
-    if !to_diameter && !port_is_diameter(sport) {
+    let (to_roles, from_roles) = (port_roles(dport), port_roles(sport));
+    if to_roles | from_roles == 0 {
         return Verdict::Pass;
     }
+    // Arriving at the agent: its messages are counted. A segment the agent
+    // sends is seen on egress and, on `lo`, again on ingress; the agent
+    // counts those itself as it writes them.
+    let arrival =
+        dir == Dir::Ingress && (to_roles & PORT_LISTEN != 0 || from_roles & PORT_PEER != 0);
 
     // A Diameter port: build the key.
     let (src, dst) = if v4 {
@@ -346,23 +356,24 @@ fn observe<P: Payload, const REWIND: bool>(
     };
     let flow = || FlowKey {
         src,
-        dst,
-        ports_direction: u64::from(load::<u32>(tcp)) | (u64::from(key.direction) << 32),
+        ports_dst: u64::from(load::<u32>(tcp)) | (fold(dst) << 32),
     };
     if flags & TCP_SYN != 0 {
-        if syn && dir == Dir::Ingress && to_diameter && syn_refused(&key.addr) {
+        if syn && dir == Dir::Ingress && to_roles & PORT_LISTEN != 0 && syn_refused(&key.addr) {
             sample.syn_dropped = true;
             count(&key, &sample);
             return Verdict::Drop;
         }
-        // SYN or SYN-ACK: the stream's first byte is ISN + 1.
-        let start = FlowState {
-            next: u64::from(seq.wrapping_add(1)),
-            synced: 1,
-            ..FlowState::default()
-        };
-        let _ = DOIC_FLOWS.insert(flow(), start, 0);
-    } else if l4_len > doff {
+        if arrival {
+            // SYN or SYN-ACK: the stream's first byte is ISN + 1.
+            let start = FlowState {
+                next: u64::from(seq.wrapping_add(1)),
+                synced: 1,
+                ..FlowState::default()
+            };
+            let _ = DOIC_FLOWS.insert(flow(), start, 0);
+        }
+    } else if arrival && l4_len > doff {
         sample.messages = stream::segment(
             payload,
             &flow(),
@@ -374,6 +385,13 @@ fn observe<P: Payload, const REWIND: bool>(
     }
     count(&key, &sample);
     Verdict::Pass
+}
+
+/// An address as two native words, folded to 32 bits (`FlowKey::ports_dst`).
+#[inline(always)]
+fn fold(a: [u64; 2]) -> u64 {
+    let x = a[0] ^ a[1];
+    (x ^ (x >> 32)) & 0xFFFF_FFFF
 }
 
 /// An IPv4 address at `at` (bounds-checked by the caller) as IPv4-mapped

@@ -70,27 +70,42 @@ enum End {
     Lost(u32),
 }
 
+/// The bits of a header's first 8 bytes (read big-endian) that
+/// `header_len` checks with one mask: the version byte, the Message Length's
+/// two low bits and the reserved flags.
+const HEADER_MASK: u64 = 0xFF00_0003_0000_0000 | ((DIAMETER_FLAGS_RESERVED as u64) << 24);
+/// What they must be: version 1, a length that is a multiple of 4, reserved
+/// flags clear.
+const HEADER_WANT: u64 = 1 << 56;
+
 /// RFC 6733 §3 sanity check: version 1, a length of at least 20 that is a
 /// multiple of 4, reserved flags clear. `w` holds the header's first bytes,
 /// most significant first. Returns the message length.
 #[inline(always)]
 fn header_len(w: u64) -> Option<u32> {
-    let version = (w >> 56) as u8;
     let len = ((w >> 32) & 0x00FF_FFFF) as u32;
-    let flags = (w >> 24) as u8;
-    if version != 1 || len < DIAMETER_HLEN || len & 3 != 0 || flags & DIAMETER_FLAGS_RESERVED != 0 {
+    if w & HEADER_MASK != HEADER_WANT || len < DIAMETER_HLEN {
         return None;
     }
     Some(len)
 }
 
-/// Counts the header in `w` as a request or an answer, without a branch (the
-/// verifier then follows one path per header).
+/// One header in the walk's tally: headers in the low 32 bits, requests
+/// among them in the high 32 (one register across the reads of the walk),
+/// without a branch (the verifier then follows one path per header).
 #[inline(always)]
-fn tally(w: u64, c: &mut Counted) {
-    let request = ((w >> DIAMETER_FLAG_R_BIT) & 1) as u32;
-    c.requests += request;
-    c.answers += 1 - request;
+fn tally(w: u64) -> u64 {
+    1 | (((w >> DIAMETER_FLAG_R_BIT) & 1) << 32)
+}
+
+impl Counted {
+    /// Adds a walk's tally (`tally`).
+    #[inline(always)]
+    fn add(&mut self, t: u64) {
+        let (headers, requests) = (t as u32, (t >> 32) as u32);
+        self.requests += requests;
+        self.answers += headers - requests;
+    }
 }
 
 /// Walks the headers of a payload of `plen` bytes at packet offset `at`,
@@ -104,33 +119,42 @@ fn walk<P: Payload>(p: &P, at: usize, plen: u32, o: u32, c: &mut Counted) -> End
     if plen > MAX_PAYLOAD {
         return End::Lost(INEXACT_UNREADABLE);
     }
-    let mut left = MAX_HEADERS;
-    loop {
+    // The loop keeps few values alive across the reads (the helper call
+    // clobbers the other registers): the offset, the length, the tally.
+    let mut t = 0u64;
+    let end = loop {
         if o >= plen {
-            return End::Next(o);
+            break End::Next(o);
         }
         if plen - o < 8 {
-            break;
+            break tail(p, at, plen, o, &mut t);
         }
-        if left == 0 {
-            return End::Lost(INEXACT_TOO_MANY);
+        if t as u32 == MAX_HEADERS {
+            break End::Lost(INEXACT_TOO_MANY);
         }
-        left -= 1;
         let Some(w) = p.word(at + o as usize) else {
-            return End::Lost(INEXACT_UNREADABLE);
+            break End::Lost(INEXACT_UNREADABLE);
         };
         let Some(len) = header_len(w) else {
-            return End::Lost(INEXACT_BAD_HEADER);
+            break End::Lost(INEXACT_BAD_HEADER);
         };
-        tally(w, c);
+        t += tally(w);
         // `o` < `plen` <= `MAX_PAYLOAD` and `len` < 2^24: the mask changes
         // nothing but gives `o` the same range in every round, so that the
         // verifier prunes the states after the loop instead of walking them
         // once per round.
         o = (o + len) & OFFSET_MASK;
-    }
-    // Fewer than 8 bytes left: read the packet's last 8 (the TCP header is
-    // before the payload, so there are 8) and keep the header's.
+    };
+    c.add(t);
+    end
+}
+
+/// The walk's last header, with fewer than 8 bytes of it left at payload
+/// offset `o`: reads the packet's last 8 (the TCP header is before the
+/// payload, so there are 8) and keeps the header's. (One header past
+/// `MAX_HEADERS` is fine: the loop's bound is for the verifier.)
+#[inline(always)]
+fn tail<P: Payload>(p: &P, at: usize, plen: u32, o: u32, t: &mut u64) -> End {
     let r = plen - o;
     let Some(w) = last_bytes(p, at, plen, r) else {
         return End::Lost(INEXACT_UNREADABLE);
@@ -141,9 +165,7 @@ fn walk<P: Payload>(p: &P, at: usize, plen: u32, o: u32, c: &mut Counted) -> End
     let Some(len) = header_len(w) else {
         return End::Lost(INEXACT_BAD_HEADER);
     };
-    // (One header past `MAX_HEADERS` is fine: the loop's bound is for the
-    // verifier, and `left` stays dead after the loop.)
-    tally(w, c);
+    *t += tally(w);
     End::Next(o + len)
 }
 
@@ -316,6 +338,6 @@ fn joined<P: Payload>(p: &P, at: usize, plen: u32, st: &FlowState, c: &mut Count
     let Some(len) = header_len(w) else {
         return Plan::Done(End::Lost(INEXACT_BAD_HEADER));
     };
-    tally(w, c);
+    c.add(tally(w));
     Plan::Walk(len - have)
 }

@@ -51,7 +51,8 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
 pub use config::{
-    Around, Config, ConfigError, Mode, Prefix, PrefixError, Section, SectionError, addr_from_key,
+    Around, Config, ConfigError, Mode, Prefix, PrefixError, Section, SectionError, Sides,
+    addr_from_key,
 };
 pub use counters::{
     Direction, GlobalCounters, PeerCounters, PeerRate, RateMeter, render_prometheus,
@@ -579,8 +580,8 @@ fn load_object(cfg: &Config) -> Result<Ebpf, LoadError> {
         return Err(LoadError::NotBuilt);
     }
     let mut words = [0u64; PORT_WORDS as usize];
-    for &port in &cfg.ports {
-        words[usize::from(port >> 6)] |= 1 << (port & 63);
+    for (port, roles) in cfg.port_roles() {
+        words[usize::from(port >> 5)] |= roles << ((port & 31) * 2);
     }
     EbpfLoader::new()
         .override_global(GLOBAL_PORT_BITS, &words, true)

@@ -9,7 +9,7 @@
 //! [ebpf]
 //! interfaces = ["lo"]      # default
 //! mode = "auto"            # default; "auto" | "xdp-native" | "xdp-generic" | "tc" | "off"
-//! egress = true            # default: also count what the host sends (TC egress)
+//! egress = true            # default: also count the packets and bytes the host sends (TC egress)
 //! ports = [3868]           # default: the agent's listen ports and its peers' ports
 //! syn_guard = false        # default; drop SYNs to the ports from sources not in syn_allow
 //! syn_allow = ["10.0.0.0/8", "2001:db8::/32", "192.0.2.7"]  # default with syn_guard: the [[peer]] connect addresses
@@ -78,19 +78,23 @@ impl Section {
         bound: &[SocketAddr],
     ) -> Result<Config, SectionError> {
         let base = Config::default();
-        let ports = match &self.ports {
-            Some(p) => p.clone(),
+        let known = |addrs: &mut dyn Iterator<Item = &SocketAddr>| {
+            let mut p: Vec<u16> = addrs.map(SocketAddr::port).filter(|&p| p != 0).collect();
+            p.sort_unstable();
+            p.dedup();
+            p
+        };
+        let (ports, sides) = match &self.ports {
+            Some(p) => (p.clone(), None),
             None => {
-                let mut p: Vec<u16> = bound
-                    .iter()
-                    .chain(around.listen)
-                    .chain(around.connect)
-                    .map(SocketAddr::port)
-                    .filter(|&p| p != 0)
-                    .collect();
+                let sides = Sides {
+                    agent: known(&mut bound.iter().chain(around.listen)),
+                    peers: known(&mut around.connect.iter()),
+                };
+                let mut p = [sides.agent.as_slice(), &sides.peers].concat();
                 p.sort_unstable();
                 p.dedup();
-                p
+                (p, Some(sides))
             }
         };
         let syn_allow = match &self.syn_allow {
@@ -120,6 +124,7 @@ impl Section {
             mode: self.mode.unwrap_or(base.mode),
             egress: self.egress.unwrap_or(base.egress),
             ports,
+            sides,
             syn_guard: self.syn_guard,
             syn_allow,
         };
@@ -208,10 +213,18 @@ pub struct Config {
     pub interfaces: Vec<String>,
     /// Attach mode for ingress.
     pub mode: Mode,
-    /// Also attach a TC egress classifier, to count traffic sent to peers.
+    /// Also attach a TC egress classifier, to count the packets and bytes
+    /// sent to peers (the agent counts the messages it sends itself).
     pub egress: bool,
     /// TCP ports that carry Diameter (either end of a connection).
     pub ports: Vec<u16>,
+    /// Which end listens on each of `ports`, where the agent knows it (its
+    /// listeners, its peers' connect addresses): the program counts the
+    /// messages of the segments that arrive at the agent, to a port it
+    /// listens on or from one a peer listens on. `None` (ports given by
+    /// hand): any end may listen on any of them.
+    #[serde(skip)]
+    pub sides: Option<Sides>,
     /// Drop TCP SYNs to `ports` from sources not in `syn_allow`.
     pub syn_guard: bool,
     /// Sources (addresses or prefixes) allowed to connect when `syn_guard` is on.
@@ -225,9 +238,41 @@ impl Default for Config {
             mode: Mode::Auto,
             egress: true,
             ports: vec![3868],
+            sides: None,
             syn_guard: false,
             syn_allow: Vec::new(),
         }
+    }
+}
+
+/// The ports of [`Config::ports`] by the end that listens on them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sides {
+    /// Ports the agent listens on.
+    pub agent: Vec<u16>,
+    /// Ports the agent's peers listen on (it connects to them).
+    pub peers: Vec<u16>,
+}
+
+impl Config {
+    /// Each port with its roles in the kernel's port bitmap
+    /// (`agent_ebpf_common::PORT_LISTEN`, `PORT_PEER`).
+    #[must_use]
+    pub fn port_roles(&self) -> Vec<(u16, u64)> {
+        use agent_ebpf_common::{PORT_LISTEN, PORT_PEER};
+        self.ports
+            .iter()
+            .map(|&port| {
+                let roles = match &self.sides {
+                    None => PORT_LISTEN | PORT_PEER,
+                    Some(s) => {
+                        let has = |l: &[u16], role| if l.contains(&port) { role } else { 0 };
+                        has(&s.agent, PORT_LISTEN) | has(&s.peers, PORT_PEER)
+                    }
+                };
+                (port, roles)
+            })
+            .collect()
     }
 }
 
@@ -491,10 +536,28 @@ mod tests {
         assert_eq!(e.mode, Mode::Auto);
         assert!(!e.syn_guard);
         assert_eq!(e.ports, [3868, 3869, 3870]);
+        // The agent listens on 3868 and 3870, its peer on 3869: segments to
+        // the first two and from the third arrive at the agent.
+        use agent_ebpf_common::{PORT_LISTEN, PORT_PEER};
+        assert_eq!(
+            e.port_roles(),
+            [(3868, PORT_LISTEN), (3869, PORT_PEER), (3870, PORT_LISTEN)]
+        );
         // A listener bound to port 0 contributes the port it got.
         let bound: SocketAddr = "127.0.0.1:41000".parse().unwrap();
         let e = c.ebpf_config(&[bound]).unwrap();
         assert!(e.ports.contains(&41000));
+        assert!(e.port_roles().contains(&(41000, PORT_LISTEN)));
+        // A port both ends listen on has both roles; ports given by hand
+        // have both too (which end listens on them is not known).
+        let c = agent_config(
+            "[[peer]]\nhost = \"t.example.net\"\nrealm = \"example.net\"\nconnect = \"192.0.2.8:3868\"\n",
+        );
+        let e = c.ebpf_config(&[]).unwrap();
+        assert_eq!(e.port_roles()[0], (3868, PORT_LISTEN | PORT_PEER));
+        let c = agent_config("[ebpf]\nports = [3869]\n");
+        let e = c.ebpf_config(&[]).unwrap();
+        assert_eq!(e.port_roles(), [(3869, PORT_LISTEN | PORT_PEER)]);
     }
 
     #[test]

@@ -13,14 +13,19 @@
 //! | `doic_ebpf_attached` | gauge | 1 when the program is attached, else 0 |
 //! | `doic_kernel_packets_total{peer,direction}` | counter | TCP segments |
 //! | `doic_kernel_bytes_total{peer,direction}` | counter | frame bytes (link-layer header included) |
-//! | `doic_kernel_requests_total{peer,direction}` | counter | Diameter requests (every header in the stream) |
-//! | `doic_kernel_answers_total{peer,direction}` | counter | Diameter answers |
+//! | `doic_kernel_requests_total{peer,direction}` | counter | Diameter requests arriving at the agent (every header in the stream; `in` only) |
+//! | `doic_kernel_answers_total{peer,direction}` | counter | Diameter answers arriving at the agent (`in` only) |
 //! | `doic_kernel_syn_total{peer,direction}` | counter | connection attempts (SYN without ACK) |
 //! | `doic_kernel_syn_dropped_total{peer,direction}` | counter | attempts dropped by the SYN guard |
 //! | `doic_kernel_unparsed_total` | counter | packets not parsed down to TCP ports |
 //! | `doic_kernel_table_full_total` | counter | Diameter packets not counted: peer table full |
 //! | `doic_kernel_inexact_segments_total{peer,direction}` | counter | segments whose requests and answers could not be counted exactly |
 //! | `doic_kernel_inexact_total{cause}` | counter | the same segments, all peers, by cause |
+//!
+//! Messages are counted where they arrive at the agent (ingress, to a port
+//! it listens on or from a port a peer listens on); what the agent sends it
+//! counts itself as it writes, so `direction="out"` has packets and bytes
+//! only.
 //!
 //! A peer whose inexact count grew between two reads has an inexact
 //! request rate for that interval ([`PeerRate::exact`] false): the overload
@@ -153,11 +158,11 @@ const PEER_METRICS: [(&str, &str); 7] = [
     ),
     (
         "doic_kernel_requests_total",
-        "Diameter requests (every header in the byte stream), per peer",
+        "Diameter requests arriving from the peer (every header in the byte stream; 0 for direction out, which the agent counts as it writes), per peer",
     ),
     (
         "doic_kernel_answers_total",
-        "Diameter answers (every header in the byte stream), per peer",
+        "Diameter answers arriving from the peer (every header in the byte stream; 0 for direction out, which the agent counts as it writes), per peer",
     ),
     (
         "doic_kernel_syn_total",
