@@ -29,28 +29,32 @@
 mod stream;
 
 use agent_ebpf_common::{
-    DIR_FROM_PEER, DIR_TO_PEER, FLAG_SYN_GUARD, FlowKey, FlowState, GLOBAL_COUNT,
-    GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, MAX_FLOWS, MAX_PEERS, MAX_SYN_ALLOW, PORT_LISTEN,
-    PORT_PEER, PORT_WORDS, PeerKey, PeerStats,
+    FLAG_SYN_GUARD, GLOBAL_COUNT, GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, MAX_PEERS, MAX_SYN_ALLOW,
+    PORT_LISTEN, PORT_PEER, PORT_WORDS, PeerEntry, PeerKey, PeerStats,
 };
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action},
     macros::{classifier, map, xdp},
-    maps::{Array, LpmTrie, LruHashMap, PerCpuArray, PerCpuHashMap, lpm_trie::Key},
+    maps::{Array, LpmTrie, PerCpuArray, PerCpuHashMap, lpm_trie::Key},
     programs::{TcContext, XdpContext},
 };
 use stream::{Counted, Payload};
 
+/// What comes from peers (`MAP_PEERS`). Allocated as entries come
+/// (`BPF_F_NO_PREALLOC`): a per-CPU value is 96 bytes on every possible
+/// CPU, and most of the 65 536 entries are never used.
 #[map]
-static DOIC_PEERS: PerCpuHashMap<PeerKey, PeerStats> =
-    PerCpuHashMap::with_max_entries(MAX_PEERS, 0);
+static DOIC_PEERS: PerCpuHashMap<PeerKey, PeerEntry> =
+    PerCpuHashMap::with_max_entries(MAX_PEERS, BPF_F_NO_PREALLOC);
+
+/// What goes to peers (`MAP_PEERS_OUT`), likewise.
+#[map]
+static DOIC_PEERS_OUT: PerCpuHashMap<PeerKey, PeerEntry> =
+    PerCpuHashMap::with_max_entries(MAX_PEERS, BPF_F_NO_PREALLOC);
 
 /// Port roles (`GLOBAL_PORT_BITS`), set by the agent at load time.
 #[unsafe(no_mangle)]
 static DOIC_PORT_BITS: [u64; PORT_WORDS as usize] = [0; PORT_WORDS as usize];
-
-#[map]
-static DOIC_FLOWS: LruHashMap<FlowKey, FlowState> = LruHashMap::with_max_entries(MAX_FLOWS, 0);
 
 #[map]
 static DOIC_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
@@ -183,26 +187,27 @@ fn add(stats: &mut PeerStats, s: &Sample) {
     stats.inexact += u64::from(s.messages.inexact);
 }
 
+/// This CPU's value of `key` in `map`, made (zero on every CPU) if there
+/// is none; `None` when the map is full (counted in `GLOBAL_TABLE_FULL`).
 #[inline(always)]
-fn count(key: &PeerKey, s: &Sample) {
-    if let Some(stats) = DOIC_PEERS.get_ptr_mut(key) {
-        // SAFETY: per-CPU value of an existing entry.
-        add(unsafe { &mut *stats }, s);
-        return;
-    }
-    let mut stats = PeerStats::default();
-    add(&mut stats, s);
-    if DOIC_PEERS
-        .insert(key, stats, u64::from(BPF_NOEXIST))
-        .is_ok()
-    {
-        return;
-    }
-    // Another CPU may have inserted the key first; otherwise the map is full.
-    match DOIC_PEERS.get_ptr_mut(key) {
-        // SAFETY: as above.
-        Some(existing) => add(unsafe { &mut *existing }, s),
-        None => global_add(GLOBAL_TABLE_FULL),
+fn entry(map: &PerCpuHashMap<PeerKey, PeerEntry>, key: &PeerKey) -> Option<&'static mut PeerEntry> {
+    let found = match map.get_ptr_mut(key) {
+        Some(e) => Some(e),
+        None => {
+            // Another CPU may insert the key first: the lookup finds it then.
+            let _ = map.insert(key, PeerEntry::default(), u64::from(BPF_NOEXIST));
+            map.get_ptr_mut(key)
+        }
+    };
+    match found {
+        // SAFETY: this CPU's value of an entry (`BPF_F_NO_PREALLOC`: not
+        // reused while the program runs); programs do not migrate while
+        // running, and only the handover of `stream` writes another CPU's.
+        Some(e) => Some(unsafe { &mut *e }),
+        None => {
+            global_add(GLOBAL_TABLE_FULL);
+            None
+        }
     }
 }
 
@@ -333,15 +338,21 @@ fn observe<P: Payload, const REWIND: bool>(
     let addr = if dir == Dir::Ingress { src } else { dst };
     // SAFETY: same size, any bit pattern is valid.
     let addr = unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(addr) };
+    // A segment arriving at the agent is counted per flow (userspace sums
+    // the peer's flows): the entry holds the flow's position too.
     let key = PeerKey {
         addr,
         port: if dir == Dir::Ingress { sport } else { dport },
-        family: if v4 { 4 } else { 6 },
-        direction: if dir == Dir::Ingress {
-            DIR_FROM_PEER
-        } else {
-            DIR_TO_PEER
-        },
+        local_port: if arrival { dport } else { 0 },
+        local: if arrival { fold(dst) } else { 0 },
+    };
+    let map = if dir == Dir::Ingress {
+        &DOIC_PEERS
+    } else {
+        &DOIC_PEERS_OUT
+    };
+    let Some(e) = entry(map, &key) else {
+        return Verdict::Pass;
     };
 
     let flags = load::<u8>(tcp + 13);
@@ -354,44 +365,37 @@ fn observe<P: Payload, const REWIND: bool>(
         syn,
         syn_dropped: false,
     };
-    let flow = || FlowKey {
-        src,
-        ports_dst: u64::from(load::<u32>(tcp)) | (fold(dst) << 32),
-    };
     if flags & TCP_SYN != 0 {
         if syn && dir == Dir::Ingress && to_roles & PORT_LISTEN != 0 && syn_refused(&key.addr) {
             sample.syn_dropped = true;
-            count(&key, &sample);
+            add(&mut e.stats, &sample);
             return Verdict::Drop;
         }
         if arrival {
             // SYN or SYN-ACK: the stream's first byte is ISN + 1.
-            let start = FlowState {
-                next: u64::from(seq.wrapping_add(1)),
-                synced: 1,
-                ..FlowState::default()
-            };
-            let _ = DOIC_FLOWS.insert(flow(), start, 0);
+            stream::start(map, e, &key, seq.wrapping_add(1));
         }
     } else if arrival && l4_len > doff {
         sample.messages = stream::segment(
             payload,
-            &flow(),
+            map,
+            e,
+            &key,
             seq,
             l4 + doff as usize,
             l4_len - doff,
             REWIND,
         );
     }
-    count(&key, &sample);
+    add(&mut e.stats, &sample);
     Verdict::Pass
 }
 
-/// An address as two native words, folded to 32 bits (`FlowKey::ports_dst`).
+/// An address as two native words, folded to 32 bits (`PeerKey::local`).
 #[inline(always)]
-fn fold(a: [u64; 2]) -> u64 {
+fn fold(a: [u64; 2]) -> u32 {
     let x = a[0] ^ a[1];
-    (x ^ (x >> 32)) & 0xFFFF_FFFF
+    (x ^ (x >> 32)) as u32
 }
 
 /// An IPv4 address at `at` (bounds-checked by the caller) as IPv4-mapped

@@ -2,9 +2,13 @@
 //! TCP; §3: every message starts with a 20-byte header whose 24-bit
 //! Message Length covers the whole message, header included).
 //!
-//! A hook sees segments, not messages. Per flow and direction the program
-//! keeps, in the LRU map `DOIC_FLOWS`, the sequence number where the next
-//! header starts (from the connection's SYN on: ISN + 1). A segment is
+//! A hook sees segments, not messages. Per flow arriving at the agent the
+//! program keeps, in the flow's entry of `DOIC_PEERS`, the sequence number
+//! where the next header starts (from the connection's SYN on: ISN + 1).
+//! The entry is per CPU; the CPU that saw the flow's last segment holds the
+//! position (`PeerEntry::owner`), and a segment on another CPU takes it over
+//! from there, so that the counters stay per CPU and a single lookup per
+//! packet serves both. A segment is
 //! walked from that header on, header by header, through the length fields,
 //! at most `MAX_HEADERS` per packet; the end of the walk is where the next
 //! header starts, in this segment's successor or beyond. A header split over
@@ -21,11 +25,15 @@
 //! Retransmitted bytes, already walked, are not counted again.
 
 use agent_ebpf_common::{
-    FlowKey, FlowState, GLOBAL_INEXACT, INEXACT_BAD_HEADER, INEXACT_FLOW_FULL, INEXACT_GAP,
-    INEXACT_NO_FLOW, INEXACT_TOO_MANY, INEXACT_UNREADABLE, INEXACT_UNSYNCED, MAX_HEADERS,
+    FlowState, GLOBAL_INEXACT, INEXACT_BAD_HEADER, INEXACT_GAP, INEXACT_NO_FLOW, INEXACT_TOO_MANY,
+    INEXACT_UNREADABLE, INEXACT_UNSYNCED, MAX_CPUS, MAX_HEADERS, PeerEntry, PeerKey,
+};
+use aya_ebpf::{
+    helpers::generated::{bpf_get_smp_processor_id, bpf_map_lookup_percpu_elem},
+    maps::PerCpuHashMap,
 };
 
-use crate::{DOIC_FLOWS, global_add};
+use crate::global_add;
 
 /// RFC 6733 §3: the header is 20 bytes.
 const DIAMETER_HLEN: u32 = 20;
@@ -41,8 +49,9 @@ const HEADER_NEEDED: u32 = 5;
 /// Longest payload walked (a packet is at most 64 KiB, or 512 KiB with BIG
 /// TCP); a longer one counts as unreadable.
 const MAX_PAYLOAD: u32 = 1 << 20;
-/// Above any payload offset plus a Diameter length (24 bits).
-const OFFSET_MASK: u32 = (1 << 25) - 1;
+/// Above any packet offset of a payload byte plus a Diameter length (24
+/// bits).
+const POS_MASK: u64 = (1 << 25) - 1;
 
 /// Reads the packet for the walk.
 pub(crate) trait Payload {
@@ -115,39 +124,51 @@ fn walk<P: Payload>(p: &P, at: usize, plen: u32, o: u32, c: &mut Counted) -> End
     // The paths into the walk (IPv4 or IPv6, VLAN or not, where in the
     // stream) know different bounds of these; without them the verifier
     // walks the loop once for all of them.
-    let (at, plen, mut o) = (opaque(at as u32) as usize, opaque(plen), opaque(o));
+    let (at, plen, o) = (opaque(at as u32), opaque(plen), opaque(o));
     if plen > MAX_PAYLOAD {
         return End::Lost(INEXACT_UNREADABLE);
     }
-    // The loop keeps few values alive across the reads (the helper call
-    // clobbers the other registers): the offset, the length, the tally.
+    // Packet offsets, 64-bit: the loop keeps four values alive across the
+    // reads (the helper call clobbers the other registers), the position,
+    // the end, the tally and the packet, with no 32-bit truncation.
+    let end = u64::from(at) + u64::from(plen);
+    let mut pos = u64::from(at) + u64::from(o);
     let mut t = 0u64;
-    let end = loop {
-        if o >= plen {
-            break End::Next(o);
+    let why = loop {
+        if pos >= end {
+            break None;
         }
-        if plen - o < 8 {
-            break tail(p, at, plen, o, &mut t);
+        if end - pos < 8 {
+            break Some(TAIL);
         }
         if t as u32 == MAX_HEADERS {
-            break End::Lost(INEXACT_TOO_MANY);
+            break Some(INEXACT_TOO_MANY);
         }
-        let Some(w) = p.word(at + o as usize) else {
-            break End::Lost(INEXACT_UNREADABLE);
+        let Some(w) = p.word(pos as usize) else {
+            break Some(INEXACT_UNREADABLE);
         };
         let Some(len) = header_len(w) else {
-            break End::Lost(INEXACT_BAD_HEADER);
+            break Some(INEXACT_BAD_HEADER);
         };
         t += tally(w);
-        // `o` < `plen` <= `MAX_PAYLOAD` and `len` < 2^24: the mask changes
-        // nothing but gives `o` the same range in every round, so that the
-        // verifier prunes the states after the loop instead of walking them
-        // once per round.
-        o = (o + len) & OFFSET_MASK;
+        // `pos` < `at + plen` <= 2^16 + `MAX_PAYLOAD` and `len` < 2^24: the
+        // mask changes nothing but gives `pos` the same range in every
+        // round, so that the verifier prunes the states after the loop
+        // instead of walking them once per round.
+        pos = (pos + u64::from(len)) & POS_MASK;
+    };
+    let o = (pos - u64::from(at)) as u32;
+    let end = match why {
+        None => End::Next(o),
+        Some(TAIL) => tail(p, at as usize, plen, o, &mut t),
+        Some(cause) => End::Lost(cause),
     };
     c.add(t);
     end
 }
+
+/// Not a cause: the walk stopped with fewer than 8 bytes of a header left.
+const TAIL: u32 = u32::MAX;
 
 /// The walk's last header, with fewer than 8 bytes of it left at payload
 /// offset `o`: reads the packet's last 8 (the TCP header is before the
@@ -198,29 +219,91 @@ enum Plan {
     Done(End),
 }
 
+/// The flow's position held by another CPU's entry, taken over: copied into
+/// `mine`, and the other CPU's given up. `None` when no CPU holds it.
+#[inline(always)]
+fn take_over(
+    map: &PerCpuHashMap<PeerKey, PeerEntry>,
+    key: &PeerKey,
+    mine: &mut PeerEntry,
+) -> Option<FlowState> {
+    // SAFETY: a helper without arguments.
+    let here = unsafe { bpf_get_smp_processor_id() };
+    let map = core::ptr::from_ref(map).cast_mut().cast();
+    let key = core::ptr::from_ref(key).cast();
+    let mut cpu = 0;
+    while cpu < MAX_CPUS {
+        if cpu != here {
+            // SAFETY: the map and a key on the stack, as the helper takes
+            // them; null past the last possible CPU.
+            let other = unsafe { bpf_map_lookup_percpu_elem(map, key, cpu) }.cast::<PeerEntry>();
+            if other.is_null() {
+                break;
+            }
+            // SAFETY: another CPU's value of the entry: a program there may
+            // be walking the same flow at this moment (two segments of one
+            // flow at once, which the stack avoids): the position read is
+            // then behind, and the next segment counts as a gap, flagged.
+            unsafe {
+                if (*other).owner != 0 {
+                    (*other).owner = 0;
+                    mine.flow = (*other).flow;
+                    mine.owner = 1;
+                    return Some(mine.flow);
+                }
+            }
+        }
+        cpu += 1;
+    }
+    None
+}
+
+/// A connection's SYN or SYN-ACK: its stream starts at `next` (ISN + 1), on
+/// this CPU. A position another CPU held (an earlier connection of the same
+/// addresses and ports) is given up.
+#[inline(always)]
+pub(crate) fn start(
+    map: &PerCpuHashMap<PeerKey, PeerEntry>,
+    e: &mut PeerEntry,
+    key: &PeerKey,
+    next: u32,
+) {
+    if e.owner == 0 {
+        let _ = take_over(map, key, e);
+    }
+    e.flow = FlowState {
+        next: u64::from(next),
+        synced: 1,
+        ..FlowState::default()
+    };
+    e.owner = 1;
+}
+
 /// Counts the Diameter headers of one data segment (`plen` > 0 payload
 /// bytes at packet offset `at`, first byte at sequence number `seq`) of the
-/// flow `key`, and keeps where the next one starts. With `rewind` (the
-/// benchmark program only), a known flow takes the segment as the next in
-/// sequence.
+/// flow of entry `e` (this CPU's value of `key`), and keeps where the next
+/// one starts. With `rewind` (the benchmark program only), a known flow
+/// takes the segment as the next in sequence.
 #[inline(always)]
+#[expect(clippy::too_many_arguments, reason = "one call site, inlined")]
 pub(crate) fn segment<P: Payload>(
     p: &P,
-    key: &FlowKey,
+    map: &PerCpuHashMap<PeerKey, PeerEntry>,
+    e: &mut PeerEntry,
+    key: &PeerKey,
     seq: u32,
     at: usize,
     plen: u32,
     rewind: bool,
 ) -> Counted {
     let mut c = Counted::default();
-    let slot = DOIC_FLOWS.get_ptr_mut(key);
-    let mut st = match slot {
-        // SAFETY: a value of an existing entry; the flow's segments are
-        // handled one at a time (one socket, one queue).
-        Some(s) => unsafe { *s },
-        None => FlowState::default(),
+    let held = if e.owner != 0 {
+        Some(e.flow)
+    } else {
+        take_over(map, key, e)
     };
-    if rewind && slot.is_some() {
+    let mut st = held.unwrap_or_default();
+    if rewind && held.is_some() {
         st.next = u64::from(seq);
         st.have = 0;
         st.synced = 1;
@@ -228,8 +311,8 @@ pub(crate) fn segment<P: Payload>(
     // Why this segment cannot be exact before any walk, if it cannot.
     let mut cause = None;
     // Where the walk starts in this payload, or why it does not.
-    let from = if slot.is_none() || st.synced == 0 {
-        cause = Some(if slot.is_none() {
+    let from = if held.is_none() || st.synced == 0 {
+        cause = Some(if held.is_none() {
             INEXACT_NO_FLOW
         } else {
             INEXACT_UNSYNCED
@@ -289,16 +372,9 @@ pub(crate) fn segment<P: Payload>(
         c.inexact = true;
         global_add(GLOBAL_INEXACT + why);
     }
-    match slot {
-        // SAFETY: as above.
-        Some(s) => unsafe { *s = st },
-        None => {
-            if st.synced != 0 && DOIC_FLOWS.insert(key, st, 0).is_err() {
-                c.inexact = true;
-                global_add(GLOBAL_INEXACT + INEXACT_FLOW_FULL);
-            }
-        }
-    }
+    // This CPU saw the flow's last segment: it holds the position now.
+    e.flow = st;
+    e.owner = 1;
     c
 }
 

@@ -31,6 +31,8 @@ pub mod config;
 mod counters;
 pub mod live;
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 #[cfg(feature = "probe")]
@@ -39,9 +41,9 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
 use agent_ebpf_common::{
-    DIR_FROM_PEER, DIR_TO_PEER, FLAG_SYN_GUARD, GLOBAL_INEXACT, GLOBAL_PORT_BITS,
-    GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, INEXACT_CAUSES, MAP_CONFIG, MAP_GLOBAL, MAP_PEERS,
-    MAP_SYN_ALLOW, PORT_WORDS, PROG_TC_EGRESS, PROG_TC_INGRESS, PROG_XDP, PeerKey, PeerStats,
+    FLAG_SYN_GUARD, GLOBAL_INEXACT, GLOBAL_PORT_BITS, GLOBAL_TABLE_FULL, GLOBAL_UNPARSED,
+    INEXACT_CAUSES, MAP_CONFIG, MAP_GLOBAL, MAP_PEERS, MAP_PEERS_OUT, MAP_SYN_ALLOW, PORT_WORDS,
+    PROG_TC_EGRESS, PROG_TC_INGRESS, PROG_XDP, PeerEntry, PeerKey,
 };
 #[cfg(feature = "probe")]
 use agent_ebpf_common::{PROG_XDP_BENCH, PROG_XDP_PASS};
@@ -312,54 +314,70 @@ impl Drop for Telemetry {
     }
 }
 
+/// The peer maps and the direction each counts.
+const PEER_MAPS: [(&str, Direction); 2] = [
+    (MAP_PEERS, Direction::FromPeer),
+    (MAP_PEERS_OUT, Direction::ToPeer),
+];
+
+/// Every peer's counters: each entry's per-CPU values summed, and the flows
+/// of a peer (the entries of the segments arriving at the agent) summed
+/// into it.
 fn read_peers(ebpf: &Ebpf) -> Result<Vec<PeerCounters>, LoadError> {
-    let map = ebpf
-        .map(MAP_PEERS)
-        .ok_or(LoadError::MissingMap { name: MAP_PEERS })?;
-    let peers: PerCpuHashMap<&MapData, PeerKey, PeerStats> =
-        PerCpuHashMap::try_from(map).map_err(map_err(MAP_PEERS))?;
-    let mut out = Vec::new();
-    for entry in peers.iter() {
-        match entry {
-            Ok((key, values)) => out.push(PeerCounters::from_kernel(&key, values.iter())),
-            // The entry went away between the key walk and the lookup.
-            Err(MapError::KeyNotFound) => {}
-            Err(source) => {
-                return Err(LoadError::Map {
-                    name: MAP_PEERS,
-                    source,
-                });
+    let mut out: Vec<PeerCounters> = Vec::new();
+    let mut at: HashMap<(SocketAddr, Direction), usize> = HashMap::new();
+    for (name, direction) in PEER_MAPS {
+        let map = ebpf.map(name).ok_or(LoadError::MissingMap { name })?;
+        let peers: PerCpuHashMap<&MapData, PeerKey, PeerEntry> =
+            PerCpuHashMap::try_from(map).map_err(map_err(name))?;
+        for entry in peers.iter() {
+            match entry {
+                Ok((key, values)) => {
+                    let c =
+                        PeerCounters::from_kernel(&key, direction, values.iter().map(|e| &e.stats));
+                    match at.entry((c.peer, direction)) {
+                        Entry::Occupied(i) => out[*i.get()].add(&c),
+                        Entry::Vacant(v) => {
+                            v.insert(out.len());
+                            out.push(c);
+                        }
+                    }
+                }
+                // The entry went away between the key walk and the lookup.
+                Err(MapError::KeyNotFound) => {}
+                Err(source) => return Err(LoadError::Map { name, source }),
             }
         }
     }
     Ok(out)
 }
 
+/// Removes every entry of `peer`: both directions, and each of its flows.
 fn forget_peer(ebpf: &mut Ebpf, peer: SocketAddr) -> Result<usize, LoadError> {
-    let mut peers: PerCpuHashMap<&mut MapData, PeerKey, PeerStats> =
-        PerCpuHashMap::try_from(map_mut(ebpf, MAP_PEERS)?).map_err(map_err(MAP_PEERS))?;
-    let (addr, family) = match peer.ip() {
-        IpAddr::V4(v4) => (v4.to_ipv6_mapped().octets(), 4),
-        IpAddr::V6(v6) => (v6.octets(), 6),
+    let addr = match peer.ip() {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
     };
     let mut removed = 0;
-    for direction in [DIR_FROM_PEER, DIR_TO_PEER] {
-        let key = PeerKey {
-            addr,
-            port: peer.port(),
-            family,
-            direction,
-        };
-        match peers.remove(&key) {
-            Ok(()) => removed += 1,
-            Err(MapError::KeyNotFound) => {}
-            // Older kernels report a missing key as a plain ENOENT.
-            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(source) => {
-                return Err(LoadError::Map {
-                    name: MAP_PEERS,
-                    source,
-                });
+    for (name, _) in PEER_MAPS {
+        let mut peers: PerCpuHashMap<&mut MapData, PeerKey, PeerEntry> =
+            PerCpuHashMap::try_from(map_mut(ebpf, name)?).map_err(map_err(name))?;
+        let mut keys = Vec::new();
+        for key in peers.keys() {
+            match key {
+                Ok(k) if k.addr == addr && k.port == peer.port() => keys.push(k),
+                Ok(_) | Err(MapError::KeyNotFound) => {}
+                Err(source) => return Err(LoadError::Map { name, source }),
+            }
+        }
+        for key in keys {
+            match peers.remove(&key) {
+                Ok(()) => removed += 1,
+                Err(MapError::KeyNotFound) => {}
+                // Older kernels report a missing key as a plain ENOENT.
+                Err(MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(source) => return Err(LoadError::Map { name, source }),
             }
         }
     }

@@ -410,7 +410,11 @@ fn counts_every_message_of_a_segment() {
                 (requests, answers, 0, 7),
                 "{hook:?} {src}"
             );
-            assert_eq!(inexact_causes(&p.global().unwrap()), [0; 7], "{hook:?}");
+            assert_eq!(
+                inexact_causes(&p.global().unwrap()),
+                [0; INEXACT_CAUSES as usize],
+                "{hook:?}"
+            );
         }
     }
 }
@@ -469,7 +473,10 @@ fn only_segments_arriving_at_the_agent_have_their_messages_counted() {
             .bytes,
         from_listener.len() as u64
     );
-    assert_eq!(inexact_causes(&p.global().unwrap()), [0; 7]);
+    assert_eq!(
+        inexact_causes(&p.global().unwrap()),
+        [0; INEXACT_CAUSES as usize]
+    );
 }
 
 #[test]
@@ -513,7 +520,66 @@ fn a_message_split_over_segments_counts_once() {
                     "{hook:?} {client} cut at {cut:?}"
                 );
             }
-            assert_eq!(inexact_causes(&p.global().unwrap()), [0; 7], "{hook:?}");
+            assert_eq!(
+                inexact_causes(&p.global().unwrap()),
+                [0; INEXACT_CAUSES as usize],
+                "{hook:?}"
+            );
+        }
+    }
+}
+
+/// Runs `f` on CPU `cpu` (the test run runs the program on the calling
+/// thread's CPU).
+fn on_cpu<T>(cpu: usize, f: impl FnOnce() -> T) -> T {
+    assert!(
+        core_affinity::set_for_current(core_affinity::CoreId { id: cpu }),
+        "cannot move to CPU {cpu}"
+    );
+    f()
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn a_flow_that_moves_between_cpus_stays_exact() {
+    let cpus = core_affinity::get_core_ids().expect("CPUs").len();
+    assert!(cpus >= 2, "needs two CPUs, has {cpus}");
+    for hook in HOOKS {
+        for (src, dst) in FLOWS {
+            let p = probe(&Config::default());
+            let mut s = Stream::new(src, dst, 77);
+            let (mut requests, mut answers) = (0, 0);
+            on_cpu(0, || run(&p, hook, &s.syn(SYN)));
+            // Whole batches and a header split across the move, on CPU 0,
+            // 1, 0, 1: each CPU takes the position over from the other.
+            let (whole, r, a) = batch(20, 5);
+            requests += 4 * r;
+            answers += 4 * a;
+            let cut = 7 + whole.len() / 2;
+            for (k, cpu) in [0, 1, 0, 1].into_iter().enumerate() {
+                if k % 2 == 0 {
+                    on_cpu(cpu, || run(&p, hook, &s.data(&whole)));
+                } else {
+                    on_cpu(cpu, || run(&p, hook, &s.data(&whole[..cut])));
+                    on_cpu(1 - cpu, || run(&p, hook, &s.data(&whole[cut..])));
+                }
+            }
+            // A retransmission of the last bytes on the CPU that gave the
+            // position up: not counted again.
+            let mut again = Frame::new(src, dst, PSH_ACK, &whole[cut..]);
+            again.seq = s.seq - (whole.len() - cut) as u32;
+            on_cpu(1, || run(&p, hook, &again.build()));
+            let c = counters(&p, src, Direction::FromPeer);
+            assert_eq!(
+                (c.requests, c.answers, c.inexact),
+                (requests, answers, 0),
+                "{hook:?} {src}"
+            );
+            assert_eq!(
+                inexact_causes(&p.global().unwrap()),
+                [0; INEXACT_CAUSES as usize],
+                "{hook:?}"
+            );
         }
     }
 }

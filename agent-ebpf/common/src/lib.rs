@@ -25,19 +25,20 @@ pub const PROG_XDP_PASS: &str = "doic_xdp_pass";
 /// (flow found, headers walked) rather than the retransmission path.
 pub const PROG_XDP_BENCH: &str = "doic_xdp_bench";
 
-/// Per-CPU hash map `PeerKey -> PeerStats`.
+/// Per-CPU hash map `PeerKey -> PeerEntry`: the counters of what comes
+/// from each peer (XDP, TC ingress), and for the segments that arrive at the
+/// agent, of each of the peer's TCP flows, with the flow's position in its
+/// byte stream.
 pub const MAP_PEERS: &str = "DOIC_PEERS";
+/// Per-CPU hash map `PeerKey -> PeerEntry`: the counters of what goes to
+/// each peer (TC egress). One map per direction keeps the key short.
+pub const MAP_PEERS_OUT: &str = "DOIC_PEERS_OUT";
 /// Global `[u64; PORT_WORDS]` in `.rodata`: two bits per TCP port, its
 /// `PORT_*` roles (port `p`: word `p / 32`, bits `2 * (p % 32)` and up); a
 /// port with a role carries Diameter. The agent fills it when it loads the
 /// program (a frozen array map: the parse path reads it with one load, no
 /// map lookup); changing the ports means reloading.
 pub const GLOBAL_PORT_BITS: &str = "DOIC_PORT_BITS";
-/// LRU hash map `FlowKey -> FlowState`: per TCP flow arriving at the agent, where the
-/// next Diameter header starts in the byte stream (RFC 6733 §3: the header's
-/// length field gives the next one). Least recently used flows are evicted
-/// when it is full; a flow seen again after that counts `INEXACT_NO_FLOW`.
-pub const MAP_FLOWS: &str = "DOIC_FLOWS";
 /// Array of one `u32`: the `FLAG_*` bits.
 pub const MAP_CONFIG: &str = "DOIC_CONFIG";
 /// Longest-prefix-match trie `Key<[u8; 16]> -> u8`: sources allowed to open
@@ -47,11 +48,15 @@ pub const MAP_SYN_ALLOW: &str = "DOIC_SYN_ALLOW";
 /// Per-CPU array of `u64` counters not tied to a peer, indexed by `GLOBAL_*`.
 pub const MAP_GLOBAL: &str = "DOIC_GLOBAL";
 
-/// Capacity of the peer map. When it is full, new peers are counted in
+/// Capacity of each peer map (peers, and the flows that arrive at the
+/// agent). When it is full, the packets of new ones are counted in
 /// `GLOBAL_TABLE_FULL` instead.
-pub const MAX_PEERS: u32 = 16_384;
-/// Capacity of the flow map (LRU).
-pub const MAX_FLOWS: u32 = 65_536;
+pub const MAX_PEERS: u32 = 65_536;
+/// Most CPUs whose entries a flow's position is looked for in when the flow
+/// moves to another CPU (`PeerEntry::owner`); on a machine with more, a flow
+/// that moves to one past them counts as `INEXACT_NO_FLOW` until it is in
+/// step again.
+pub const MAX_CPUS: u32 = 256;
 /// Most Diameter headers walked in one packet. A GSO super-segment or a
 /// frame with more counts `INEXACT_TOO_MANY`.
 pub const MAX_HEADERS: u32 = 256;
@@ -79,8 +84,8 @@ pub const GLOBAL_TABLE_FULL: u32 = 1;
 /// requests and answers the program could not count exactly, by cause, at
 /// index `GLOBAL_INEXACT + cause`.
 pub const GLOBAL_INEXACT: u32 = 2;
-/// Cause: a data segment of a flow without state (evicted from the LRU flow
-/// map, or a connection older than the program).
+/// Cause: a data segment of a flow whose position no CPU holds (a
+/// connection older than the program, or one forgotten by the agent).
 pub const INEXACT_NO_FLOW: u32 = 0;
 /// Cause: a segment that does not follow the expected sequence number (a
 /// hole before it: loss or reordering).
@@ -96,10 +101,8 @@ pub const INEXACT_BAD_HEADER: u32 = 4;
 /// Cause: a segment of a flow that lost track of its headers, before a
 /// segment starting with a valid header set it right again.
 pub const INEXACT_UNSYNCED: u32 = 5;
-/// Cause: the flow's state could not be stored (flow map insert failed).
-pub const INEXACT_FLOW_FULL: u32 = 6;
 /// Number of `INEXACT_*` causes.
-pub const INEXACT_CAUSES: u32 = 7;
+pub const INEXACT_CAUSES: u32 = 6;
 /// The causes' names, by index (the `cause` label of the metric).
 pub const INEXACT_NAMES: [&str; INEXACT_CAUSES as usize] = [
     "no_flow",
@@ -108,33 +111,41 @@ pub const INEXACT_NAMES: [&str; INEXACT_CAUSES as usize] = [
     "too_many",
     "bad_header",
     "unsynced",
-    "flow_full",
 ];
 /// Number of entries in `MAP_GLOBAL`.
 pub const GLOBAL_COUNT: u32 = GLOBAL_INEXACT + INEXACT_CAUSES;
 
-/// `PeerKey::direction`: the packet came from the peer (XDP, TC ingress).
-pub const DIR_FROM_PEER: u8 = 0;
-/// `PeerKey::direction`: the packet went to the peer (TC egress).
-pub const DIR_TO_PEER: u8 = 1;
-
-/// One peer transport endpoint and a direction.
+/// One peer transport endpoint (the map says the direction), and for the
+/// segments that arrive at the agent, one TCP flow of that endpoint (its
+/// local port and address too): userspace sums a peer's flows.
 ///
 /// The peer is the remote end as seen from the interface: the source on
 /// ingress, the destination on egress. That is the address a socket's
 /// `peer_addr()` returns, so userspace can join the counters to its own
-/// connections.
-#[repr(C)]
+/// connections. 24 bytes: the key is hashed on every packet (a 32-byte one
+/// cost about 4 ns more per packet, a 40-byte one 9 ns), and 8-aligned (the
+/// program builds it on its stack, where LLVM, allowed misaligned accesses
+/// for packet reads, would merge narrower stores into 8-byte ones the
+/// verifier refuses when misaligned).
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PeerKey {
-    /// IPv6 address, or IPv4-mapped IPv6 (`::ffff:a.b.c.d`) for IPv4.
+    /// IPv6 address, or IPv4-mapped IPv6 (`::ffff:a.b.c.d`) for IPv4 (an
+    /// IPv4-mapped address is IPv4: RFC 4291 §2.5.5.2 keeps them off the
+    /// IPv6 wire).
     pub addr: [u8; 16],
     /// TCP port, host byte order.
     pub port: u16,
-    /// 4 or 6.
-    pub family: u8,
-    /// `DIR_FROM_PEER` or `DIR_TO_PEER`.
-    pub direction: u8,
+    /// The local TCP port (host byte order) of a flow arriving at the
+    /// agent; 0 for the other segments.
+    pub local_port: u16,
+    /// The local address of a flow arriving at the agent, folded to 32
+    /// bits (the XOR of its 32-bit words as loaded): exact for IPv4; two
+    /// IPv6 flows of one peer endpoint to local addresses of the same fold
+    /// would share an entry, and their segments would count as out of
+    /// sequence (`INEXACT_GAP`), flagged, never miscounted silently. 0 for
+    /// the other segments.
+    pub local: u32,
 }
 
 /// Counters of one `PeerKey` on one CPU.
@@ -162,29 +173,10 @@ pub struct PeerStats {
     pub inexact: u64,
 }
 
-/// A TCP flow arriving at the agent, as the hook sees it. 24 bytes: the
-/// key is hashed and compared on every segment that arrives, and a 40-byte
-/// key (both addresses whole) cost about 9 ns more per packet. The local
-/// (destination) address is folded to 32 bits: exact for IPv4; two IPv6
-/// flows that differ only in local addresses of the same fold would share
-/// a state, and their segments would count as out of sequence (`gap`),
-/// flagged, never miscounted silently. Every field is a `u64` (the kernel
-/// program builds it on its stack, where LLVM, allowed misaligned accesses
-/// for packet reads, would merge narrower stores into misaligned ones the
-/// verifier refuses).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct FlowKey {
-    /// Source address, IPv6 or IPv4-mapped, as loaded (network byte order).
-    pub src: [u64; 2],
-    /// The TCP header's first 4 bytes (source and destination port) as
-    /// loaded, and the destination address folded to 32 bits (the XOR of
-    /// its 32-bit words as loaded) << 32.
-    pub ports_dst: u64,
-}
-
-/// Where the next Diameter header of a flow starts. `u64` fields, as in
-/// `FlowKey`.
+/// Where the next Diameter header of a flow starts. Every field is a `u64`
+/// (the kernel program builds it on its stack, where LLVM, allowed
+/// misaligned accesses for packet reads, would merge narrower stores into
+/// misaligned ones the verifier refuses).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowState {
@@ -200,11 +192,28 @@ pub struct FlowState {
     pub synced: u64,
 }
 
-const _: () = assert!(size_of::<PeerKey>() == 20);
-const _: () = assert!(align_of::<PeerKey>() == 2);
+/// The value of a `PeerKey` on one CPU: its counters on that CPU and, for
+/// a flow arriving at the agent, the flow's position. One CPU at a time
+/// holds the position (`owner` 1): the one that saw the flow's last
+/// segment. A segment on another CPU takes it over from there
+/// (`bpf_map_lookup_percpu_elem`), so a flow that moves between CPUs stays
+/// exact, and every counter is added to on the CPU that sees the packet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerEntry {
+    /// This CPU's counters.
+    pub stats: PeerStats,
+    /// The flow's position, where `owner` is 1.
+    pub flow: FlowState,
+    /// 1 on the CPU whose `flow` is the flow's position, else 0.
+    pub owner: u64,
+}
+
+const _: () = assert!(size_of::<PeerKey>() == 24);
+const _: () = assert!(align_of::<PeerKey>() == 8);
 const _: () = assert!(size_of::<PeerStats>() == 56);
-const _: () = assert!(size_of::<FlowKey>() == 24);
 const _: () = assert!(size_of::<FlowState>() == 32);
+const _: () = assert!(size_of::<PeerEntry>() == 96);
 
 #[cfg(feature = "user")]
 mod user {
@@ -213,4 +222,6 @@ mod user {
     unsafe impl aya::Pod for super::PeerKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PeerStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PeerEntry {}
 }

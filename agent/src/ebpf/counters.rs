@@ -36,7 +36,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use agent_ebpf_common::{DIR_TO_PEER, INEXACT_CAUSES, INEXACT_NAMES, PeerKey, PeerStats};
+use agent_ebpf_common::{INEXACT_CAUSES, INEXACT_NAMES, PeerKey, PeerStats};
 
 use super::config::addr_from_key;
 
@@ -86,20 +86,18 @@ pub struct PeerCounters {
 }
 
 impl PeerCounters {
-    /// Sums the per-CPU values of one map entry.
+    /// Sums the per-CPU values of one entry of the map of `direction`. An
+    /// IPv4-mapped address is an IPv4 peer (the program stores IPv4 so).
     #[must_use]
     pub fn from_kernel<'a>(
         key: &PeerKey,
+        direction: Direction,
         per_cpu: impl IntoIterator<Item = &'a PeerStats>,
     ) -> Self {
-        let ip = addr_from_key(key.addr, key.family);
+        let ip = addr_from_key(key.addr, 4);
         let mut c = PeerCounters {
             peer: SocketAddr::new(ip, key.port),
-            direction: if key.direction == DIR_TO_PEER {
-                Direction::ToPeer
-            } else {
-                Direction::FromPeer
-            },
+            direction,
             packets: 0,
             bytes: 0,
             requests: 0,
@@ -109,15 +107,38 @@ impl PeerCounters {
             inexact: 0,
         };
         for s in per_cpu {
-            c.packets = c.packets.wrapping_add(s.packets);
-            c.bytes = c.bytes.wrapping_add(s.bytes);
-            c.requests = c.requests.wrapping_add(s.requests);
-            c.answers = c.answers.wrapping_add(s.answers);
-            c.syn = c.syn.wrapping_add(s.syn);
-            c.syn_dropped = c.syn_dropped.wrapping_add(s.syn_dropped);
-            c.inexact = c.inexact.wrapping_add(s.inexact);
+            c.add_values([
+                s.packets,
+                s.bytes,
+                s.requests,
+                s.answers,
+                s.syn,
+                s.syn_dropped,
+                s.inexact,
+            ]);
         }
         c
+    }
+
+    /// Adds `other`'s counts (another flow of the same peer and direction).
+    pub(crate) fn add(&mut self, other: &PeerCounters) {
+        self.add_values(other.values());
+    }
+
+    /// Adds counts in the order of [`Self::values`].
+    fn add_values(&mut self, v: [u64; 7]) {
+        let mine = [
+            &mut self.packets,
+            &mut self.bytes,
+            &mut self.requests,
+            &mut self.answers,
+            &mut self.syn,
+            &mut self.syn_dropped,
+            &mut self.inexact,
+        ];
+        for (m, v) in mine.into_iter().zip(v) {
+            *m = m.wrapping_add(v);
+        }
     }
 
     fn values(&self) -> [u64; 7] {
@@ -327,17 +348,18 @@ impl RateMeter {
 mod tests {
     use std::time::Duration;
 
-    use agent_ebpf_common::DIR_FROM_PEER;
-
     use super::*;
 
-    fn key(addr: [u8; 16], family: u8, port: u16, direction: u8) -> PeerKey {
-        PeerKey {
-            addr,
-            port,
-            family,
+    /// A key of the map of `direction`, and that direction.
+    fn key(addr: [u8; 16], port: u16, direction: Direction) -> (PeerKey, Direction) {
+        (
+            PeerKey {
+                addr,
+                port,
+                ..PeerKey::default()
+            },
             direction,
-        }
+        )
     }
 
     fn v4(a: [u8; 4]) -> [u8; 16] {
@@ -362,8 +384,8 @@ mod tests {
 
     #[test]
     fn sums_per_cpu_values_and_decodes_the_key() {
-        let k = key(v4([10, 0, 0, 1]), 4, 3868, DIR_FROM_PEER);
-        let c = PeerCounters::from_kernel(&k, &[stats(4), stats(6)]);
+        let k = key(v4([10, 0, 0, 1]), 3868, Direction::FromPeer);
+        let c = PeerCounters::from_kernel(&k.0, k.1, &[stats(4), stats(6)]);
         assert_eq!(c.peer, "10.0.0.1:3868".parse().unwrap());
         assert_eq!(c.direction, Direction::FromPeer);
         assert_eq!(
@@ -372,21 +394,24 @@ mod tests {
         );
         let k6 = key(
             std::net::Ipv6Addr::LOCALHOST.octets(),
-            6,
             40000,
-            DIR_TO_PEER,
+            Direction::ToPeer,
         );
-        let c6 = PeerCounters::from_kernel(&k6, &[stats(1)]);
+        let c6 = PeerCounters::from_kernel(&k6.0, k6.1, &[stats(1)]);
         assert_eq!(c6.peer, "[::1]:40000".parse().unwrap());
         assert_eq!(c6.direction, Direction::ToPeer);
     }
 
     #[test]
     fn renders_prometheus_text() {
-        let a =
-            PeerCounters::from_kernel(&key(v4([10, 0, 0, 2]), 4, 3868, DIR_TO_PEER), &[stats(2)]);
+        let a = PeerCounters::from_kernel(
+            &key(v4([10, 0, 0, 2]), 3868, Direction::ToPeer).0,
+            Direction::ToPeer,
+            &[stats(2)],
+        );
         let b = PeerCounters::from_kernel(
-            &key(v4([10, 0, 0, 1]), 4, 51000, DIR_FROM_PEER),
+            &key(v4([10, 0, 0, 1]), 51000, Direction::FromPeer).0,
+            Direction::FromPeer,
             &[stats(8)],
         );
         let mut out = String::new();
@@ -397,7 +422,7 @@ mod tests {
             Some(&GlobalCounters {
                 unparsed: 3,
                 table_full: 0,
-                inexact: [0, 2, 0, 0, 0, 0, 0],
+                inexact: [0, 2, 0, 0, 0, 0],
             }),
         );
         assert!(out.contains("doic_ebpf_attached 1\n"));
@@ -442,16 +467,16 @@ mod tests {
 
     #[test]
     fn rates_are_deltas_over_elapsed_time() {
-        let k = key(v4([10, 0, 0, 1]), 4, 3868, DIR_FROM_PEER);
+        let k = key(v4([10, 0, 0, 1]), 3868, Direction::FromPeer);
         let t0 = Instant::now();
         let mut m = RateMeter::new();
         assert!(
-            m.handle_read(t0, &[PeerCounters::from_kernel(&k, &[stats(10)])])
+            m.handle_read(t0, &[PeerCounters::from_kernel(&k.0, k.1, &[stats(10)])])
                 .is_empty()
         );
         let r = m.handle_read(
             t0 + Duration::from_secs(2),
-            &[PeerCounters::from_kernel(&k, &[stats(50)])],
+            &[PeerCounters::from_kernel(&k.0, k.1, &[stats(50)])],
         );
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].packets, 20.0);
@@ -462,14 +487,14 @@ mod tests {
         // A reset (reload) counts from zero rather than going negative.
         let r = m.handle_read(
             t0 + Duration::from_secs(3),
-            &[PeerCounters::from_kernel(&k, &[stats(4)])],
+            &[PeerCounters::from_kernel(&k.0, k.1, &[stats(4)])],
         );
         assert_eq!(r[0].packets, 4.0);
         // A new peer counts from zero; a read at the same instant gives nothing.
-        let k2 = key(v4([10, 0, 0, 9]), 4, 3868, DIR_FROM_PEER);
+        let k2 = key(v4([10, 0, 0, 9]), 3868, Direction::FromPeer);
         let both = [
-            PeerCounters::from_kernel(&k, &[stats(4)]),
-            PeerCounters::from_kernel(&k2, &[stats(6)]),
+            PeerCounters::from_kernel(&k.0, k.1, &[stats(4)]),
+            PeerCounters::from_kernel(&k2.0, k2.1, &[stats(6)]),
         ];
         let r = m.handle_read(t0 + Duration::from_secs(5), &both);
         assert_eq!(r.len(), 2);
@@ -482,12 +507,12 @@ mod tests {
         worse.inexact = 1;
         let r = m.handle_read(
             t0 + Duration::from_secs(6),
-            &[PeerCounters::from_kernel(&k, &[worse])],
+            &[PeerCounters::from_kernel(&k.0, k.1, &[worse])],
         );
         assert!(!r[0].exact);
         let r = m.handle_read(
             t0 + Duration::from_secs(7),
-            &[PeerCounters::from_kernel(&k, &[worse])],
+            &[PeerCounters::from_kernel(&k.0, k.1, &[worse])],
         );
         assert!(r[0].exact, "exact again once it stops growing");
     }
