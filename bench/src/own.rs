@@ -2,20 +2,27 @@
 //! the bottleneck. A relay process is held to a fixed share of one CPU by a
 //! cgroup ([`CpuLimit`]); its capacity C is measured in that share by a
 //! closed-loop calibration run (2001 answers per second, [`calibrate`]);
-//! then many open-loop clients offer multiples of C, half of them DOIC
-//! reacting nodes that ignore what they are told (RFC 7683 §5.1.1, the
-//! worst case for the agent's own peer report, RFC 8581 §6.2.4), half
-//! without DOIC. Goodput is the 2001 answers within the client's timeout
+//! then many open-loop clients offer multiples of C. Goodput is the 2001
+//! answers within the client's timeout
 //! per second (RFC 7068 §3); every request must be answered (RFC 7683
 //! §5.2.2: what the agent throttles it answers). The upstream server runs
 //! outside the cgroup and answers everything at once, so whatever limits
 //! goodput is the relay's CPU share.
 //!
 //! Subjects ([`Subject`]): the agent as a real process (`doic-agent run`,
-//! its default worker count, `[doic]` without `own_capacity`: its own
-//! overload is found by measurement, `doic::own_load::measure`) and
-//! freeDiameter's relay (`rt_default`) in the same share as the anchor.
-//! [`AgentProcess`] is also what the cgroup end-to-end test starts.
+//! its default worker count and kernel program, `[doic]` without
+//! `own_capacity`: its own overload is found by measurement,
+//! `doic::own_load::measure`), reached two ways: behind an edge agent that
+//! reacts to its peer reports (RFC 8581 §6.2.4, the rate of RFC 8582: the
+//! agent's clients abate at the source, as DOIC intends), and directly by
+//! clients half of which announce DOIC and ignore what they are told, half
+//! without it (the worst case: everything the agent cannot relay it must
+//! read and answer itself); and freeDiameter's relay (`rt_default`) in the
+//! same share as the anchor. A relay starts with the CPU it wants and is
+//! held to the share once it is up (a systemd `CPUQuota=` set at run time
+//! does the same), so its start (loading and verifying the kernel program)
+//! is not measured. [`AgentProcess`] is also what the cgroup end-to-end
+//! test starts.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -47,10 +54,17 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// The DiameterIdentity of the edge agent in front of the agent
+/// ([`Subject::Chain`]).
+pub const EDGE: &str = "edge.example.org";
+
+/// The agent's DiameterIdentity.
+pub const AGENT: &str = "agent.example.com";
+
 /// The agent's configuration for these runs: one upstream server, clients
 /// of `example.org` accepted, the default worker count and kernel program
-/// mode, `[doic]` without `own_capacity` and DOIC clients `0..doic`
-/// trusted (as the clients of the enforcement tests). The server's
+/// mode, `[doic]` without `own_capacity` and the DOIC clients `trusted`
+/// (as the clients of the enforcement tests). The server's
 /// protection (`[doic.peers.<server>] protect`, docs/protect.md) is
 /// `protect`: `"native"` takes it out of these runs, whose server is never
 /// the bottleneck (with `"auto"`, the default, the agent's own scheduling
@@ -60,11 +74,11 @@ pub fn free_port() -> anyhow::Result<u16> {
 pub fn agent_toml(
     (listen, metrics): (u16, u16),
     server: SocketAddr,
-    doic_clients: usize,
+    trusted: &[String],
     protect: &str,
 ) -> String {
     let mut t = format!(
-        "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\n\
+        "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\n\
          [metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\
          [[peer]]\nhost = \"{}\"\nrealm = \"{}\"\nconnect = \"{server}\"\n\
          [[route]]\nrealm = \"{}\"\npeers = [\"{}\"]\n[accept]\nhosts = [\"*.example.org\"]\n[doic]\n",
@@ -74,13 +88,27 @@ pub fn agent_toml(
         "[doic.peers.\"{}\"]\nprotect = \"{protect}\"\n",
         SERVER.0
     ));
-    for i in 0..doic_clients {
-        t.push_str(&format!(
-            "[doic.peers.\"{}\"]\ntrusted = true\n",
-            client_host(i)
-        ));
+    for host in trusted {
+        t.push_str(&format!("[doic.peers.\"{host}\"]\ntrusted = true\n"));
     }
     t
+}
+
+/// The edge agent's configuration: in front of the agent at `agent`, for
+/// the clients of `example.org`; a DOIC reacting node that offers the loss
+/// and rate algorithms and takes the agent's reports (RFC 8581 §6.1.1), so
+/// that what the agent cannot carry is answered at the edge. No kernel
+/// program (the edge is not measured).
+#[must_use]
+pub fn edge_toml(agent: SocketAddr) -> String {
+    format!(
+        "[node]\norigin_host = \"{EDGE}\"\norigin_realm = \"example.org\"\nlisten = [\"127.0.0.1:0\"]\n\
+         [ebpf]\nmode = \"off\"\n\
+         [[peer]]\nhost = \"{AGENT}\"\nrealm = \"example.com\"\nconnect = \"{agent}\"\n\
+         [[route]]\nrealm = \"{}\"\npeers = [\"{AGENT}\"]\n[accept]\nhosts = [\"*.example.org\"]\n\
+         [doic]\nalgorithms = [\"loss\", \"rate\"]\n[doic.peers.\"{AGENT}\"]\ntrusted = true\nreceive_reports = true\n",
+        SERVER.1
+    )
 }
 
 /// `doic-agent run` as a child process, moved into a cgroup before it
@@ -99,9 +127,10 @@ pub struct AgentProcess {
 
 impl AgentProcess {
     /// Starts `bin run --config <toml(listen port, metrics port)>` in the
-    /// cgroup at `cgroup` and waits
-    /// (15 s at most) until `/metrics` shows the upstream server open
-    /// (RFC 6733 §5.6 I-Open, `doic_peer_state` 2).
+    /// cgroup at `cgroup` (every thread starts there) and waits (15 s at
+    /// most) until `/metrics` shows the upstream server open (RFC 6733
+    /// §5.6 I-Open, `doic_peer_state` 2) and the kernel program attached
+    /// (the benchmarks run as root, with the agent's default `[ebpf]`).
     ///
     /// # Errors
     /// When the process cannot start, exits, or never opens the server.
@@ -141,7 +170,11 @@ impl AgentProcess {
             if let Some(status) = p.child.try_wait()? {
                 anyhow::bail!("the agent exited ({status}): {}", p.log_tail());
             }
-            if p.metrics_page().is_some_and(|m| m.contains(&open)) {
+            // Up: the server open and the kernel program loaded (the agent
+            // relays while it loads; verifying it takes a CPU's 0.1-0.2 s).
+            if p.metrics_page()
+                .is_some_and(|m| m.contains(&open) && m.contains("\ndoic_ebpf_attached 1\n"))
+            {
                 return Ok(p);
             }
             anyhow::ensure!(
@@ -248,20 +281,29 @@ pub fn cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks / hz.max(1.0))
 }
 
-/// The relay under test.
+/// The relay under test, and how its clients reach it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subject {
-    /// `doic-agent run`, `[doic]` without `own_capacity`.
+    /// `doic-agent run`, `[doic]` without `own_capacity`, behind an edge
+    /// agent (outside the cgroup) that reacts to its peer reports; the
+    /// clients connect to the edge.
+    Chain,
+    /// The same agent, the clients connected to it: half announce DOIC and
+    /// ignore what they are told, half have no DOIC.
     Agent,
     /// freeDiameter's relay (`rt_default`), the anchor.
     FdRelay,
 }
 
 impl Subject {
+    /// Every subject.
+    pub const ALL: [Subject; 3] = [Subject::Chain, Subject::Agent, Subject::FdRelay];
+
     /// The name used in tables, plots and `--subjects`.
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
+            Subject::Chain => "agent-chain",
             Subject::Agent => "agent",
             Subject::FdRelay => "fd-relay",
         }
@@ -270,9 +312,16 @@ impl Subject {
     /// The subject named `s`.
     #[must_use]
     pub fn parse(s: &str) -> Option<Subject> {
-        [Subject::Agent, Subject::FdRelay]
-            .into_iter()
-            .find(|x| x.name() == s)
+        Self::ALL.into_iter().find(|x| x.name() == s)
+    }
+
+    /// How many of the load clients announce DOIC (and ignore reports).
+    #[must_use]
+    pub fn doic_clients(self, clients: usize) -> usize {
+        match self {
+            Subject::Agent | Subject::FdRelay => clients / 2,
+            Subject::Chain => 0,
+        }
     }
 }
 
@@ -285,7 +334,8 @@ pub struct Setup {
     pub cpu_share: f64,
     /// The cgroup's bandwidth period, µs.
     pub period_us: u64,
-    /// Load clients; the first half announce DOIC (and ignore reports).
+    /// Load clients ([`Subject::doic_clients`] of them announce DOIC and
+    /// ignore reports).
     pub clients: usize,
     /// The client's timeout T: later answers are not goodput.
     pub timeout: Duration,
@@ -299,20 +349,16 @@ pub struct Setup {
     pub server_protect: String,
 }
 
-impl Setup {
-    /// Clients that announce DOIC.
-    #[must_use]
-    pub fn doic_clients(&self) -> usize {
-        self.clients / 2
-    }
-}
-
 /// One relay held to the CPU share, with its upstream server; stopped on
 /// drop (the relay first).
 #[derive(Debug)]
 pub struct Rig {
-    /// The agent, for [`Subject::Agent`].
+    /// What is measured.
+    pub subject: Subject,
+    /// The agent, for [`Subject::Agent`] and [`Subject::Chain`].
     pub agent: Option<AgentProcess>,
+    /// The edge agent in front of it, for [`Subject::Chain`].
+    pub edge: Option<agent::agent::Agent>,
     fd: Option<FdNode>,
     /// Where the clients connect.
     pub entry: SocketAddr,
@@ -321,7 +367,7 @@ pub struct Rig {
     /// The upstream server (outside the cgroup).
     pub server: Server,
     // Declared last: removed once the relay has left it.
-    _limit: CpuLimit,
+    limit: CpuLimit,
 }
 
 impl Rig {
@@ -345,25 +391,35 @@ impl Rig {
             std::process::id(),
             server.addr.port()
         );
-        let limit = CpuLimit::new(&name, setup.cpu_share, setup.period_us)?;
-        match subject {
-            Subject::Agent => {
+        // Started with a whole CPU, held to the share once up.
+        let limit = CpuLimit::new(&name, 1.0, setup.period_us)?;
+        let rig = match subject {
+            Subject::Agent | Subject::Chain => {
+                let trusted: Vec<String> = match subject {
+                    Subject::Chain => vec![EDGE.to_owned()],
+                    _ => (0..subject.doic_clients(setup.clients))
+                        .map(client_host)
+                        .collect(),
+                };
                 let a = AgentProcess::spawn(&setup.agent_bin, &limit.dir, |l, m| {
-                    agent_toml(
-                        (l, m),
-                        server.addr,
-                        setup.doic_clients(),
-                        &setup.server_protect,
-                    )
+                    agent_toml((l, m), server.addr, &trusted, &setup.server_protect)
                 })?;
-                Ok(Self {
-                    entry: a.entry,
+                let edge = match subject {
+                    Subject::Chain => {
+                        Some(crate::relay::start_agent(&edge_toml(a.entry)).context("edge agent")?)
+                    }
+                    _ => None,
+                };
+                Self {
+                    subject,
+                    entry: edge.as_ref().map_or(a.entry, |e| e.local_addrs()[0]),
                     pid: a.pid(),
                     agent: Some(a),
+                    edge,
                     fd: None,
                     server,
-                    _limit: limit,
-                })
+                    limit,
+                }
             }
             Subject::FdRelay => {
                 let mut fd = FdRelay::builder(PeerTarget::new(SERVER.0, server.addr)?, SERVER.1)
@@ -371,21 +427,26 @@ impl Rig {
                     .context("freeDiameter relay")?;
                 let pid = fd.daemon().pid();
                 move_to_cgroup(&limit.dir, pid)?;
-                Ok(Self {
+                Self {
+                    subject,
                     entry: fd.target().addr,
                     pid,
                     agent: None,
+                    edge: None,
                     fd: Some(fd),
                     server,
-                    _limit: limit,
-                })
+                    limit,
+                }
             }
-        }
+        };
+        rig.limit.set(setup.cpu_share, setup.period_us)?;
+        Ok(rig)
     }
 }
 
 impl Drop for Rig {
     fn drop(&mut self) {
+        self.edge.take();
         self.agent.take();
         self.fd.take();
         self.server.stop();
@@ -456,7 +517,7 @@ pub fn offer(
         let id = Identity::new(&client_host(i), "example.org");
         let mut c = clients_rt.block_on(Client::connect(entry, id, vec![TEST_APP]))?;
         anyhow::ensure!(c.cea_result == 2001, "CEA {} from {entry}", c.cea_result);
-        if i < setup.doic_clients() {
+        if i < rig.subject.doic_clients(setup.clients) {
             c.announce_doic();
         }
         connected.push(c);
@@ -592,7 +653,15 @@ mod tests {
 
     #[test]
     fn the_agent_configuration_is_one_the_agent_accepts() {
-        let t = agent_toml((3868, 9090), "127.0.0.1:3869".parse().unwrap(), 2, "native");
+        let trusted: Vec<String> = (0..Subject::Agent.doic_clients(4))
+            .map(client_host)
+            .collect();
+        let t = agent_toml(
+            (3868, 9090),
+            "127.0.0.1:3869".parse().unwrap(),
+            &trusted,
+            "native",
+        );
         let c = agent::config::Config::from_str_named(&t, Path::new("own.toml"));
         assert!(c.is_ok(), "{t}\n{:?}", c.err());
         assert!(t.contains("[doic.peers.\"client1.example.org\"]\ntrusted = true"));
@@ -600,9 +669,15 @@ mod tests {
         let bad = agent_toml(
             (3868, 9090),
             "127.0.0.1:3869".parse().unwrap(),
-            0,
+            &[],
             "sometimes",
         );
         assert!(agent::config::Config::from_str_named(&bad, Path::new("own.toml")).is_err());
+        // The edge in front of it: a reacting node that takes its reports.
+        let e = edge_toml("127.0.0.1:3868".parse().unwrap());
+        let c = agent::config::Config::from_str_named(&e, Path::new("edge.toml"));
+        assert!(c.is_ok(), "{e}\n{:?}", c.err());
+        assert!(e.contains("receive_reports = true") && e.contains("\"rate\""));
+        assert_eq!(Subject::Chain.doic_clients(8), 0);
     }
 }

@@ -152,41 +152,50 @@ impl CpuLimit {
     /// When neither a v2 hierarchy with the cpu controller nor a v1 cpu
     /// hierarchy is mounted, or the kernel refuses.
     pub fn new(name: &str, fraction: f64, period_us: u64) -> anyhow::Result<Self> {
-        let quota = ((fraction * period_us as f64) as u64).max(1000);
         let v2 = std::path::Path::new("/sys/fs/cgroup");
         let v1 = std::path::Path::new("/sys/fs/cgroup/cpu");
         let controllers =
             std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
-        let (dir, files) = if controllers.split_whitespace().any(|c| c == "cpu") {
+        let dir = if controllers.split_whitespace().any(|c| c == "cpu") {
             let subtree = std::fs::read_to_string(v2.join("cgroup.subtree_control"))?;
             if !subtree.split_whitespace().any(|c| c == "cpu") {
                 std::fs::write(v2.join("cgroup.subtree_control"), "+cpu")
                     .context("enable the cpu controller for child cgroups")?;
             }
-            (
-                v2.join(name),
-                vec![("cpu.max", format!("{quota} {period_us}"))],
-            )
+            v2.join(name)
         } else if v1.join("cpu.cfs_quota_us").exists() {
-            (
-                v1.join(name),
-                vec![
-                    ("cpu.cfs_period_us", period_us.to_string()),
-                    ("cpu.cfs_quota_us", quota.to_string()),
-                ],
-            )
+            v1.join(name)
         } else {
             anyhow::bail!("no cgroup cpu controller mounted under /sys/fs/cgroup");
         };
         let _ = std::fs::remove_dir(&dir);
         std::fs::create_dir(&dir).with_context(|| format!("create {}", dir.display()))?;
         let limit = Self { dir };
+        limit.set(fraction, period_us)?;
+        Ok(limit)
+    }
+
+    /// Holds the cgroup to `fraction` of one CPU in periods of `period_us`
+    /// from now on (the kernel's smallest quota is 1 ms).
+    ///
+    /// # Errors
+    /// When the kernel refuses.
+    pub fn set(&self, fraction: f64, period_us: u64) -> anyhow::Result<()> {
+        let quota = ((fraction * period_us as f64) as u64).max(1000);
+        let files = if self.dir.join("cpu.max").exists() {
+            vec![("cpu.max", format!("{quota} {period_us}"))]
+        } else {
+            vec![
+                ("cpu.cfs_period_us", period_us.to_string()),
+                ("cpu.cfs_quota_us", quota.to_string()),
+            ]
+        };
         for (file, value) in files {
-            let path = limit.dir.join(file);
+            let path = self.dir.join(file);
             std::fs::write(&path, &value)
                 .with_context(|| format!("write {value} to {}", path.display()))?;
         }
-        Ok(limit)
+        Ok(())
     }
 }
 

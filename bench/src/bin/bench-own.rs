@@ -1,6 +1,9 @@
 //! `bench-own`: the agent protecting itself (`bench::own`). The relay is
 //! held to a CPU share by a cgroup, its capacity C measured there by a
-//! closed-loop calibration; many open-loop clients offer 1x to 10x C;
+//! closed-loop calibration; many open-loop clients offer 1x to 10x C,
+//! through an edge agent that reacts to the agent's peer reports
+//! (`agent-chain`), or straight to it, half of them ignoring what they are
+//! told (`agent`);
 //! goodput (2001 within the client's timeout, RFC 7068 §3), 2001 latency,
 //! answers, the relay's CPU per answer and its peak resident set (VmHWM),
 //! for the agent and for freeDiameter's relay in the same share. With
@@ -9,10 +12,14 @@
 //! DIR`, writes it into `DIR/own-overload.md` (between its markers) with
 //! the plot `own-overload-goodput.svg`.
 //!
-//! With `--require F` it fails unless the agent's goodput at the highest
-//! load is at least F of its goodput at 1x, every request is answered, the
-//! 2001 p99 stays within `--p99-ms` and VmHWM within `--rss-mib`, in every
-//! cell of the agent and in the soak. Needs root (cgroups).
+//! With `--require F` it fails unless the gated subject's goodput at the
+//! highest load is at least F of its goodput at 1x, every request is
+//! answered, the 2001 p99 stays within `--p99-ms` and VmHWM within
+//! `--rss-mib`, in every cell of it and in the soak. The gated subject is
+//! `agent-chain` when measured, else `agent`: clients that ignore the
+//! agent's reports leave it to read and answer everything it cannot relay,
+//! which a share that relays C cannot do at 10x C (docs/own-overload.md).
+//! Needs root (cgroups).
 
 use std::time::{Duration, Instant};
 
@@ -41,7 +48,8 @@ struct Args {
     /// The cgroup's bandwidth period, µs.
     #[arg(long, default_value_t = 20_000)]
     period_us: u64,
-    /// Load clients; half announce DOIC and ignore what they are told.
+    /// Load clients (for `agent`, half announce DOIC and ignore what they
+    /// are told).
     #[arg(long, default_value_t = 8)]
     clients: usize,
     /// Offered loads as multiples of each relay's own C (1 must be one).
@@ -69,8 +77,12 @@ struct Args {
     /// server is never the bottleneck here), auto, protect.
     #[arg(long, default_value = "native")]
     server_protect: String,
-    /// Subjects: agent, fd-relay.
-    #[arg(long, value_delimiter = ',', default_value = "agent,fd-relay")]
+    /// Subjects: agent-chain, agent, fd-relay.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "agent-chain,agent,fd-relay"
+    )]
     subjects: Vec<String>,
     /// Seconds of the highest load through one agent, resident set sampled.
     #[arg(long, default_value_t = 0.0)]
@@ -215,13 +227,17 @@ fn main() -> anyhow::Result<()> {
     let mut t = table(&args, &setup, &capacity, &cells);
     println!("\n{t}");
     let mut failed = Vec::new();
-    if args.soak > 0.0 && subjects.contains(&Subject::Agent) {
+    let gated = [Subject::Chain, Subject::Agent]
+        .into_iter()
+        .find(|s| subjects.contains(s));
+    if let Some(subject) = gated.filter(|_| args.soak > 0.0) {
         let load = args.loads.iter().copied().fold(1.0, f64::max);
         let s = soak(
             &peers,
             &clients,
             &setup,
-            cap(Subject::Agent) * load,
+            subject,
+            cap(subject) * load,
             args.soak,
         )?;
         let line = s.line(load, args.soak, setup.timeout);
@@ -239,8 +255,8 @@ fn main() -> anyhow::Result<()> {
     if let Some(dir) = &args.docs {
         write_docs(dir, &setup, &cells, &t)?;
     }
-    if let Some(req) = args.require {
-        gate(&args, &setup, &cells, req, &mut failed);
+    if let (Some(req), Some(subject)) = (args.require, gated) {
+        gate(&args, &setup, &cells, subject, req, &mut failed);
         anyhow::ensure!(failed.is_empty(), "bench-own: {}", failed.join("; "));
     }
     Ok(())
@@ -254,15 +270,23 @@ fn base(cells: &[Cell], subject: Subject, timeout: Duration) -> f64 {
         .map_or(0.0, |c| c.med(|o| o.report.goodput(timeout)))
 }
 
-fn gate(args: &Args, setup: &Setup, cells: &[Cell], req: f64, failed: &mut Vec<String>) {
-    let g1 = base(cells, Subject::Agent, setup.timeout);
-    for cell in cells.iter().filter(|c| c.subject == Subject::Agent) {
+fn gate(
+    args: &Args,
+    setup: &Setup,
+    cells: &[Cell],
+    subject: Subject,
+    req: f64,
+    failed: &mut Vec<String>,
+) {
+    let g1 = base(cells, subject, setup.timeout);
+    for cell in cells.iter().filter(|c| c.subject == subject) {
         let g = cell.med(|o| o.report.goodput(setup.timeout));
         let p99 = cell.med(|o| f64::from(o.report.ok_percentile_us(99.0)) / 1000.0);
         let hwm = cell.runs.iter().map(|o| o.hwm_kib).max().unwrap_or(0);
         let lost: u64 = cell.runs.iter().map(Outcome::unanswered).sum();
         eprintln!(
-            "gate: agent {}x goodput {:.2} of 1x (required {req:.2} at the highest load), p99 {p99:.0} ms (<= {}), VmHWM {:.1} MiB (<= {}), unanswered {lost}",
+            "gate: {} {}x goodput {:.2} of 1x (required {req:.2} at the highest load), p99 {p99:.0} ms (<= {}), VmHWM {:.1} MiB (<= {}), unanswered {lost}",
+            subject.name(),
             cell.load,
             g / g1.max(1e-9),
             args.p99_ms,
@@ -272,19 +296,33 @@ fn gate(args: &Args, setup: &Setup, cells: &[Cell], req: f64, failed: &mut Vec<S
         let top = args.loads.iter().copied().fold(1.0, f64::max);
         if cell.load == top && g < req * g1 {
             failed.push(format!(
-                "{}x goodput {:.2} of 1x",
+                "{} {}x goodput {:.2} of 1x",
+                subject.name(),
                 cell.load,
                 g / g1.max(1e-9)
             ));
         }
         if p99 > args.p99_ms {
-            failed.push(format!("{}x 2001 p99 {p99:.0} ms", cell.load));
+            failed.push(format!(
+                "{} {}x 2001 p99 {p99:.0} ms",
+                subject.name(),
+                cell.load
+            ));
         }
         if mib(hwm) > args.rss_mib {
-            failed.push(format!("{}x VmHWM {:.1} MiB", cell.load, mib(hwm)));
+            failed.push(format!(
+                "{} {}x VmHWM {:.1} MiB",
+                subject.name(),
+                cell.load,
+                mib(hwm)
+            ));
         }
         if lost > 0 {
-            failed.push(format!("{}x {lost} unanswered", cell.load));
+            failed.push(format!(
+                "{} {}x {lost} unanswered",
+                subject.name(),
+                cell.load
+            ));
         }
     }
 }
@@ -296,7 +334,7 @@ fn table(args: &Args, setup: &Setup, capacity: &[(Subject, f64)], cells: &[Cell]
         .collect();
     let mut t = format!(
         "Each relay held to {} of one CPU (cgroup, period {} ms); C measured in that share by a closed-loop run of {} s ({} clients x {} outstanding): {}. \
-         Open loop, {} clients ({} announcing DOIC and ignoring reports), T = {} s, {} s per run after {} s of warm-up, medians of {} rounds.\n\n\
+         Open loop, {} clients: through an edge agent that reacts to the agent's peer reports (agent-chain), or straight to the relay, {} of them announcing DOIC and ignoring reports (agent, fd-relay); T = {} s, {} s per run after {} s of warm-up, medians of {} rounds.\n\n\
          | relay | offered | offered/s | goodput/s | goodput / 1x | 2001 p50 ms | 2001 p99 ms | 2001 | 3004 | other | unanswered | CPU µs/answer | VmHWM MiB | sent/offered |\n\
          | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         setup.cpu_share,
@@ -306,7 +344,7 @@ fn table(args: &Args, setup: &Setup, capacity: &[(Subject, f64)], cells: &[Cell]
         bench::own::CALIBRATION_WINDOW,
         caps.join(", "),
         setup.clients,
-        setup.doic_clients(),
+        Subject::Agent.doic_clients(setup.clients),
         setup.timeout.as_secs_f64(),
         setup.seconds,
         setup.warmup,
@@ -341,6 +379,7 @@ fn table(args: &Args, setup: &Setup, capacity: &[(Subject, f64)], cells: &[Cell]
 
 /// The soak: one agent, one long run, its resident set every second.
 struct Soak {
+    subject: Subject,
     outcome: Outcome,
     /// (seconds into the measurement, VmRSS KiB).
     rss: Vec<(f64, u64)>,
@@ -351,7 +390,8 @@ impl Soak {
         let first = self.rss.iter().find(|x| x.0 >= 10.0_f64.min(seconds / 2.0));
         let last = self.rss.last();
         format!(
-            "soak: agent at {load}x for {seconds} s: sent {} answered {} unanswered {} goodput {:.0}/s 2001 p99 {} ms; VmRSS {} MiB at {:.0} s, {} MiB at the end, VmHWM {:.1} MiB",
+            "soak: {} at {load}x for {seconds} s: sent {} answered {} unanswered {} goodput {:.0}/s 2001 p99 {} ms; VmRSS {} MiB at {:.0} s, {} MiB at the end, VmHWM {:.1} MiB",
+            self.subject.name(),
             self.outcome.report.sent,
             self.outcome.report.answered,
             self.outcome.unanswered(),
@@ -369,10 +409,11 @@ fn soak(
     peers: &tokio::runtime::Runtime,
     clients: &tokio::runtime::Runtime,
     setup: &Setup,
+    subject: Subject,
     rate: f64,
     seconds: f64,
 ) -> anyhow::Result<Soak> {
-    let rig = Rig::start(peers, setup, Subject::Agent)?;
+    let rig = Rig::start(peers, setup, subject)?;
     let per = (rate / setup.clients as f64).round().max(1.0) as u64;
     let pid = rig.pid;
     let mut rss = Vec::new();
@@ -385,12 +426,16 @@ fn soak(
             }
         }
     })?;
-    Ok(Soak { outcome, rss })
+    Ok(Soak {
+        subject,
+        outcome,
+        rss,
+    })
 }
 
 fn write_docs(dir: &std::path::Path, setup: &Setup, cells: &[Cell], t: &str) -> anyhow::Result<()> {
     let mut left = Vec::new();
-    for subject in [Subject::Agent, Subject::FdRelay] {
+    for subject in Subject::ALL {
         let g1 = base(cells, subject, setup.timeout);
         let points: Vec<(f64, f64)> = cells
             .iter()
@@ -421,7 +466,7 @@ fn write_docs(dir: &std::path::Path, setup: &Setup, cells: &[Cell], t: &str) -> 
         ),
         left,
         right: None,
-        note: "medians; the agent without own_capacity (own overload by measurement)".into(),
+        note: "medians; the agent without own_capacity (own overload by measurement); agent-chain: clients behind an edge agent that reacts to its peer reports; agent: clients ignoring them".into(),
     };
     std::fs::write(dir.join("own-overload-goodput.svg"), chart.render())?;
     bench::figures::write_between(&dir.join("own-overload.md"), BEGIN, END, t)
