@@ -100,9 +100,10 @@ pub fn agent_toml(
 /// that what the agent cannot carry is answered at the edge. No kernel
 /// program (the edge is not measured).
 #[must_use]
-pub fn edge_toml(agent: SocketAddr) -> String {
+pub fn edge_toml(agent: SocketAddr, metrics: u16) -> String {
     format!(
         "[node]\norigin_host = \"{EDGE}\"\norigin_realm = \"example.org\"\nlisten = [\"127.0.0.1:0\"]\n\
+         [metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\
          [ebpf]\nmode = \"off\"\n\
          [[peer]]\nhost = \"{AGENT}\"\nrealm = \"example.com\"\nconnect = \"{agent}\"\n\
          [[route]]\nrealm = \"{}\"\npeers = [\"{AGENT}\"]\n[accept]\nhosts = [\"*.example.org\"]\n\
@@ -196,41 +197,13 @@ impl AgentProcess {
     /// The `/metrics` page, `None` when it cannot be read.
     #[must_use]
     pub fn metrics_page(&self) -> Option<String> {
-        let mut s = TcpStream::connect_timeout(&self.metrics, Duration::from_secs(2)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).ok()?;
-        Some(out)
+        metrics_page(self.metrics)
     }
 
-    /// The lines of `/metrics` that say what the agent found of its own
-    /// load and of the server's (`doic_own_*`, `doic_protect_*`,
-    /// `doic_worker_utilisation`), for the benchmark's log.
+    /// [`overload_digest`] of this agent.
     #[must_use]
     pub fn overload_digest(&self) -> String {
-        let page = (0..3)
-            .find_map(|_| self.metrics_page())
-            .unwrap_or_else(|| "(no /metrics page)".into());
-        page.lines()
-            .filter(|l| {
-                [
-                    "doic_own_",
-                    "doic_protect_",
-                    "doic_worker_utilisation",
-                    "doic_requests_treated_total",
-                    "doic_queue_full_total",
-                    "(no",
-                ]
-                .iter()
-                .any(|p| l.starts_with(p))
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
+        overload_digest(self.metrics)
     }
 
     /// The last lines of the agent's log.
@@ -255,6 +228,48 @@ impl Drop for AgentProcess {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The `/metrics` page at `addr`, `None` when it cannot be read.
+#[must_use]
+pub fn metrics_page(addr: SocketAddr) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// The lines of the `/metrics` page at `addr` that say what an agent found
+/// of its own load, of its server's and of its reports (`doic_own_*`,
+/// `doic_protect_*`, `doic_worker_utilisation`, treatments, full queues,
+/// OCS in force), for the benchmark's log.
+#[must_use]
+pub fn overload_digest(addr: SocketAddr) -> String {
+    let page = (0..3)
+        .find_map(|_| metrics_page(addr))
+        .unwrap_or_else(|| "(no /metrics page)".into());
+    page.lines()
+        .filter(|l| {
+            [
+                "doic_own_",
+                "doic_protect_",
+                "doic_worker_utilisation",
+                "doic_requests_treated_total",
+                "doic_queue_full_total",
+                "doic_ocs_active",
+                "(no",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A field of `/proc/PID/status` in KiB (`VmHWM`: the peak resident set,
@@ -357,8 +372,9 @@ pub struct Rig {
     pub subject: Subject,
     /// The agent, for [`Subject::Agent`] and [`Subject::Chain`].
     pub agent: Option<AgentProcess>,
-    /// The edge agent in front of it, for [`Subject::Chain`].
-    pub edge: Option<agent::agent::Agent>,
+    /// The edge agent in front of it, for [`Subject::Chain`], and its
+    /// metrics endpoint.
+    pub edge: Option<(agent::agent::Agent, SocketAddr)>,
     fd: Option<FdNode>,
     /// Where the clients connect.
     pub entry: SocketAddr,
@@ -406,13 +422,16 @@ impl Rig {
                 })?;
                 let edge = match subject {
                     Subject::Chain => {
-                        Some(crate::relay::start_agent(&edge_toml(a.entry)).context("edge agent")?)
+                        let metrics = free_port()?;
+                        let e = crate::relay::start_agent(&edge_toml(a.entry, metrics))
+                            .context("edge agent")?;
+                        Some((e, SocketAddr::from(([127, 0, 0, 1], metrics))))
                     }
                     _ => None,
                 };
                 Self {
                     subject,
-                    entry: edge.as_ref().map_or(a.entry, |e| e.local_addrs()[0]),
+                    entry: edge.as_ref().map_or(a.entry, |e| e.0.local_addrs()[0]),
                     pid: a.pid(),
                     agent: Some(a),
                     edge,
@@ -541,11 +560,14 @@ pub fn offer(
     during();
     // What the agent shows near the end of the load, before the drain.
     std::thread::sleep(Duration::from_secs_f64(seconds * 0.9).saturating_sub(measuring.elapsed()));
-    let digest = rig
+    let mut digest = rig
         .agent
         .as_ref()
         .map(AgentProcess::overload_digest)
         .unwrap_or_default();
+    if let Some((_, metrics)) = &rig.edge {
+        digest.push_str(&format!("\n  edge: {}", overload_digest(*metrics)));
+    }
     let mut reports = Vec::new();
     for task in tasks {
         reports.push(clients_rt.block_on(task)??);
@@ -674,7 +696,7 @@ mod tests {
         );
         assert!(agent::config::Config::from_str_named(&bad, Path::new("own.toml")).is_err());
         // The edge in front of it: a reacting node that takes its reports.
-        let e = edge_toml("127.0.0.1:3868".parse().unwrap());
+        let e = edge_toml("127.0.0.1:3868".parse().unwrap(), 9091);
         let c = agent::config::Config::from_str_named(&e, Path::new("edge.toml"));
         assert!(c.is_ok(), "{e}\n{:?}", c.err());
         assert!(e.contains("receive_reports = true") && e.contains("\"rate\""));
