@@ -263,6 +263,7 @@ pub fn overload_digest(addr: SocketAddr) -> String {
                 "doic_requests_treated_total",
                 "doic_queue_full_total",
                 "doic_ocs_active",
+                "doic_reports_received_total",
                 "(no",
             ]
             .iter()

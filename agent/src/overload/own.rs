@@ -232,6 +232,30 @@ pub(crate) fn note_queue_delay(ov: &Overload, delay: Duration) {
     }
 }
 
+/// The backlog at a tick (the bytes unread in the peers' sockets, over the
+/// rate they are read at) from which the own load is measured at once
+/// rather than at the next second, while the agent is not overloaded: at
+/// ten times its capacity the backlog grows by nine seconds of work a
+/// second, and its peer report rides on its answers, so the seconds before
+/// the measurement are what the clients' abatement cannot undo (RFC 7683
+/// §5.2: reports travel in answers). Five times the estimator's
+/// `high_delay`: above a cgroup's quota pauses (49 ms in 1 ms per 50 ms).
+pub(crate) const ONSET_BACKLOG: Duration = Duration::from_millis(100);
+
+/// Whether the own load should be measured now (control thread, at a tick
+/// whose socket backlog is `backlog`): the agent is not overloaded by
+/// measurement and the backlog has reached [`ONSET_BACKLOG`].
+pub(crate) fn onset(ov: &Overload, backlog: Duration) -> bool {
+    backlog >= ONSET_BACKLOG
+        && ov
+            .own
+            .controller
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|c| !c.load.estimator().is_overloaded())
+}
+
 /// The longest queue delay on a worker since the last call (control
 /// thread, every tick): how late the agent itself read what arrived.
 pub(crate) fn take_tick_delay(ov: &Overload) -> Duration {
@@ -242,7 +266,8 @@ pub(crate) fn take_tick_delay(ov: &Overload) -> Duration {
 /// `utilisation` (0 to 1, the runtime's busy share, for workers whose CPU
 /// time is not measured) and the CPU the kernel accounted (`cpu`), runs the
 /// controller, then sets the clients' limits (control thread, once per
-/// second, after the kernel tick).
+/// second, after the kernel tick, and at a tick whose backlog is an
+/// [`onset`]).
 pub(crate) fn control_tick(
     table: &PeerTable,
     kernel: &Kernel,
@@ -603,6 +628,36 @@ mod tests {
             syn: 0.0,
             exact: true,
         }
+    }
+
+    #[test]
+    fn a_backlog_of_an_onset_measures_at_once_until_the_overload_is_found() {
+        let ov = Overload::new("agent.example.com", Some(doic::DoicConfig::default()), 1).unwrap();
+        // The quota's own pauses (49 ms in 1 ms per 50 ms) are no onset.
+        assert!(!onset(&ov, Duration::from_millis(49)));
+        assert!(onset(&ov, ONSET_BACKLOG));
+        // Found overloaded (two measurements with the worker saturated and
+        // work waiting): the measurements are once a second again.
+        let rates = vec![("c1".to_owned(), 5000.0)];
+        let t0 = Instant::now();
+        {
+            let mut guard = ov.own.controller.lock().unwrap();
+            let ctl = guard.as_mut().unwrap();
+            for s in 1..=2 {
+                ctl.load.handle_load(
+                    t0 + Duration::from_secs(s),
+                    Inputs {
+                        rates: &rates,
+                        utilisation: &[1.0],
+                        queue_delay: Duration::from_millis(500),
+                        relayed: Some(1000.0),
+                        ..Inputs::default()
+                    },
+                );
+            }
+            assert!(ctl.load.estimator().is_overloaded());
+        }
+        assert!(!onset(&ov, Duration::from_secs(5)));
     }
 
     fn slot(host: &str, remote: Option<&str>, requests_in: u64) -> SlotCount {

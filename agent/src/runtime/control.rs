@@ -9,7 +9,9 @@
 //! kernel program's counters ([`crate::ebpf::live::Live::handle_tick`],
 //! published in [`crate::telemetry::Kernel`]) and the agent's own load
 //! (`crate::overload::own`), and the second's counts to the audit log
-//! ([`crate::audit`]).
+//! ([`crate::audit`]). The own load is measured at once, at any tick, when
+//! the backlog in the sockets says an overload begins
+//! (`crate::overload::own::onset`).
 //!
 //! The workers feed it over bounded crossbeam channels ([`crate::feed`]),
 //! never waiting and never unbounded: the connections' open and close
@@ -50,10 +52,12 @@ pub(crate) struct Control {
 #[derive(Debug)]
 pub(super) struct Ticking {
     control: Control,
-    /// Each worker's busy time at the last second.
+    /// Each worker's busy time at the last measurement of the own load.
     last: Vec<Duration>,
-    /// When that was.
+    /// When the last full tick was.
     at: Instant,
+    /// When the own load was last measured.
+    measured_at: Instant,
     ticks: u64,
     /// The CPU the kernel accounted to the workers and the cgroup.
     cpu: CpuMeter,
@@ -77,6 +81,7 @@ impl Control {
             control: self,
             last: workers.busy().collect(),
             at: now,
+            measured_at: now,
             ticks: 0,
             cpu: CpuMeter::new(),
             backlog: Backlog::default(),
@@ -88,16 +93,19 @@ impl Ticking {
     /// One tick at `now`: every tick the DOIC ticks and the snapshots, once
     /// a second the rest.
     pub(super) fn handle_tick(&mut self, workers: &Workers, shutdown: &Stop, now: Instant) {
-        let c = &self.control;
         self.ticks += 1;
-        if let Some(ov) = &c.overload {
+        if let Some(ov) = self.control.overload.clone() {
             ov.collect_snapshots();
             // What waits unread in the peers' sockets, before the
             // protection reads the agent's own lateness.
-            let backlog = self.backlog.handle_tick(&c.table, now);
-            crate::overload::own::note_queue_delay(ov, backlog);
+            let backlog = self.backlog.handle_tick(&self.control.table, now);
+            crate::overload::own::note_queue_delay(&ov, backlog);
+            if crate::overload::own::onset(&ov, backlog) {
+                self.measure_own(workers, now);
+            }
+            let c = &self.control;
             // Before the workers' ticks, which apply what it publishes.
-            crate::overload::protect::control_tick(&c.table, ov, ov.now());
+            crate::overload::protect::control_tick(&c.table, &ov, ov.now());
             if !shutdown.is_stopping() {
                 // DOIC expiry, ramps and snapshots run on each worker (its
                 // core lives there); the audit trail is rendered once a
@@ -120,6 +128,27 @@ impl Ticking {
             return;
         }
         self.at = now;
+        let c = &self.control;
+        if let Some(reading) = c.ebpf.handle_tick(now, c.kernel.take_events()) {
+            c.kernel.publish(now, reading);
+        }
+        self.measure_own(workers, now);
+        if let Some(ov) = &self.control.overload
+            && let Some(log) = ov.audit_log()
+        {
+            crate::audit::feed_second(log, ov.second_totals(), ov.now());
+        }
+    }
+
+    /// The workers' utilisation since the last measurement and the agent's
+    /// own load (once a second, and at an onset).
+    fn measure_own(&mut self, workers: &Workers, now: Instant) {
+        let c = &self.control;
+        let elapsed = now.saturating_duration_since(self.measured_at);
+        if elapsed.is_zero() {
+            return;
+        }
+        self.measured_at = now;
         let cpu = self
             .cpu
             .handle_tick(workers.slots.iter().map(|s| s.tid), now);
@@ -137,9 +166,6 @@ impl Ticking {
             });
             workers.set_utilisation(i, (share * 1000.0) as u32);
         }
-        if let Some(reading) = c.ebpf.handle_tick(now, c.kernel.take_events()) {
-            c.kernel.publish(now, reading);
-        }
         if let Some(ov) = &c.overload {
             crate::overload::own::control_tick(
                 &c.table,
@@ -149,9 +175,6 @@ impl Ticking {
                 &utilisation,
                 cpu.as_ref(),
             );
-            if let Some(log) = ov.audit_log() {
-                crate::audit::feed_second(log, ov.second_totals(), ov.now());
-            }
         }
     }
 }

@@ -122,6 +122,12 @@ pub(crate) fn enforce(
             features: features.as_ref(),
             drmp,
         };
+        // The report this answer carries is the one in force now: a
+        // worker that relays without end in a small CPU share may not have
+        // run its tick since the controller published it (the tick applies
+        // it too), and an answer without it leaves the client unaware
+        // (RFC 8581 §6.2.4: the report in every answer to the client).
+        super::apply(ov, core, now);
         let act = core.local_answer(now, &view);
         // In the agent-wide totals of the audit log and /metrics.
         core.count_throttled_before_treatment(result);

@@ -109,6 +109,28 @@ impl World {
     }
 }
 
+/// The features of a client that supports the rate algorithm and peer
+/// reports.
+fn rate_client() -> OcSupportedFeatures {
+    OcSupportedFeatures {
+        feature_vector: Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT),
+        source_id: Some(CLIENT.into()),
+        peer_algo: None,
+    }
+}
+
+/// The one OC-OLR an answer carries, a peer report.
+fn peer_report(answer: &Bytes) -> diameter::codec::doic::OcOlr {
+    let r = Routing::scan_answer(answer).unwrap();
+    let olrs: Vec<_> = r
+        .oc_olrs()
+        .map(|o| diameter::codec::doic::OcOlr::from_raw(&o).unwrap())
+        .collect();
+    assert_eq!(olrs.len(), 1, "{olrs:?}");
+    assert_eq!(olrs[0].report_type, ReportType::Peer);
+    olrs.into_iter().next().unwrap()
+}
+
 #[test]
 fn the_excess_of_a_client_without_doic_is_answered_3004_higher_priority_last() {
     let w = World::overloaded();
@@ -152,11 +174,7 @@ fn a_doic_client_gets_its_grace_then_3004_with_the_agents_peer_report() {
             core.put_own_peer_report(now, r.peer.as_deref(), r.report.clone(), r.until);
         }
     });
-    let f = OcSupportedFeatures {
-        feature_vector: Some(OLR_DEFAULT_ALGO | OLR_RATE_ALGORITHM | OC_PEER_REPORT),
-        source_id: Some(CLIENT.into()),
-        peer_algo: None,
-    };
+    let f = rate_client();
     // Within its grace a client that receives the report is not held yet.
     assert_eq!(w.admitted(60, DRMP_LOW, Some(&f)), 60);
     assert!(w.slot.own_limit.receives());
@@ -171,15 +189,35 @@ fn a_doic_client_gets_its_grace_then_3004_with_the_agents_peer_report() {
     // in every answer to a peer that supports them), SourceID the agent.
     let (a, code) = w.send(&request(99, DRMP_LOW, Some(&f))).expect("throttled");
     assert_eq!(code, 3004);
-    let r = Routing::scan_answer(&a).unwrap();
-    let olrs: Vec<_> = r
-        .oc_olrs()
-        .map(|o| diameter::codec::doic::OcOlr::from_raw(&o).unwrap())
-        .collect();
-    assert_eq!(olrs.len(), 1, "{olrs:?}");
-    assert_eq!(olrs[0].report_type, ReportType::Peer);
-    assert_eq!(olrs[0].source_id.as_deref(), Some(ME));
-    assert_eq!(olrs[0].maximum_rate, Some(10));
+    let olr = peer_report(&a);
+    assert_eq!(olr.source_id.as_deref(), Some(ME));
+    assert_eq!(olr.maximum_rate, Some(10));
+}
+
+#[test]
+fn a_worker_whose_tick_has_not_run_answers_with_the_report_published() {
+    // The controller published its report; this worker has not run its
+    // tick since (a worker that relays without end in a small CPU share),
+    // so its core does not hold the report yet. Its 3004 carries it all the
+    // same: an answer without it leaves the client sending (RFC 8581
+    // §6.2.4), and at ten times the capacity the client's edge never
+    // learnt and never abated (docs/own-overload.md).
+    let w = World::overloaded();
+    let reports: std::sync::Arc<[doic::own_load::OwnReport]> = w.load.reports().cloned().collect();
+    *w.ov.own.published.lock().unwrap() = reports;
+    w.ov.own
+        .generation
+        .store(w.load.generation(), std::sync::atomic::Ordering::Release);
+    let f = rate_client();
+    w.slot
+        .own_limit
+        .grace_until
+        .store(0, std::sync::atomic::Ordering::Relaxed);
+    let (a, code) = (0..100)
+        .find_map(|i| w.send(&request(i, DRMP_LOW, Some(&f))))
+        .expect("throttled");
+    assert_eq!(code, 3004);
+    assert_eq!(peer_report(&a).maximum_rate, Some(10));
 }
 
 #[test]
