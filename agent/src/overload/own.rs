@@ -161,13 +161,22 @@ pub struct OwnState {
     view: Mutex<OwnView>,
 }
 
+/// Counters summed over the peers ([`Control::handled`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Handled {
+    received: u64,
+    answered: u64,
+    answered_reacting: u64,
+}
+
 #[derive(Debug)]
 struct Control {
     load: OwnLoad,
     last: Option<(Instant, BTreeMap<String, u64>)>,
-    /// Requests received and answered for exceeding an allocation, summed
+    /// Requests received, answered for exceeding an allocation, and of
+    /// those answered to clients that receive the agent's reports, summed
     /// over the peers, at the last measurement.
-    handled: (u64, u64),
+    handled: Handled,
     /// The peers connected at the last measurement.
     open: BTreeSet<String>,
 }
@@ -186,7 +195,7 @@ impl OwnState {
         let controller = Control {
             load: OwnLoad::new(identity, params, origin, base_ms),
             last: None,
-            handled: (0, 0),
+            handled: Handled::default(),
             open: BTreeSet::new(),
         };
         Self {
@@ -298,12 +307,15 @@ pub(crate) fn control_tick(
         })
         .collect();
     let peers = measure(&slots, kernel.as_deref(), ctl.last.as_ref(), now);
-    let handled = (
-        slots.iter().map(|s| s.requests_in).sum::<u64>(),
-        all.iter()
+    let handled = Handled {
+        received: slots.iter().map(|s| s.requests_in).sum(),
+        answered: all.iter().map(|(_, s)| s.own_limit.throttled()).sum(),
+        answered_reacting: all
+            .iter()
+            .filter(|(_, s)| s.own_limit.receives())
             .map(|(_, s)| s.own_limit.throttled())
-            .sum::<u64>(),
-    );
+            .sum(),
+    };
     let pending: u64 = all
         .iter()
         .map(|(_, s)| u64::from(s.outstanding.load(Ordering::Relaxed)))
@@ -318,7 +330,7 @@ pub(crate) fn control_tick(
     let left: Vec<String> = ctl.open.difference(&open).cloned().collect();
     let counts = slots.into_iter().map(|s| (s.host, s.requests_in)).collect();
     let previous = ctl.last.replace((now, counts));
-    let (before_in, before_throttled) = std::mem::replace(&mut ctl.handled, handled);
+    let before = std::mem::replace(&mut ctl.handled, handled);
     ctl.open = open;
     let queue_delay = Duration::from_nanos(own.queue_delay_ns.swap(0, Ordering::Relaxed));
     let Some((at, _)) = previous else {
@@ -326,9 +338,16 @@ pub(crate) fn control_tick(
     };
     let dt = now.saturating_duration_since(at).as_secs_f64().max(1e-3);
     #[expect(clippy::cast_precision_loss, reason = "a rate")]
-    let relayed = (handled.0.saturating_sub(before_in))
-        .saturating_sub(handled.1.saturating_sub(before_throttled)) as f64
-        / dt;
+    let rate = |n: u64| n as f64 / dt;
+    let relayed = rate(
+        (handled.received.saturating_sub(before.received))
+            .saturating_sub(handled.answered.saturating_sub(before.answered)),
+    );
+    let answered_reacting = rate(
+        handled
+            .answered_reacting
+            .saturating_sub(before.answered_reacting),
+    );
     let rates: Vec<(String, f64)> = peers.iter().map(|(p, l)| (p.clone(), l.rate)).collect();
     let before = ctl.load.generation();
     let measured: Vec<Duration> = cpu
@@ -350,6 +369,7 @@ pub(crate) fn control_tick(
             queue_delay,
             pending,
             relayed: Some(relayed),
+            answered_reacting,
             left: &left,
         },
     );

@@ -38,7 +38,15 @@
 //! - **Capacity**: with the busiest worker's utilisation `u` and `r`
 //!   requests per second relayed, each relayed request costs `u / r` of
 //!   that worker (what the agent's own throttle answers cost included), so
-//!   it can relay `r * target / u` at the target utilisation. The rate is
+//!   it can relay `r * target / u` at the target utilisation. Requests
+//!   answered to clients that receive the agent's reports are the
+//!   exception (`Inputs::answered_reacting`): their excess passes (the
+//!   report makes them abate; what arrives meanwhile is the backlog of the
+//!   onset), so each counts as `answer_cost` of a relayed request,
+//!   `(r + answer_cost * a) * target / u`. Charged to the relayed
+//!   requests, a drain that answers thousands of them while it relays a
+//!   few dozen would measure a capacity of a few dozen and hold the
+//!   clients there long after the drain. The rate is
 //!   the relayed one, not the offered one: a saturated worker relays what
 //!   it can, whatever arrives, so `r * target / u` stays the capacity when
 //!   `u` is at 1 and the offered load is ten times that. Measurements with
@@ -119,6 +127,11 @@ pub struct Inputs<'a> {
     /// Requests per second the workers handled and relayed (not answered
     /// by the agent itself); `None`: the sum of `rates`.
     pub relayed: Option<f64>,
+    /// Requests per second the agent answered itself for exceeding an
+    /// allocation to clients that receive its reports (see the module
+    /// documentation); the excess of the others is charged to the relayed
+    /// requests.
+    pub answered_reacting: f64,
     /// Peers whose connection closed or failed since the last measurement
     /// (RFC 8582 §8.2 note: the allocation is recomputed at once).
     pub left: &'a [String],
@@ -170,6 +183,9 @@ pub struct EstimatorParams {
     pub leave_after: u32,
     /// Weight of a new capacity sample (0 to 1).
     pub smoothing: f64,
+    /// CPU of a request the agent answers itself, as a share of a relayed
+    /// request's (`Inputs::answered_reacting`).
+    pub answer_cost: f64,
 }
 
 impl Default for EstimatorParams {
@@ -187,6 +203,13 @@ impl Default for EstimatorParams {
             enter_after: 2,
             leave_after: 3,
             smoothing: 0.5,
+            // A 3004 skips routing, the upstream write and the answer's
+            // relay: less than a relayed request, more than nothing. Held
+            // to a small CPU share, where what each wake-up costs dominates,
+            // the agent answered 3004s at about the CPU of a relayed
+            // request (docs/own-overload.md); one half errs on neither side
+            // by more than a factor of two.
+            answer_cost: 0.5,
         }
     }
 }
@@ -247,8 +270,9 @@ impl Estimator {
         // `min_utilisation` as if at it: a machine held well below its
         // target sees its capacity grow back, by at most that factor per
         // measurement, never by a near-zero busy share.
-        if (u >= p.min_utilisation || self.overloaded) && relayed > 0.0 {
-            let sample = relayed * p.target_utilisation / u_cost.max(p.min_utilisation);
+        let work = relayed + p.answer_cost * inputs.answered_reacting.max(0.0);
+        if (u >= p.min_utilisation || self.overloaded) && work > 0.0 {
+            let sample = work * p.target_utilisation / u_cost.max(p.min_utilisation);
             let e = self
                 .estimate
                 .map_or(sample, |e| e + p.smoothing * (sample - e));

@@ -96,6 +96,8 @@ impl Sim {
                 queue_delay: self.delay,
                 pending: 0,
                 relayed: Some(self.relayed),
+                // Its clients receive no reports: their excess stays.
+                answered_reacting: 0.0,
                 left: &[],
                 cpu: None,
             },
@@ -323,6 +325,47 @@ fn a_saturated_worker_that_keeps_up_is_not_overloaded() {
     assert!(e.is_overloaded());
 }
 
+#[test]
+fn a_drain_of_answers_to_clients_that_react_keeps_the_capacity() {
+    // The onset behind an edge that reacts to the agent's reports (RFC
+    // 8581 §6.2.5, the agent chain): the report made the edge abate, and
+    // what it sent before waits in the sockets, read and answered 3004 for
+    // exceeding its allocation, thousands a second, while the agent
+    // relays a few hundred.
+    let drain = |reacting: f64| {
+        let mut e = Estimator::new(EstimatorParams::default());
+        let rates = vec![("edge.example.org".to_owned(), 20_000.0)];
+        // Saturated, 2,000/s relayed and ten times that arriving: 1,600/s
+        // at 80 %.
+        for _ in 0..3 {
+            e.handle_load(&Inputs {
+                queue_delay: Duration::from_millis(500),
+                ..saturated(&rates, 2000.0)
+            });
+        }
+        assert!(e.is_overloaded());
+        // Five seconds of the drain: 200/s relayed, 3,600/s answered (half
+        // a relayed request's CPU each: the saturated worker's 2,000).
+        for _ in 0..5 {
+            e.handle_load(&Inputs {
+                queue_delay: Duration::from_millis(500),
+                answered_reacting: reacting,
+                ..saturated(&rates, 200.0)
+            });
+        }
+        e.estimate().expect("measured")
+    };
+    // The answers to a client that reacts count at their cost: the
+    // capacity stays (200 + 0.5 x 3,600) x 0.8 = 1,600/s.
+    let kept = drain(3600.0);
+    assert!((kept - 1600.0).abs() < 1.0, "{kept}");
+    // Charged to the 200/s relayed, as for clients that receive no report,
+    // it falls towards 160/s within the drain and the edge would be held
+    // there long after.
+    let charged = drain(0.0);
+    assert!(charged < 250.0, "{charged}");
+}
+
 /// Both workers fully busy, nothing waiting, `relayed` per second relayed.
 fn saturated(rates: &[(String, f64)], relayed: f64) -> Inputs<'_> {
     Inputs {
@@ -445,6 +488,7 @@ impl QuotaSim {
                 queue_delay: self.delay,
                 pending: 0,
                 relayed: Some(self.relayed),
+                answered_reacting: 0.0,
                 left: &[],
             },
         );
