@@ -273,6 +273,16 @@ pub fn overload_digest(addr: SocketAddr) -> String {
         .join(" ")
 }
 
+/// The value of the sample `name{labels}` (exactly as rendered) in a
+/// `/metrics` page; `None` when it is not there.
+#[must_use]
+pub fn gauge(page: &str, sample: &str) -> Option<f64> {
+    page.lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(name, _)| *name == sample)
+        .and_then(|(_, v)| v.trim().parse().ok())
+}
+
 /// A field of `/proc/PID/status` in KiB (`VmHWM`: the peak resident set,
 /// `VmRSS`: the current one).
 #[must_use]

@@ -252,6 +252,7 @@ pub fn merge(reports: Vec<Report>) -> Report {
         all.answered += r.answered;
         all.unmatched += r.unmatched;
         all.malformed += r.malformed;
+        all.with_olr += r.with_olr;
         for (code, n) in r.by_code {
             *all.by_code.entry(code).or_default() += n;
         }

@@ -102,6 +102,8 @@ pub struct Report {
     /// Answers that fail the codec's answer check
     /// ([`diameter::codec::Routing::scan_answer`]).
     pub malformed: u64,
+    /// Answers that carried an OC-OLR (an overload report, RFC 7683 §7.3).
+    pub with_olr: u64,
 }
 
 impl Report {
@@ -422,8 +424,7 @@ impl Client {
                 }
             }
             if !out.is_empty() {
-                self.stream.write_all(&out).await?;
-                out.clear();
+                self.write_reading(&mut out).await?;
             }
             let wait = match pace {
                 Pace::Open(_) | Pace::Steps { .. } if sending => Duration::from_millis(1),
@@ -463,10 +464,14 @@ impl Client {
                         let us = (now - at).as_micros().min(u128::from(u32::MAX)) as u32;
                         latencies.push(us);
                         let code = match diameter::codec::Routing::scan_answer(&m) {
-                            Ok(r) => r
-                                .result_code()
-                                .or(r.experimental_result_code().map(|(_, c)| c))
-                                .unwrap_or(0),
+                            Ok(r) => {
+                                if r.oc_olrs().next().is_some() {
+                                    report.with_olr += 1;
+                                }
+                                r.result_code()
+                                    .or(r.experimental_result_code().map(|(_, c)| c))
+                                    .unwrap_or(0)
+                            }
                             Err(_) => {
                                 report.malformed += 1;
                                 0
@@ -497,6 +502,44 @@ impl Client {
         ok_latencies.sort_unstable();
         report.ok_latencies_us = ok_latencies;
         Ok(report)
+    }
+
+    /// Writes all of `out` while reading what arrives meanwhile into the
+    /// input buffer, as a client does that reads and writes at once: one
+    /// that only wrote while the relay's window was closed would stop
+    /// reading its answers, and the relay, finding its answers unread,
+    /// would close it. Stops writing (and drops the rest of `out`) when the
+    /// peer ends the connection: the next read sees it.
+    ///
+    /// # Errors
+    /// Write errors.
+    async fn write_reading(&mut self, out: &mut BytesMut) -> std::io::Result<()> {
+        use std::io::ErrorKind::{ConnectionReset, WouldBlock};
+        while !out.is_empty() {
+            tokio::select! {
+                w = self.stream.writable() => {
+                    w?;
+                    match self.stream.try_write(out) {
+                        Ok(n) => out.advance(n),
+                        Err(e) if e.kind() == WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                r = self.stream.readable() => {
+                    r?;
+                    self.inbuf.reserve(64 * 1024);
+                    match self.stream.try_read_buf(&mut self.inbuf) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == WouldBlock => {}
+                        Err(e) if e.kind() == ConnectionReset => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        out.clear();
+        Ok(())
     }
 
     /// Sends DPR and waits (up to a second) for the DPA.

@@ -65,7 +65,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-own",
-        about: "the agent held to a CPU share by a cgroup, no own_capacity: C measured there, open-loop clients at 1x and 10x C behind an edge agent that takes its reports (gated, not yet enforced) and straight to it (half DOIC, ignoring reports), freeDiameter's relay in the same share; goodput at 10x vs 1x, 2001 p99, VmHWM, answers; a 10 s soak at 10x (root)",
+        about: "the agent held to 0.05 CPU holds a DOIC client that ignores its report and a client without DOIC to the capacity it measured (bench/tests/own_cgroup.rs, enforced); the agent held to a CPU share by a cgroup, no own_capacity: C measured there, open-loop clients at 1x and 10x C behind an edge agent that takes its reports (gated, not yet enforced) and straight to it (half DOIC, ignoring reports), freeDiameter's relay in the same share; goodput at 10x vs 1x, 2001 p99, VmHWM, answers; a 10 s soak at 10x (root)",
         run: bench_own,
     },
     Stage {
@@ -543,6 +543,23 @@ const OWN_CPU: [&str; 4] = ["--cpu-share", "0.02", "--period-us", "50000"];
 /// minutes.
 fn bench_own() -> anyhow::Result<()> {
     let bin = own_bin()?;
+    // The agent held to 0.05 CPU finds its own overload and capacity by
+    // measurement and holds a DOIC client that ignores its report and a
+    // client without DOIC to it (bench/tests/own_cgroup.rs): enforced.
+    run(
+        "cargo",
+        &[
+            "test",
+            "--release",
+            "-p",
+            "bench",
+            "--test",
+            "own_cgroup",
+            "--",
+            "--ignored",
+            "--nocapture",
+        ],
+    )?;
     let require = OWN_GATE_GOODPUT.to_string();
     let make = || {
         let mut cmd = std::process::Command::new(&bin);

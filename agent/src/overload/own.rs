@@ -42,7 +42,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::Overload;
-use crate::peer::table::PeerTable;
+use crate::peer::table::{PeerSlot, PeerTable};
+use crate::routing::PeerId;
 use crate::telemetry::{Kernel, KernelLoad};
 use doic::Doic;
 use doic::own_load::{CpuUse, Inputs, OwnLoad, OwnLoadParams, OwnReport};
@@ -166,17 +167,22 @@ pub struct OwnState {
 struct Handled {
     received: u64,
     answered: u64,
-    answered_reacting: u64,
 }
+
+/// Arrivals of a client within this share above its allocation still
+/// count as keeping to it (its own bucket's tolerance, measurement noise).
+const KEEPING_TO: f64 = 1.1;
 
 #[derive(Debug)]
 struct Control {
     load: OwnLoad,
     last: Option<(Instant, BTreeMap<String, u64>)>,
-    /// Requests received, answered for exceeding an allocation, and of
-    /// those answered to clients that receive the agent's reports, summed
+    /// Requests received and answered for exceeding an allocation, summed
     /// over the peers, at the last measurement.
     handled: Handled,
+    /// Requests answered for exceeding an allocation, per client, at the
+    /// last measurement.
+    throttled: BTreeMap<String, u64>,
     /// The peers connected at the last measurement.
     open: BTreeSet<String>,
 }
@@ -196,6 +202,7 @@ impl OwnState {
             load: OwnLoad::new(identity, params, origin, base_ms),
             last: None,
             handled: Handled::default(),
+            throttled: BTreeMap::new(),
             open: BTreeSet::new(),
         };
         Self {
@@ -271,6 +278,46 @@ pub(crate) fn take_tick_delay(ov: &Overload) -> Duration {
     Duration::from_nanos(ov.own.tick_delay_ns.swap(0, Ordering::Relaxed))
 }
 
+/// Requests answered since the last measurement for exceeding an
+/// allocation to clients whose excess passes: clients that receive the
+/// agent's reports and whose arrivals (`rates`: the kernel's count at the
+/// socket when the program is attached) keep to their allocation. What
+/// such a client is still answered 3004 is what it sent before the report
+/// reached it, read from the sockets now (the drain of an onset); a client
+/// that ignores the report, or receives none, goes on sending its excess,
+/// and answering it stays charged to the relayed requests
+/// ([`doic::own_load::Inputs::answered_reacting`]).
+fn passing(
+    all: &[(PeerId, Arc<PeerSlot>)],
+    rates: &[(String, f64)],
+    now: &BTreeMap<String, u64>,
+    before: &BTreeMap<String, u64>,
+) -> u64 {
+    let keeps_to = |host: &str, allocated: u32| {
+        rates
+            .iter()
+            .find(|(p, _)| p == host)
+            .is_some_and(|(_, r)| *r <= KEEPING_TO * f64::from(allocated))
+    };
+    let passing: BTreeSet<&str> = all
+        .iter()
+        .filter(|(_, s)| s.own_limit.receives())
+        .filter(|(_, s)| {
+            s.own_limit
+                .allocated()
+                .is_some_and(|a| keeps_to(&s.host, a))
+        })
+        .map(|(_, s)| s.host.as_str())
+        .collect();
+    passing
+        .into_iter()
+        .map(|h| {
+            let n = now.get(h).copied().unwrap_or(0);
+            n.saturating_sub(before.get(h).copied().unwrap_or(0))
+        })
+        .sum()
+}
+
 /// Measures every peer's arrival rate at `now` with the workers'
 /// `utilisation` (0 to 1, the runtime's busy share, for workers whose CPU
 /// time is not measured) and the CPU the kernel accounted (`cpu`), runs the
@@ -310,12 +357,11 @@ pub(crate) fn control_tick(
     let handled = Handled {
         received: slots.iter().map(|s| s.requests_in).sum(),
         answered: all.iter().map(|(_, s)| s.own_limit.throttled()).sum(),
-        answered_reacting: all
-            .iter()
-            .filter(|(_, s)| s.own_limit.receives())
-            .map(|(_, s)| s.own_limit.throttled())
-            .sum(),
     };
+    let mut throttled = BTreeMap::<String, u64>::new();
+    for (_, s) in &all {
+        *throttled.entry(s.host.clone()).or_default() += s.own_limit.throttled();
+    }
     let pending: u64 = all
         .iter()
         .map(|(_, s)| u64::from(s.outstanding.load(Ordering::Relaxed)))
@@ -331,6 +377,7 @@ pub(crate) fn control_tick(
     let counts = slots.into_iter().map(|s| (s.host, s.requests_in)).collect();
     let previous = ctl.last.replace((now, counts));
     let before = std::mem::replace(&mut ctl.handled, handled);
+    let throttled_before = std::mem::replace(&mut ctl.throttled, throttled);
     ctl.open = open;
     let queue_delay = Duration::from_nanos(own.queue_delay_ns.swap(0, Ordering::Relaxed));
     let Some((at, _)) = previous else {
@@ -343,12 +390,8 @@ pub(crate) fn control_tick(
         (handled.received.saturating_sub(before.received))
             .saturating_sub(handled.answered.saturating_sub(before.answered)),
     );
-    let answered_reacting = rate(
-        handled
-            .answered_reacting
-            .saturating_sub(before.answered_reacting),
-    );
     let rates: Vec<(String, f64)> = peers.iter().map(|(p, l)| (p.clone(), l.rate)).collect();
+    let answered_reacting = rate(passing(&all, &rates, &ctl.throttled, &throttled_before));
     let before = ctl.load.generation();
     let measured: Vec<Duration> = cpu
         .map(|c| c.workers.iter().flatten().copied().collect())
@@ -633,132 +676,4 @@ pub(super) fn label(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ebpf::{Direction, PeerRate};
-
-    fn rate(peer: &str, direction: Direction, requests: f64) -> PeerRate {
-        PeerRate {
-            peer: peer.parse().unwrap(),
-            direction,
-            packets: requests,
-            bytes: requests * 100.0,
-            requests,
-            answers: 0.0,
-            syn: 0.0,
-            exact: true,
-        }
-    }
-
-    #[test]
-    fn a_backlog_of_an_onset_measures_at_once_until_the_overload_is_found() {
-        let ov = Overload::new("agent.example.com", Some(doic::DoicConfig::default()), 1).unwrap();
-        // The quota's own pauses (49 ms in 1 ms per 50 ms) are no onset.
-        assert!(!onset(&ov, Duration::from_millis(49)));
-        assert!(onset(&ov, ONSET_BACKLOG));
-        // Found overloaded (two measurements with the worker saturated and
-        // work waiting): the measurements are once a second again.
-        let rates = vec![("c1".to_owned(), 5000.0)];
-        let t0 = Instant::now();
-        {
-            let mut guard = ov.own.controller.lock().unwrap();
-            let ctl = guard.as_mut().unwrap();
-            for s in 1..=2 {
-                ctl.load.handle_load(
-                    t0 + Duration::from_secs(s),
-                    Inputs {
-                        rates: &rates,
-                        utilisation: &[1.0],
-                        queue_delay: Duration::from_millis(500),
-                        relayed: Some(1000.0),
-                        ..Inputs::default()
-                    },
-                );
-            }
-            assert!(ctl.load.estimator().is_overloaded());
-        }
-        assert!(!onset(&ov, Duration::from_secs(5)));
-    }
-
-    fn slot(host: &str, remote: Option<&str>, requests_in: u64) -> SlotCount {
-        SlotCount {
-            host: host.into(),
-            remote: remote.map(|r| r.parse().unwrap()),
-            requests_in,
-        }
-    }
-
-    #[test]
-    fn the_kernel_rate_of_the_connection_wins_else_the_userspace_counter() {
-        let t0 = Instant::now();
-        let t1 = t0 + Duration::from_secs(2);
-        let last = (
-            t0,
-            BTreeMap::from([("c1".to_owned(), 100), ("c2".to_owned(), 100)]),
-        );
-        let kernel = KernelLoad {
-            at: Some(t1),
-            rates: vec![
-                rate("127.0.0.1:40001", Direction::FromPeer, 900.0),
-                rate("127.0.0.1:40001", Direction::ToPeer, 5.0),
-                rate("127.0.0.1:3868", Direction::FromPeer, 1.0),
-            ],
-        };
-        let slots = [
-            slot("c1", Some("127.0.0.1:40001"), 1100),
-            slot("c2", Some("127.0.0.1:40002"), 700),
-            slot("c3", None, 50),
-        ];
-        let m = measure(&slots, Some(&kernel), Some(&last), t1);
-        // c1: the kernel saw its connection: its requests from the peer.
-        assert_eq!(
-            m["c1"],
-            PeerLoad {
-                rate: 900.0,
-                source: Source::Kernel
-            }
-        );
-        // c2: nothing from the kernel for its address: (700 - 100) / 2 s.
-        assert_eq!(
-            m["c2"],
-            PeerLoad {
-                rate: 300.0,
-                source: Source::Userspace
-            }
-        );
-        // c3: new since the last reading: all of its count.
-        assert_eq!(m["c3"].rate, 25.0);
-        // Without the program: userspace for every peer.
-        let m = measure(&slots, None, Some(&last), t1);
-        assert_eq!(m["c1"].source, Source::Userspace);
-        assert_eq!(m["c1"].rate, 500.0);
-        // A kernel count below what the agent read missed requests: the
-        // userspace count.
-        let low = KernelLoad {
-            at: Some(t1),
-            rates: vec![rate("127.0.0.1:40001", Direction::FromPeer, 10.0)],
-        };
-        let m = measure(&slots, Some(&low), Some(&last), t1);
-        assert_eq!(
-            m["c1"],
-            PeerLoad {
-                rate: 500.0,
-                source: Source::Userspace
-            }
-        );
-        // No earlier reading and no kernel: nothing to say yet.
-        assert!(measure(&slots, None, None, t1).is_empty());
-        // The kernel could not count c1 exactly in the interval (a segment
-        // out of sequence, say): its own count for c1, the kernel's for none.
-        let mut inexact = kernel.clone();
-        inexact.rates[0].exact = false;
-        let m = measure(&slots, Some(&inexact), Some(&last), t1);
-        assert_eq!(
-            m["c1"],
-            PeerLoad {
-                rate: 500.0,
-                source: Source::Userspace
-            }
-        );
-    }
-}
+mod tests;

@@ -39,10 +39,11 @@
 //!   requests per second relayed, each relayed request costs `u / r` of
 //!   that worker (what the agent's own throttle answers cost included), so
 //!   it can relay `r * target / u` at the target utilisation. Requests
-//!   answered to clients that receive the agent's reports are the
-//!   exception (`Inputs::answered_reacting`): their excess passes (the
-//!   report makes them abate; what arrives meanwhile is the backlog of the
-//!   onset), so each counts as `answer_cost` of a relayed request,
+//!   answered to clients that took the agent's report and keep to their
+//!   allocation are the exception (`Inputs::answered_reacting`): their
+//!   excess passes (what they are still answered is what they sent before
+//!   the report reached them, read late: the backlog of the onset), so
+//!   each counts as `answer_cost` of a relayed request,
 //!   `(r + answer_cost * a) * target / u`. Charged to the relayed
 //!   requests, a drain that answers thousands of them while it relays a
 //!   few dozen would measure a capacity of a few dozen and hold the
@@ -128,9 +129,9 @@ pub struct Inputs<'a> {
     /// by the agent itself); `None`: the sum of `rates`.
     pub relayed: Option<f64>,
     /// Requests per second the agent answered itself for exceeding an
-    /// allocation to clients that receive its reports (see the module
-    /// documentation); the excess of the others is charged to the relayed
-    /// requests.
+    /// allocation to clients that receive its reports and whose arrivals
+    /// keep to their allocation (see the module documentation); the excess
+    /// of the others is charged to the relayed requests.
     pub answered_reacting: f64,
     /// Peers whose connection closed or failed since the last measurement
     /// (RFC 8582 §8.2 note: the allocation is recomputed at once).
