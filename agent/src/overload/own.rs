@@ -162,13 +162,6 @@ pub struct OwnState {
     view: Mutex<OwnView>,
 }
 
-/// Counters summed over the peers ([`Control::handled`]).
-#[derive(Clone, Copy, Debug, Default)]
-struct Handled {
-    received: u64,
-    answered: u64,
-}
-
 /// Arrivals of a client within this share above its allocation still
 /// count as keeping to it (its own bucket's tolerance, measurement noise).
 const KEEPING_TO: f64 = 1.1;
@@ -177,9 +170,8 @@ const KEEPING_TO: f64 = 1.1;
 struct Control {
     load: OwnLoad,
     last: Option<(Instant, BTreeMap<String, u64>)>,
-    /// Requests received and answered for exceeding an allocation, summed
-    /// over the peers, at the last measurement.
-    handled: Handled,
+    /// Requests received, summed over the peers, at the last measurement.
+    received: u64,
     /// Requests answered for exceeding an allocation, per client, at the
     /// last measurement.
     throttled: BTreeMap<String, u64>,
@@ -201,7 +193,7 @@ impl OwnState {
         let controller = Control {
             load: OwnLoad::new(identity, params, origin, base_ms),
             last: None,
-            handled: Handled::default(),
+            received: 0,
             throttled: BTreeMap::new(),
             open: BTreeSet::new(),
         };
@@ -354,10 +346,7 @@ pub(crate) fn control_tick(
         })
         .collect();
     let peers = measure(&slots, kernel.as_deref(), ctl.last.as_ref(), now);
-    let handled = Handled {
-        received: slots.iter().map(|s| s.requests_in).sum(),
-        answered: all.iter().map(|(_, s)| s.own_limit.throttled()).sum(),
-    };
+    let received: u64 = slots.iter().map(|s| s.requests_in).sum();
     let mut throttled = BTreeMap::<String, u64>::new();
     for (_, s) in &all {
         *throttled.entry(s.host.clone()).or_default() += s.own_limit.throttled();
@@ -376,7 +365,7 @@ pub(crate) fn control_tick(
     let left: Vec<String> = ctl.open.difference(&open).cloned().collect();
     let counts = slots.into_iter().map(|s| (s.host, s.requests_in)).collect();
     let previous = ctl.last.replace((now, counts));
-    let before = std::mem::replace(&mut ctl.handled, handled);
+    let received_before = std::mem::replace(&mut ctl.received, received);
     let throttled_before = std::mem::replace(&mut ctl.throttled, throttled);
     ctl.open = open;
     let queue_delay = Duration::from_nanos(own.queue_delay_ns.swap(0, Ordering::Relaxed));
@@ -387,8 +376,12 @@ pub(crate) fn control_tick(
     #[expect(clippy::cast_precision_loss, reason = "a rate")]
     let rate = |n: u64| n as f64 / dt;
     let relayed = rate(
-        (handled.received.saturating_sub(before.received))
-            .saturating_sub(handled.answered.saturating_sub(before.answered)),
+        (received.saturating_sub(received_before)).saturating_sub(
+            ctl.throttled
+                .values()
+                .sum::<u64>()
+                .saturating_sub(throttled_before.values().sum()),
+        ),
     );
     let rates: Vec<(String, f64)> = peers.iter().map(|(p, l)| (p.clone(), l.rate)).collect();
     let answered_reacting = rate(passing(&all, &rates, &ctl.throttled, &throttled_before));
