@@ -3,7 +3,9 @@
 //! then the agent stops. Every request a client sends gets exactly one
 //! answer, whether the client stops sending at the DPR or keeps sending
 //! (many requests per write) well past it, and the connection ends with a
-//! FIN after the last answer, never with a reset.
+//! FIN after the last answer, never with a reset. A client that stops
+//! reading does not hold the stop: it ends within the drain and the close's
+//! linger.
 
 mod support;
 
@@ -224,6 +226,58 @@ async fn shutdown_answers_every_request_of_a_client_that_stops_at_the_dpr() {
     assert!(r.sent >= u64::from(PENDING), "{}", r.sent);
     assert_eq!((r.sent, r.unmatched), (r.answered, 0), "{:?}", r.by_code);
     assert_eq!(r.by_code.get(&3002), Some(&r.sent), "{:?}", r.by_code);
+}
+
+/// Requests of the client that stops reading: their answers (over 15 MB)
+/// are more than the sockets between it and the agent hold.
+const UNREAD: u32 = 150_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stop_ends_in_time_when_a_client_does_not_read_its_answers() {
+    // A client that stops reading with megabytes of answers queued toward
+    // it: its DPA never comes, the drain (2 s) ends its connection, and the
+    // close writes what the socket takes for at most the linger, then gives
+    // the peer up. The agent has stopped within the drain and the linger.
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut s = setup(1).await;
+    let mut c = s.client().await;
+    let mut seen = Seen::default();
+    let mut next = 1;
+    assert!(send(&mut c, &mut seen, &mut next, UNREAD).await);
+    // Every request answered into the agent's queue toward the client
+    // (relayed, or 3004 above `max_pending_per_connection`).
+    let table = s.agent().peers().clone();
+    let answered = || -> u64 {
+        table
+            .all()
+            .iter()
+            .filter(|(_, p)| p.host == "client1.example.org")
+            .map(|(_, p)| p.stats.answers_out.lock().unwrap().values().sum::<u64>())
+            .sum()
+    };
+    wait_until(Duration::from_secs(30), || answered() >= u64::from(UNREAD)).await;
+    let t0 = Instant::now();
+    let bound = Duration::from_secs(2) + agent::net::conn::CLOSE_LINGER + Duration::from_secs(4);
+    // Joined on a thread of its own: an agent that never stops fails the
+    // test instead of holding it.
+    let agent = s.agent.take().unwrap();
+    agent.shutdown();
+    let (done, stopped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        agent.join();
+        let _ = done.send(());
+    });
+    let stopped =
+        tokio::task::spawn_blocking(move || stopped.recv_timeout(Duration::from_secs(30)))
+            .await
+            .unwrap();
+    let took = t0.elapsed();
+    drop(c);
+    assert!(stopped.is_ok(), "the agent did not stop within 30 s");
+    assert!(
+        took <= bound,
+        "the agent stopped after {took:?}, above {bound:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

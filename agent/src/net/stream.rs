@@ -151,7 +151,11 @@ impl Stream {
         }
     }
 
-    /// Writes all of `data` and what the stream holds.
+    /// Writes all of `data` and what the stream holds, waiting while the
+    /// socket is full. The wait is an await: tokio learns that the socket
+    /// has room (or an error) only from its reactor, so retrying a
+    /// `WouldBlock` without one would spin on the worker forever, a
+    /// timeout around it included.
     pub(crate) async fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
         loop {
             self.flush_some_or_wait().await?;
@@ -160,7 +164,7 @@ impl Stream {
             }
             match self.try_write(data) {
                 Ok(n) => data = &data[n..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.tcp().writable().await?,
                 Err(e) => return Err(e),
             }
         }
