@@ -693,5 +693,11 @@ fn fd_client(
         .map(|(_, (rate, _))| rate / direct.0)
         .fold(0.0, f64::max);
     println!("\ntest_app client, best agent path / direct (medians): {best_agent:.3}");
+    if best_agent < 1.0 {
+        println!(
+            "test_app client: below direct, the target (1.0), by {:.3}",
+            1.0 - best_agent
+        );
+    }
     Ok(best_agent)
 }
