@@ -117,7 +117,7 @@ async fn malformed_answers_are_never_forwarded_and_each_request_gets_one_3002() 
 
         let sources = s.agent().metrics().clone();
         let (_, slot) = &s.agent().peers().all()[0];
-        let counted = slot.stats.answers_malformed.lock().unwrap().clone();
+        let counted = slot.stats.answers_malformed.snapshot();
         assert_eq!(
             counted.into_iter().collect::<Vec<_>>(),
             vec![(code, 40 + r.sent)],

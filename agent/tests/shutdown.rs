@@ -252,7 +252,7 @@ async fn the_stop_ends_in_time_when_a_client_does_not_read_its_answers() {
             .all()
             .iter()
             .filter(|(_, p)| p.host == "client1.example.org")
-            .map(|(_, p)| p.stats.answers_out.lock().unwrap().values().sum::<u64>())
+            .map(|(_, p)| p.stats.answers_out.total())
             .sum()
     };
     wait_until(Duration::from_secs(30), || answered() >= u64::from(UNREAD)).await;

@@ -2,13 +2,11 @@
 //! state, the relay's retries, socket calls, connections waiting for CER
 //! and the workers' load.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Sources;
-use crate::peer::table::PeerStats;
+use crate::peer::table::{ByCode, PeerStats};
 
 /// A per-peer counter: name, help, where it is.
 type Counter = (&'static str, &'static str, fn(&PeerStats) -> &AtomicU64);
@@ -48,7 +46,7 @@ const PER_PEER: [Counter; 5] = [
 pub(super) fn render(src: &Sources, o: &mut String) {
     let peers = src.table.present();
     per_peer_counters(o, &peers, &PER_PEER[..2]);
-    type Pick = fn(&PeerStats) -> &Mutex<BTreeMap<u32, u64>>;
+    type Pick = fn(&PeerStats) -> &ByCode;
     for (name, help, pick) in [
         (
             "doic_peer_answers_received_total",
@@ -68,10 +66,7 @@ pub(super) fn render(src: &Sources, o: &mut String) {
     ] {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
         for (_, p) in &peers {
-            let map = pick(&p.stats)
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
+            let map = pick(&p.stats).snapshot();
             for (code, n) in map {
                 let _ = writeln!(
                     o,

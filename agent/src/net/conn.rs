@@ -566,7 +566,7 @@ impl Conn {
         set_hop_by_hop(&mut self.out[start..], hbh);
         self.inflight_down = self.inflight_down.saturating_sub(1);
         if let Some((_, slot)) = &self.peer {
-            PeerSlot::count(&slot.stats.answers_out, code);
+            slot.stats.answers_out.add(code);
         }
         self.check_drained();
     }
@@ -588,7 +588,7 @@ impl Conn {
                 set_hop_by_hop(&mut self.out[start..], hbh);
                 self.inflight_down = self.inflight_down.saturating_sub(1);
                 if let Some((_, slot)) = &self.peer {
-                    PeerSlot::count(&slot.stats.answers_out, code);
+                    slot.stats.answers_out.add(code);
                 }
                 self.check_drained();
             }

@@ -18,10 +18,10 @@ use super::cores::with_core;
 use super::{MAX_CANDIDATES, Overload, RETRY_NOT_ALLOWED_VENDOR};
 use crate::peer::table::PeerTable;
 use crate::routing::{PeerId, Router};
-use diameter::codec::avp::Avp;
+use diameter::codec::answer::{Outcome, put_local_answer};
 use diameter::codec::doic::FeaturesRef;
 use diameter::codec::relay::{MessageBuf, Routing};
-use diameter::codec::{Header, builder};
+use diameter::codec::{Header, OcOlr};
 use diameter::dictionary::code;
 use doic::treatment::ThrottleAnswer;
 use doic::{
@@ -422,33 +422,31 @@ fn is_features(a: &diameter::codec::avp::RawAvp<'_>) -> bool {
 
 /// The agent's answer to a throttled request: Result-Code 3004 or 5012, or
 /// Experimental-Result 5198 without Result-Code (RFC 6733 §7.6), with the
-/// DOIC AVPs `act` gives (RFC 7683 §5.1.2: none to a non-DOIC client).
+/// DOIC AVPs `act` gives (RFC 7683 §5.1.2: none to a non-DOIC client),
+/// written straight into its buffer (under overload the agent answers as
+/// many as arrive).
 pub(super) fn throttle_answer(
     route: &Route<'_>,
     req: &[u8],
     result: ThrottleAnswer,
     act: &doic::AnswerActions,
 ) -> Bytes {
-    let header = Header::read(req);
-    let (origin_host, origin_realm) = route.origin;
-    let mut a = builder::ErrorAnswer::new(&header, req, result.code(), origin_host, origin_realm);
-    if result.is_experimental() {
-        a = a.experimental_result(RETRY_NOT_ALLOWED_VENDOR, result.code());
-    }
-    if let Some(f) = &act.add_features {
-        a = a.avp(f.to_avp());
-    }
-    for o in &act.forward_reports {
-        a = a.avp(o.to_avp());
-    }
-    let mut m = a.build();
-    if result.is_experimental() {
-        m.avps
-            .retain(|x: &Avp| !(x.vendor_id.is_none() && x.code == code::RESULT_CODE));
-    }
+    let outcome = if result.is_experimental() {
+        Outcome::Experimental {
+            vendor_id: RETRY_NOT_ALLOWED_VENDOR,
+            code: result.code(),
+        }
+    } else {
+        Outcome::Result(result.code())
+    };
     let mut out = BytesMut::with_capacity(256);
-    if let Err(e) = m.encode(&mut out) {
-        tracing::error!(cause = %e, "cannot encode a throttle answer");
-    }
+    put_local_answer(&mut out, req, route.origin, outcome, |out| {
+        let avps = act.add_features.iter().map(OcSupportedFeatures::to_avp);
+        for a in avps.chain(act.forward_reports.iter().map(OcOlr::to_avp)) {
+            if let Err(e) = a.encode(out) {
+                tracing::error!(cause = %e, "cannot encode a throttle answer's DOIC AVP");
+            }
+        }
+    });
     out.freeze()
 }

@@ -46,8 +46,10 @@ use bytes::Bytes;
 use crate::config::Config;
 use crate::routing::{PeerId, PeerView};
 
+mod by_code;
 mod slot;
 
+pub use by_code::ByCode;
 pub use slot::{PeerSlot, PeerStats, state};
 
 /// An answer or a notice for a connection task (requests go on their own

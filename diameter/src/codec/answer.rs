@@ -1,15 +1,18 @@
 //! The messages a node writes itself, straight into a connection's output
-//! buffer: answers to requests it cannot relay (RFC 6733 §6.2, §7.2 error
-//! answers with Failed-AVP, Proxy-Info copied), CER/CEA (§5.3), DWR/DWA
-//! (§5.5) and DPR/DPA (§5.4). Each is built by [`super::builder`] and
-//! encoded at the end of the buffer.
+//! buffer: answers to requests it cannot relay or will not (RFC 6733 §6.2,
+//! §7.2 error answers with Failed-AVP, Proxy-Info copied; the answers to
+//! throttled requests), CER/CEA (§5.3), DWR/DWA (§5.5) and DPR/DPA (§5.4).
+//! The answers to requests are written AVP by AVP ([`put_local_answer`]):
+//! under overload they are sent as fast as requests arrive. The others are
+//! built by [`super::builder`] and encoded at the end of the buffer.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 
-use super::builder::{self, Capabilities, ErrorAnswer};
-use super::header::Header;
+use super::avp::{AvpFlags, AvpIter, RawAvp, put_avp};
+use super::builder::{self, Capabilities};
+use super::header::{HEADER_LEN, Header, begin, finish};
 use super::message::Message;
-use crate::dictionary::{cmd, result};
+use crate::dictionary::{self, FlagRule, cmd, code, result};
 
 /// Encodes a message into `out`. A node's own messages are small and
 /// bounded, so encoding cannot fail; a failure would leave `out` untouched
@@ -27,10 +30,10 @@ fn message_not_written(e: &super::EncodeError) {
 }
 
 /// Appends an answer the node generates for `req` (RFC 6733 §6.2, §7.2),
-/// built by [`ErrorAnswer`]: Session-Id first when the request has one,
-/// Origin-Host, Origin-Realm, Result-Code, Error-Message, Failed-AVP when
-/// given, and the request's Proxy-Info AVPs in order. The E bit is set for
-/// 3xxx protocol errors; the P bit is copied.
+/// as [`put_local_answer`] writes it: Session-Id first when the request has
+/// one, Origin-Host, Origin-Realm, Result-Code, Error-Message, Failed-AVP
+/// when given, and the request's Proxy-Info AVPs in order. The E bit is
+/// set for 3xxx protocol errors; the P bit is copied.
 pub fn put_error_answer(
     out: &mut BytesMut,
     req: &[u8],
@@ -39,15 +42,121 @@ pub fn put_error_answer(
     failed_avp: Option<&[u8]>,
     message: &str,
 ) {
+    put_local_answer(out, req, origin, Outcome::Result(result_code), |out| {
+        if !message.is_empty() {
+            put_base_avp(out, code::ERROR_MESSAGE, message.as_bytes());
+        }
+        if let Some(f) = failed_avp {
+            put_checked(out, code::FAILED_AVP, AvpFlags(AvpFlags::MANDATORY), f);
+        }
+    });
+}
+
+/// What an answer the node gives itself reports (RFC 6733 §7.1, §7.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A Result-Code.
+    Result(u32),
+    /// An Experimental-Result (a vendor's code) and no Result-Code.
+    Experimental {
+        /// Its Vendor-Id.
+        vendor_id: u32,
+        /// Its Experimental-Result-Code.
+        code: u32,
+    },
+}
+
+impl Outcome {
+    /// The result code, whichever AVP carries it.
+    #[must_use]
+    pub const fn code(self) -> u32 {
+        match self {
+            Outcome::Result(c) | Outcome::Experimental { code: c, .. } => c,
+        }
+    }
+}
+
+/// Appends the answer the node itself gives the request `req`, written AVP
+/// by AVP into `out` with no message built: the first Session-Id of the
+/// request (RFC 6733 §8.8), Origin-Host, Origin-Realm, `outcome`, the
+/// encoded AVPs `more` appends, then the request's Proxy-Info AVPs in
+/// order (§6.2 point 4). Only the AVPs before a defect in `req` are read:
+/// a malformed request is answered too. The E bit is set for a 3xxx
+/// protocol error (§7.1.3), the P bit copied, Hop-by-Hop and End-to-End
+/// Identifiers kept (§6.2). The same bytes as [`builder::ErrorAnswer`]
+/// with those AVPs, encoded.
+pub fn put_local_answer(
+    out: &mut BytesMut,
+    req: &[u8],
+    origin: (&str, &str),
+    outcome: Outcome,
+    more: impl FnOnce(&mut BytesMut),
+) {
     let h = Header::read(req);
-    let mut a = ErrorAnswer::new(&h, req, result_code, origin.0, origin.1);
-    if !message.is_empty() {
-        a = a.error_message(message);
+    let head = builder::answer_header(&h, result::is_protocol_error(outcome.code()));
+    let start = begin(
+        out,
+        head.flags.0,
+        h.command_code,
+        h.application_id,
+        h.hop_by_hop,
+        h.end_to_end,
+    );
+    let body = req.get(HEADER_LEN..).unwrap_or_default();
+    let avps = || AvpIter::with_offset(body, HEADER_LEN).map_while(Result::ok);
+    if let Some(s) = avps().find(|r| is_base(r, code::SESSION_ID)) {
+        put_checked(out, s.code, s.flags, s.data);
     }
-    if let Some(f) = failed_avp {
-        a = a.failed_avp(Bytes::copy_from_slice(f));
+    put_base_avp(out, code::ORIGIN_HOST, origin.0.as_bytes());
+    put_base_avp(out, code::ORIGIN_REALM, origin.1.as_bytes());
+    match outcome {
+        Outcome::Result(c) => put_base_avp(out, code::RESULT_CODE, &c.to_be_bytes()),
+        Outcome::Experimental { vendor_id, code: c } => {
+            // Two Unsigned32 AVPs of 12 bytes each.
+            let mut grouped = [0u8; 24];
+            let mut at = &mut grouped[..];
+            for (child, v) in [
+                (code::VENDOR_ID, vendor_id),
+                (code::EXPERIMENTAL_RESULT_CODE, c),
+            ] {
+                let flags = base_flags(child);
+                // 12 bytes into the 24 left for them: cannot fail.
+                let _ = put_avp(&mut at, child, flags, None, &v.to_be_bytes());
+            }
+            put_base_avp(out, code::EXPERIMENTAL_RESULT, &grouped);
+        }
     }
-    put_message(out, &a.build());
+    more(out);
+    for p in avps().filter(|r| is_base(r, code::PROXY_INFO)) {
+        put_checked(out, p.code, p.flags, p.data);
+    }
+    finish(out, start);
+}
+
+fn is_base(r: &RawAvp<'_>, code: u32) -> bool {
+    r.vendor_id.is_none() && r.code == code
+}
+
+/// The flags of a base-protocol AVP the node sends: the M bit as the
+/// dictionary says (set for MUST), as [`super::Avp::base`] sets it.
+fn base_flags(code: u32) -> AvpFlags {
+    let m = dictionary::avp(code, 0).is_some_and(|d| d.m == FlagRule::Must);
+    AvpFlags(if m { AvpFlags::MANDATORY } else { 0 })
+}
+
+/// Appends base-protocol AVP `code` holding `data`.
+fn put_base_avp(out: &mut BytesMut, code: u32, data: &[u8]) {
+    put_checked(out, code, base_flags(code), data);
+}
+
+/// Appends an AVP without Vendor-ID; one too long for its length field
+/// (a value above 16 MiB, which no answer of the node's carries) is left
+/// out and logged.
+fn put_checked(out: &mut BytesMut, code: u32, flags: AvpFlags, data: &[u8]) {
+    let flags = AvpFlags(flags.0 & !AvpFlags::VENDOR);
+    if let Err(e) = put_avp(out, code, flags, None, data) {
+        message_not_written(&e);
+    }
 }
 
 /// Appends a CER (request, `answer_to` None) or a CEA answering the CER
@@ -117,8 +226,8 @@ pub fn put_base(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::avp::{AvpFlags, AvpIter, put_avp};
-    use crate::codec::header::{CommandFlags, HEADER_LEN, begin, finish};
+    use crate::codec::Avp;
+    use crate::codec::header::CommandFlags;
     use crate::codec::relay::Routing;
     use crate::dictionary::code;
 
@@ -169,6 +278,164 @@ mod tests {
         assert_eq!(first.unwrap().unwrap().code, code::SESSION_ID);
         assert_eq!(proxy_infos(&out), proxy_infos(&req));
         assert_eq!(proxy_infos(&out).len(), 1);
+    }
+
+    /// The answer [`builder::ErrorAnswer`] builds for `req`, with `outcome`
+    /// and the AVPs `more` (a throttle answer's DOIC AVPs, say), encoded.
+    fn built(req: &[u8], outcome: Outcome, more: &[Avp]) -> BytesMut {
+        let h = Header::read(req);
+        let o = ("agent.example.com", "example.com");
+        let mut a = builder::ErrorAnswer::new(&h, req, outcome.code(), o.0, o.1);
+        if let Outcome::Experimental { vendor_id, code: c } = outcome {
+            a = a.experimental_result(vendor_id, c);
+        }
+        for m in more {
+            a = a.avp(m.clone());
+        }
+        let mut m = a.build();
+        if matches!(outcome, Outcome::Experimental { .. }) {
+            m.avps
+                .retain(|x| !(x.vendor_id.is_none() && x.code == code::RESULT_CODE));
+        }
+        let mut out = BytesMut::new();
+        put_message(&mut out, &m);
+        out
+    }
+
+    fn written(req: &[u8], outcome: Outcome, more: &[Avp]) -> BytesMut {
+        let mut out = BytesMut::from(&b"queued"[..]);
+        put_local_answer(
+            &mut out,
+            req,
+            ("agent.example.com", "example.com"),
+            outcome,
+            |o| {
+                for m in more {
+                    m.encode(o).unwrap();
+                }
+            },
+        );
+        assert_eq!(&out[..6], b"queued", "appended after what the buffer held");
+        out.split_off(6)
+    }
+
+    #[test]
+    fn a_local_answer_is_the_error_answer_byte_for_byte() {
+        let mut pi = BytesMut::new();
+        let m = AvpFlags(AvpFlags::MANDATORY);
+        put_avp(&mut pi, code::PROXY_HOST, m, None, b"proxy.example.org").unwrap();
+        put_avp(&mut pi, code::PROXY_STATE, m, None, b"st").unwrap();
+        // Session-Id not first, two Proxy-Infos around other AVPs, a value
+        // that needs padding.
+        let req = request_with(&[
+            (code::ORIGIN_HOST, b"client.example.org"),
+            (code::PROXY_INFO, &pi),
+            (code::SESSION_ID, b"client.example.org;1;2"),
+            (code::DESTINATION_REALM, b"example.net"),
+            (code::PROXY_INFO, &pi[..28]),
+            (code::SESSION_ID, b"a second one"),
+        ]);
+        let olr = crate::codec::OcOlr {
+            sequence_number: 7,
+            report_type: crate::codec::ReportType::Host,
+            reduction_percentage: Some(40),
+            validity_duration: Some(30),
+            source_id: Some("agent.example.com".into()),
+            maximum_rate: None,
+        };
+        let more = [Avp::u32(code::ORIGIN_STATE_ID, 5), olr.to_avp()];
+        for outcome in [
+            Outcome::Result(3004),
+            Outcome::Result(5012),
+            Outcome::Experimental {
+                vendor_id: 10_415,
+                code: 5198,
+            },
+        ] {
+            for more in [&more[..], &[]] {
+                assert_eq!(
+                    written(&req, outcome, more),
+                    built(&req, outcome, more),
+                    "{outcome:?}"
+                );
+            }
+        }
+        let a = written(&req, Outcome::Result(3004), &more);
+        let h = Header::read(&a);
+        assert_eq!(
+            h.flags,
+            CommandFlags(CommandFlags::PROXIABLE | CommandFlags::ERROR)
+        );
+        assert_eq!((h.hop_by_hop, h.end_to_end), (7, 9));
+        assert_eq!(h.length as usize, a.len());
+        assert_eq!(proxy_infos(&a), proxy_infos(&req));
+        let e = written(
+            &req,
+            Outcome::Experimental {
+                vendor_id: 10_415,
+                code: 5198,
+            },
+            &[],
+        );
+        assert!(
+            !Header::read(&e).flags.is_error(),
+            "5198 is not a protocol error"
+        );
+        assert_eq!(Routing::scan_answer(&e).unwrap().result_code(), None);
+    }
+
+    #[test]
+    fn a_local_answer_to_a_malformed_request_copies_what_precedes_the_defect() {
+        let mut pi = BytesMut::new();
+        let m = AvpFlags(AvpFlags::MANDATORY);
+        put_avp(&mut pi, code::PROXY_HOST, m, None, b"proxy.example.org").unwrap();
+        let mut req = request_with(&[
+            (code::PROXY_INFO, &pi),
+            (code::SESSION_ID, b"s;1"),
+            (code::ORIGIN_HOST, b"c"),
+            (code::PROXY_INFO, &pi),
+        ]);
+        // The Origin-Host AVP claims more than the message holds.
+        let at = HEADER_LEN + pi.len() + 8 + 12;
+        req[at + 5..at + 8].copy_from_slice(&[0, 0x7f, 0xff]);
+        let a = written(&req, Outcome::Result(5014), &[]);
+        assert_eq!(a, built(&req, Outcome::Result(5014), &[]));
+        assert_eq!(
+            proxy_infos(&a).len(),
+            1,
+            "the Proxy-Info after the defect is not read"
+        );
+    }
+
+    #[test]
+    fn an_error_answer_with_a_message_and_a_failed_avp_is_the_built_one() {
+        let req = request_with(&[(code::SESSION_ID, b"s;9"), (code::DESTINATION_REALM, b"x")]);
+        let mut failed = BytesMut::new();
+        put_avp(
+            &mut failed,
+            code::DESTINATION_REALM,
+            AvpFlags(AvpFlags::MANDATORY),
+            None,
+            b"x",
+        )
+        .unwrap();
+        let mut out = BytesMut::new();
+        put_error_answer(
+            &mut out,
+            &req,
+            ("agent.example.com", "example.com"),
+            3003,
+            Some(&failed),
+            "no realm x",
+        );
+        let h = Header::read(&req);
+        let b = builder::ErrorAnswer::new(&h, &req, 3003, "agent.example.com", "example.com")
+            .error_message("no realm x")
+            .failed_avp(bytes::Bytes::copy_from_slice(&failed))
+            .build();
+        let mut expected = BytesMut::new();
+        put_message(&mut expected, &b);
+        assert_eq!(out, expected);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::Conn;
-use crate::peer::table::{PeerSlot, Relayed, ToConn};
+use crate::peer::table::{Relayed, ToConn};
 use crate::relay::{self, AnswerFate, Relay};
 use crate::routing::{PeerId, PeerView};
 use diameter::codec::answer::put_error_answer;
@@ -111,7 +111,7 @@ impl Conn {
         let (h, r) = (o.0.to_owned(), o.1.to_owned());
         put_error_answer(&mut self.out, req, (&h, &r), code, failed, why);
         if let Some((_, slot)) = &self.peer {
-            PeerSlot::count(&slot.stats.answers_out, code);
+            slot.stats.answers_out.add(code);
         }
         if code == relay::UNABLE_TO_DELIVER
             && let Some(suppressed) = self.undeliverable_warn.allow(Instant::now())
@@ -197,7 +197,7 @@ impl Conn {
             )
         {
             self.out.extend_from_slice(&answer);
-            PeerSlot::count(&slot.stats.answers_out, code);
+            slot.stats.answers_out.add(code);
             return;
         }
         let realm = msg.slice_ref(realm);
@@ -251,7 +251,7 @@ impl Conn {
             crate::overload::Decision::Answer { msg, code } => {
                 self.out.extend_from_slice(&msg);
                 if let Some((_, slot)) = &self.peer {
-                    PeerSlot::count(&slot.stats.answers_out, code);
+                    slot.stats.answers_out.add(code);
                 }
                 return;
             }
@@ -366,7 +366,7 @@ impl Conn {
         }
         let mut msg = rewritten.unwrap_or(msg);
         if let Some((id, slot)) = &self.peer {
-            PeerSlot::count(&slot.stats.answers_in, code);
+            slot.stats.answers_in.add(code);
             let now = Instant::now().into_std();
             if self
                 .ctx
@@ -436,7 +436,7 @@ impl Conn {
     fn malformed_answer(&mut self, r: Relayed, e: &DecodeError) {
         let host = self.peer.as_ref().map_or("", |(_, s)| s.host.as_str());
         if let Some((_, slot)) = &self.peer {
-            PeerSlot::count(&slot.stats.answers_malformed, e.result_code());
+            slot.stats.answers_malformed.add(e.result_code());
         }
         if let Some(suppressed) = self.malformed_warn.allow(Instant::now()) {
             tracing::warn!(

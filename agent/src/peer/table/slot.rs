@@ -4,12 +4,12 @@
 //! docs), its router-visible state (open, watchdog OKAY or SUSPECT of RFC 3539
 //! §3.4.1, closing), its outstanding count and its counters.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::by_code::ByCode;
 use super::{LinkRef, Liveness, Relayed, ToConn, Undelivered};
 use diameter::peer::capx::local_wins_election;
 use diameter::peer::watchdog::{Watchdog, WatchdogState};
@@ -46,12 +46,12 @@ pub struct PeerStats {
     /// Requests relayed to this peer (including failovers).
     pub requests_out: AtomicU64,
     /// Answers received from this peer, by Result-Code (0: none found).
-    pub answers_in: Mutex<BTreeMap<u32, u64>>,
+    pub answers_in: ByCode,
     /// Answers written to this peer, by Result-Code (including the agent's).
-    pub answers_out: Mutex<BTreeMap<u32, u64>>,
+    pub answers_out: ByCode,
     /// Malformed answers received from this peer (not forwarded), by the
     /// Result-Code of their defect.
-    pub answers_malformed: Mutex<BTreeMap<u32, u64>>,
+    pub answers_malformed: ByCode,
     /// Requests moved from this peer to an alternate one.
     pub failovers: AtomicU64,
     /// DWRs sent to the peer.
@@ -433,14 +433,6 @@ impl PeerSlot {
             .watchdog
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(w);
-    }
-
-    /// Counts an answer by Result-Code in `map`.
-    pub fn count(map: &Mutex<BTreeMap<u32, u64>>, code: u32) {
-        *map.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(code)
-            .or_default() += 1;
     }
 }
 
