@@ -318,9 +318,18 @@ async fn doic_clients_receive_a_host_report_made_by_the_agent_then_its_end() {
     // before it is found not to abate, from 31 to 91 % in the runs seen.
     // What a complying client is sent is shown where a reacting node
     // abates: `doic_chain.rs` over TCP, `doic::protect::behalf`'s tests.
-    for o in &hl {
+    // Its first split may find it within its share (its arrivals, rising
+    // from 0 as a new client, read 2/s in one run: 0 %); from its first
+    // correction a second later, about a third of the probe's answers in,
+    // it is cut.
+    for (i, o) in hl.iter().enumerate() {
         let pct = o.reduction_percentage.expect("a loss report");
-        assert!((1..=99).contains(&pct), "{o:?}");
+        let least = if i < hl.len() / 3 { 0 } else { 1 };
+        assert!(
+            (least..=99).contains(&pct),
+            "report {i} of {}: {o:?}",
+            hl.len()
+        );
         assert_eq!(o.maximum_rate, None);
     }
     let last = hr

@@ -1,10 +1,12 @@
-//! Wire truth, our side: messages the agent's encoder builds are decoded by
-//! tshark (an independent dissector) with no malformed packet and no expert
+//! Wire truth, our side: messages the agent's encoder builds, and the
+//! answers it writes itself AVP by AVP, are decoded by tshark (an independent dissector) with no malformed packet and no expert
 //! warning, and tshark sees the same value in every field (RFC 6733 §3
 //! header, §4 AVPs; RFC 7683 §7, RFC 8581 §7 and RFC 8582 §7 DOIC AVPs).
 
 use std::net::IpAddr;
 
+use bytes::BytesMut;
+use diameter::codec::answer::{Outcome, put_error_answer, put_local_answer};
 use diameter::codec::builder::{self, Capabilities, ErrorAnswer};
 use diameter::codec::{
     Avp, AvpIter, CheckOptions, Message, OcOlr, OcSupportedFeatures, ReportType, Value, check,
@@ -171,6 +173,45 @@ fn messages() -> Vec<(&'static str, Message)> {
         ErrorAnswer::for_decode_error(&req.header, &bad, &err, "agent.example.com", "example.com")
             .error_message("invalid AVP length")
             .build();
+    // What the agent writes itself (`diameter::codec::answer`), decoded
+    // back: a throttle answer with its DOIC AVPs, and the two error answers
+    // above.
+    let origin = ("agent.example.com", "example.com");
+    let written = |put: &dyn Fn(&mut BytesMut)| {
+        let mut out = BytesMut::new();
+        put(&mut out);
+        Message::decode(out.freeze()).unwrap()
+    };
+    let retry_written = written(&|o| {
+        let outcome = Outcome::Experimental {
+            vendor_id: RETRY_VENDOR,
+            code: result::OVERLOAD_RETRY_NOT_ALLOWED_TO_ANY,
+        };
+        put_local_answer(o, &raw, origin, outcome, |o| {
+            let features = oc_supported_features(
+                doic::OLR_RATE_ALGORITHM | doic::OC_PEER_REPORT,
+                Some(doic::OLR_RATE_ALGORITHM),
+                Some("agent.example.com"),
+            );
+            let report = oc_olr(
+                20,
+                doic::PEER_REPORT,
+                None,
+                Some(700),
+                Some("agent.example.com"),
+            );
+            features.encode(o).unwrap();
+            report.encode(o).unwrap();
+        });
+    });
+    let busy_written = written(&|o| {
+        let why = "overload: the client is above its allocation";
+        put_error_answer(o, &raw, origin, result::TOO_BUSY, None, why);
+    });
+    let failed_written = written(&|o| {
+        let f = err.failed_avp().map(|f| &f[..]);
+        put_error_answer(o, &bad, origin, err.result_code(), f, "invalid AVP length");
+    });
     vec![
         ("CER", cer),
         ("CEA", cea),
@@ -185,6 +226,12 @@ fn messages() -> Vec<(&'static str, Message)> {
         ("answer with Experimental-Result 5198", retry),
         ("3004 answer with E bit", busy),
         ("5014 answer with Failed-AVP", failed),
+        (
+            "5198 throttle answer with a peer OLR, as written",
+            retry_written,
+        ),
+        ("3004 answer, as written", busy_written),
+        ("5014 answer with Failed-AVP, as written", failed_written),
     ]
 }
 

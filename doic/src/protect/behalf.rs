@@ -254,7 +254,10 @@ impl ClientLoss {
         let mut out = BTreeMap::new();
         for (client, &share) in shares {
             let aim = OVER * f64::from(share.max(1));
-            let a = arrivals(client).unwrap_or(0.0).max(0.0);
+            // Not measured (a client held between two requests keeps its
+            // share): nothing to correct from.
+            let measured = arrivals(client);
+            let a = measured.unwrap_or(0.0).max(0.0);
             let next = match self.clients.get(client) {
                 None => Passing {
                     pass: 1.0,
@@ -263,7 +266,9 @@ impl ClientLoss {
                     since: now,
                     ignores: false,
                 },
-                Some(p) if now.saturating_duration_since(p.since) >= settle => {
+                Some(p)
+                    if measured.is_some() && now.saturating_duration_since(p.since) >= settle =>
+                {
                     let ignores = p.measured.is_some_and(|(a0, f0)| {
                         if p.ignores {
                             a >= 0.9 * a0
@@ -409,6 +414,14 @@ mod tests {
         // its demand.
         assert_eq!(at(&mut cl, 5_500, &shares, 600.0 * third), passing(third));
         assert_eq!(at(&mut cl, 6_600, &shares, 600.0 * third), passing(third));
+
+        // Its arrivals not measured at a correction (held between two
+        // requests): its cut stays, it is not read as a demand of 0.
+        let mut cl = ClientLoss::default();
+        assert_eq!(at(&mut cl, 0, &shares, 600.0), passing(third));
+        let unmeasured = cl.revise(ms(1_100), &shares, |_| None, settle)["c1"];
+        assert_eq!(unmeasured, passing(third));
+        assert_eq!(at(&mut cl, 1_200, &shares, 600.0 * third), passing(third));
 
         // A client no longer split is forgotten.
         let none = BTreeMap::new();
