@@ -98,11 +98,12 @@ pub fn agent_toml(
 /// the clients of `example.org`; a DOIC reacting node that offers the loss
 /// and rate algorithms and takes the agent's reports (RFC 8581 §6.1.1), so
 /// that what the agent cannot carry is answered at the edge. No kernel
-/// program (the edge is not measured).
+/// program (the edge is not measured). `node` is added to its `[node]`
+/// section as given (its queues toward the agent, say).
 #[must_use]
-pub fn edge_toml(agent: SocketAddr, metrics: u16) -> String {
+pub fn edge_toml(agent: SocketAddr, metrics: u16, node: &str) -> String {
     format!(
-        "[node]\norigin_host = \"{EDGE}\"\norigin_realm = \"example.org\"\nlisten = [\"127.0.0.1:0\"]\n\
+        "[node]\norigin_host = \"{EDGE}\"\norigin_realm = \"example.org\"\nlisten = [\"127.0.0.1:0\"]\n{node}\n\
          [metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\
          [ebpf]\nmode = \"off\"\n\
          [[peer]]\nhost = \"{AGENT}\"\nrealm = \"example.com\"\nconnect = \"{agent}\"\n\
@@ -373,6 +374,8 @@ pub struct Setup {
     pub drain: Duration,
     /// The agent's `protect` mode for the server ([`agent_toml`]).
     pub server_protect: String,
+    /// Lines for the edge's `[node]` ([`edge_toml`]).
+    pub edge_node: String,
 }
 
 /// One relay held to the CPU share, with its upstream server; stopped on
@@ -434,8 +437,12 @@ impl Rig {
                 let edge = match subject {
                     Subject::Chain => {
                         let metrics = free_port()?;
-                        let e = crate::relay::start_agent(&edge_toml(a.entry, metrics))
-                            .context("edge agent")?;
+                        let e = crate::relay::start_agent(&edge_toml(
+                            a.entry,
+                            metrics,
+                            &setup.edge_node,
+                        ))
+                        .context("edge agent")?;
                         Some((e, SocketAddr::from(([127, 0, 0, 1], metrics))))
                     }
                     _ => None,
@@ -707,9 +714,19 @@ mod tests {
         );
         assert!(agent::config::Config::from_str_named(&bad, Path::new("own.toml")).is_err());
         // The edge in front of it: a reacting node that takes its reports.
-        let e = edge_toml("127.0.0.1:3868".parse().unwrap(), 9091);
+        let e = edge_toml("127.0.0.1:3868".parse().unwrap(), 9091, "");
         let c = agent::config::Config::from_str_named(&e, Path::new("edge.toml"));
         assert!(c.is_ok(), "{e}\n{:?}", c.err());
+        let bounded = edge_toml(
+            "127.0.0.1:3868".parse().unwrap(),
+            9091,
+            "upstream_queue = 1024\nupstream_backlog_bytes = 65536",
+        );
+        let c = agent::config::Config::from_str_named(&bounded, Path::new("edge.toml")).unwrap();
+        assert_eq!(
+            (c.node.upstream_queue, c.node.upstream_backlog_bytes),
+            (1024, 65_536)
+        );
         assert!(e.contains("receive_reports = true") && e.contains("\"rate\""));
         assert_eq!(Subject::Chain.doic_clients(8), 0);
     }

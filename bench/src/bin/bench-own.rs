@@ -77,6 +77,10 @@ struct Args {
     /// server is never the bottleneck here), auto, protect.
     #[arg(long, default_value = "native")]
     server_protect: String,
+    /// A line for the edge's `[node]` (agent-chain), e.g. `upstream_queue =
+    /// 1024`; repeatable.
+    #[arg(long, value_name = "KEY = VALUE")]
+    edge_node: Vec<String>,
     /// Subjects: agent-chain, agent, fd-relay.
     #[arg(
         long,
@@ -147,6 +151,7 @@ fn main() -> anyhow::Result<()> {
         seconds: args.seconds,
         drain: Duration::from_secs_f64(args.drain),
         server_protect: args.server_protect.clone(),
+        edge_node: args.edge_node.join("\n"),
     };
     let subjects: Vec<Subject> = args
         .subjects
