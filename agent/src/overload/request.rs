@@ -431,6 +431,19 @@ pub(super) fn throttle_answer(
     result: ThrottleAnswer,
     act: &doic::AnswerActions,
 ) -> Bytes {
+    let mut out = BytesMut::with_capacity(256);
+    put_throttle_answer(&mut out, route, req, result, act);
+    out.freeze()
+}
+
+/// [`throttle_answer`] appended to `out` (a connection's output buffer).
+pub(super) fn put_throttle_answer(
+    out: &mut BytesMut,
+    route: &Route<'_>,
+    req: &[u8],
+    result: ThrottleAnswer,
+    act: &doic::AnswerActions,
+) {
     let outcome = if result.is_experimental() {
         Outcome::Experimental {
             vendor_id: RETRY_NOT_ALLOWED_VENDOR,
@@ -439,8 +452,7 @@ pub(super) fn throttle_answer(
     } else {
         Outcome::Result(result.code())
     };
-    let mut out = BytesMut::with_capacity(256);
-    put_local_answer(&mut out, req, route.origin, outcome, |out| {
+    put_local_answer(out, req, route.origin, outcome, |out| {
         let avps = act.add_features.iter().map(OcSupportedFeatures::to_avp);
         for a in avps.chain(act.forward_reports.iter().map(OcOlr::to_avp)) {
             if let Err(e) = a.encode(out) {
@@ -448,5 +460,4 @@ pub(super) fn throttle_answer(
             }
         }
     });
-    out.freeze()
 }

@@ -149,11 +149,10 @@ fn put_base_avp(out: &mut BytesMut, code: u32, data: &[u8]) {
     put_checked(out, code, base_flags(code), data);
 }
 
-/// Appends an AVP without Vendor-ID; one too long for its length field
-/// (a value above 16 MiB, which no answer of the node's carries) is left
-/// out and logged.
+/// Appends an AVP without Vendor-ID (so without the V bit); one too long
+/// for its length field (a value above 16 MiB, which no answer of the
+/// node's carries) is left out and logged.
 fn put_checked(out: &mut BytesMut, code: u32, flags: AvpFlags, data: &[u8]) {
-    let flags = AvpFlags(flags.0 & !AvpFlags::VENDOR);
     if let Err(e) = put_avp(out, code, flags, None, data) {
         message_not_written(&e);
     }

@@ -187,7 +187,8 @@ impl Conn {
         if let Some(ov) = &self.ctx.relay.overload
             && ov.own_enforcing()
             && let Some((_, slot)) = &self.peer
-            && let Some((answer, code)) = crate::overload::own::enforce(
+            && let Some(code) = crate::overload::own::enforce(
+                &mut self.out,
                 ov,
                 &self.ctx.relay.doic_route(self.routes.router()),
                 slot,
@@ -196,7 +197,6 @@ impl Conn {
                 &routing,
             )
         {
-            self.out.extend_from_slice(&answer);
             slot.stats.answers_out.add(code);
             return;
         }

@@ -22,11 +22,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::super::Overload;
 use super::super::cores::with_core;
-use super::super::request::{Route, throttle_answer};
+use super::super::request::{Route, put_throttle_answer};
 pub use crate::peer::limit::ClientLimit;
 use crate::peer::table::PeerSlot;
 use diameter::codec::{Header, Routing};
@@ -69,17 +69,19 @@ fn nanos(ov: &Overload, now: Instant) -> u64 {
 }
 
 /// The request from `slot`'s client, when it exceeds its limit: the answer
-/// (with its Result-Code) the agent sends at once. `None`: it goes on.
+/// the agent sends at once, appended to `out` (the client connection's
+/// output), and its Result-Code. `None`: it goes on, `out` untouched.
 /// Called only while [`ClientLimits::enforcing`].
 #[cold]
 pub(crate) fn enforce(
+    out: &mut BytesMut,
     ov: &Overload,
     route: &Route<'_>,
     slot: &PeerSlot,
     msg: &Bytes,
     head: Header,
     routing: &Routing<'_>,
-) -> Option<(Bytes, u32)> {
+) -> Option<u32> {
     let limit = &slot.own_limit;
     if !limit.active.load(Ordering::Relaxed) {
         return None;
@@ -134,7 +136,8 @@ pub(crate) fn enforce(
         Some((result, act))
     })??;
     tracing::trace!(peer = %slot.host, code = result.code(), "own overload: client above its allocation");
-    Some((throttle_answer(route, msg, result, &act), result.code()))
+    put_throttle_answer(out, route, msg, result, &act);
+    Some(result.code())
 }
 
 /// Sets every client's limit to its allocation while `load` reports, and

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use diameter::codec::avp::Avp;
 use diameter::codec::{Header, Routing};
 use diameter::dictionary::code;
@@ -91,14 +91,17 @@ impl World {
             origin: (ME, "example.com"),
         };
         let routing = Routing::scan(msg).unwrap();
-        enforce(
+        let mut out = BytesMut::new();
+        let code = enforce(
+            &mut out,
             &self.ov,
             &route,
             &self.slot,
             msg,
             Header::read(msg),
             &routing,
-        )
+        )?;
+        Some((out.freeze(), code))
     }
 
     /// How many of `n` requests of `drmp` go on.
