@@ -20,7 +20,8 @@
 //! Cost: a packet that is not TCP to or from a Diameter port costs the header
 //! reads and two loads from the port bitmap; a matching packet adds one
 //! per-CPU hash lookup and a few increments, and one arriving with payload a
-//! flow lookup and a read per Diameter header.
+//! read per Diameter header (on TC, from a copy of up to 2 KiB of the segment
+//! made by one helper call, [`Window`]).
 
 #![no_std]
 #![no_main]
@@ -76,6 +77,9 @@ const TCP_SYN: u8 = 0x02;
 const TCP_ACK: u8 = 0x10;
 /// Packet offsets the direct reads accept: the verifier needs a bound.
 const MAX_DIRECT_OFF: usize = 0xFFF0;
+/// Packet offsets the walk's window reads from (a packet of 512 KiB with
+/// BIG TCP, see `stream::MAX_PAYLOAD`).
+const MAX_PACKET_OFF: usize = 1 << 21;
 
 /// What the hook does with the packet.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -130,13 +134,97 @@ impl Payload for Direct<'_> {
 
 /// TC goes through `bpf_skb_load_bytes`, which reaches the page fragments
 /// where the payload of a locally generated segment (or the rest of a GSO
-/// super-segment) may sit.
-struct Skb<'a>(&'a TcContext);
+/// super-segment) may sit. Each call walks the fragments from the first and
+/// costs more than the rest of a header's round in the walk, so an arriving
+/// segment is read a [`Window`] at a time: one call copies up to `WINDOW`
+/// bytes, and the headers that lie in them (a dozen of messages of 150
+/// bytes) are read from the copy. A segment's payload is then copied about
+/// once whatever its messages' sizes. Without a window (egress, which does
+/// not walk) each word is one call.
+struct Skb<'a> {
+    ctx: &'a TcContext,
+    window: Option<*mut Window>,
+}
+
+/// Bytes one `bpf_skb_load_bytes` call copies for the walk.
+const WINDOW: usize = 2048;
+
+/// This CPU's copy of a stretch of the packet being walked: `len` bytes
+/// from packet offset `start`. Its fields are read volatile: to the verifier
+/// they are then unknown on every path, so the paths through the walk that
+/// read from the copy and those that refill it meet in the same state.
+#[repr(C)]
+struct Window {
+    start: u64,
+    len: u64,
+    bytes: [u8; WINDOW],
+}
+
+/// The walk's window (one entry, per CPU). A program runs to its end on its
+/// CPU and TC ingress runs do not nest, so one per CPU serves every packet;
+/// each TC ingress run empties it before it reads.
+#[map]
+static DOIC_WINDOW: PerCpuArray<Window> = PerCpuArray::with_max_entries(1, 0);
 
 impl Payload for Skb<'_> {
     #[inline(always)]
     fn word(&self, off: usize) -> Option<u64> {
-        self.0.load::<u64>(off).ok().map(u64::from_be)
+        let Some(w) = self.window else {
+            return self.ctx.load::<u64>(off).ok().map(u64::from_be);
+        };
+        // SAFETY: this CPU's entry of `DOIC_WINDOW`, found in `tc`.
+        let (start, len) = unsafe {
+            (
+                core::ptr::read_volatile(&raw const (*w).start),
+                core::ptr::read_volatile(&raw const (*w).len),
+            )
+        };
+        let mut i = (off as u64).wrapping_sub(start);
+        // Opaque to LLVM: the verifier must see the bound below checked on
+        // the register the read goes through.
+        // SAFETY: an empty instruction sequence; `i` goes through unchanged.
+        unsafe { core::arch::asm!("/* {0} */", inout(reg) i, options(pure, nomem, nostack)) };
+        if i <= (WINDOW - 8) as u64 && i + 8 <= len {
+            // SAFETY: `i + 8` <= `WINDOW`, inside the entry's bytes.
+            let v = unsafe {
+                (&raw const (*w).bytes)
+                    .cast::<u8>()
+                    .add(i as usize)
+                    .cast::<u64>()
+                    .read_unaligned()
+            };
+            return Some(u64::from_be(v));
+        }
+        // Refill from `off`: as much as the packet has, up to `WINDOW`.
+        let mut n = u64::from(self.ctx.len()).wrapping_sub(off as u64);
+        // SAFETY: as above, for `n`.
+        unsafe { core::arch::asm!("/* {0} */", inout(reg) n, options(pure, nomem, nostack)) };
+        if n > WINDOW as u64 {
+            n = WINDOW as u64;
+        }
+        if n < 8 || off > MAX_PACKET_OFF {
+            return None;
+        }
+        // SAFETY: the context's skb; `n` bytes (8 to `WINDOW`) into the entry's
+        // bytes.
+        let r = unsafe {
+            aya_ebpf::helpers::generated::bpf_skb_load_bytes(
+                self.ctx.skb.skb.cast(),
+                off as u32,
+                (&raw mut (*w).bytes).cast(),
+                n as u32,
+            )
+        };
+        if r != 0 {
+            return None;
+        }
+        // SAFETY: this CPU's entry, as above.
+        let v = unsafe {
+            core::ptr::write_volatile(&raw mut (*w).start, off as u64);
+            core::ptr::write_volatile(&raw mut (*w).len, n);
+            (&raw const (*w).bytes).cast::<u64>().read_unaligned()
+        };
+        Some(u64::from_be(v))
     }
 }
 
@@ -452,12 +540,22 @@ pub fn doic_tc_egress(ctx: TcContext) -> i32 {
 
 #[inline(always)]
 fn tc(ctx: &TcContext, dir: Dir) -> i32 {
+    // Only arrivals are walked, and only on ingress.
+    let window = match dir {
+        Dir::Ingress => DOIC_WINDOW.get_ptr_mut(0),
+        Dir::Egress => None,
+    };
+    if let Some(w) = window {
+        // SAFETY: this CPU's entry; what an earlier packet left is not this
+        // packet's.
+        unsafe { core::ptr::write_volatile(&raw mut (*w).len, 0) };
+    }
     match observe::<_, false>(
         ctx.data(),
         ctx.data_end(),
         u64::from(ctx.len()),
         dir,
-        &Skb(ctx),
+        &Skb { ctx, window },
     ) {
         Verdict::Pass => TC_ACT_UNSPEC,
         Verdict::Drop => TC_ACT_SHOT,
