@@ -30,9 +30,12 @@
 mod stream;
 
 use agent_ebpf_common::{
-    FLAG_SYN_GUARD, GLOBAL_COUNT, GLOBAL_TABLE_FULL, GLOBAL_UNPARSED, MAX_PEERS, MAX_SYN_ALLOW,
-    PORT_LISTEN, PORT_PEER, PORT_WORDS, PeerEntry, PeerKey, PeerStats,
+    FLAG_SYN_GUARD, GLOBAL_COUNT, GLOBAL_INEXACT, GLOBAL_TABLE_FULL, GLOBAL_UNPARSED,
+    INEXACT_BAD_HEADER, INEXACT_GAP, INEXACT_NO_FLOW, INEXACT_TOO_MANY, INEXACT_UNREADABLE,
+    LOG_INTERVAL_NS, MAX_PEERS, MAX_SYN_ALLOW, PORT_LISTEN, PORT_PEER, PORT_WORDS, PeerEntry,
+    PeerKey, PeerStats,
 };
+use aya_ebpf::EbpfContext;
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action},
     macros::{classifier, map, xdp},
@@ -66,6 +69,11 @@ static DOIC_SYN_ALLOW: LpmTrie<[u8; 16], u8> =
 
 #[map]
 static DOIC_GLOBAL: PerCpuArray<u64> = PerCpuArray::with_max_entries(GLOBAL_COUNT, 0);
+
+/// When this CPU last logged each `GLOBAL_*` event (`report`), kernel
+/// nanoseconds.
+#[map]
+static DOIC_LOGGED_AT: PerCpuArray<u64> = PerCpuArray::with_max_entries(GLOBAL_COUNT, 0);
 
 const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
@@ -256,6 +264,79 @@ pub(crate) fn global_add(index: u32) {
     }
 }
 
+/// What the program could not count for a peer: an index into
+/// `DOIC_GLOBAL` (`GLOBAL_TABLE_FULL`, or `GLOBAL_INEXACT` + a cause), and
+/// the peer (the key's address and port).
+#[derive(Clone, Copy)]
+struct Lost {
+    index: u32,
+    addr: [u8; 16],
+    port: u16,
+}
+
+/// What the hook does with the packet, and what it could not count.
+struct Observed {
+    verdict: Verdict,
+    lost: Option<Lost>,
+}
+
+impl From<Verdict> for Observed {
+    #[inline(always)]
+    fn from(verdict: Verdict) -> Self {
+        Self {
+            verdict,
+            lost: None,
+        }
+    }
+}
+
+/// Says through aya-log what `lost` is, at most once a second per CPU and
+/// event (`LOG_INTERVAL_NS`): the counters (`DOIC_GLOBAL`, each peer's
+/// `inexact`) have every occurrence, the log line tells the operator the
+/// kind and one peer it happened to.
+#[inline(always)]
+fn report<C: EbpfContext>(ctx: &C, lost: &Lost) {
+    let Some(at) = DOIC_LOGGED_AT.get_ptr_mut(lost.index) else {
+        return;
+    };
+    // SAFETY: a helper without arguments.
+    let now = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
+    // SAFETY: this CPU's slot; programs do not migrate while running.
+    unsafe {
+        if *at != 0 && now.wrapping_sub(*at) < LOG_INTERVAL_NS {
+            return;
+        }
+        *at = now;
+    }
+    let (addr, port) = (lost.addr, lost.port);
+    if lost.index == GLOBAL_TABLE_FULL {
+        aya_log_ebpf::warn!(
+            ctx,
+            "peer table full: {:i} port {} and further new peers are not counted",
+            addr,
+            port
+        );
+        return;
+    }
+    let why = match lost.index.wrapping_sub(GLOBAL_INEXACT) {
+        INEXACT_NO_FLOW => {
+            "no flow state (the connection predates the program or its entry was lost)"
+        }
+        INEXACT_GAP => "a sequence gap (segments lost or reordered before the hook)",
+        INEXACT_UNREADABLE => "a header beyond the packet",
+        INEXACT_TOO_MANY => "more headers in one packet than the walk reads",
+        INEXACT_BAD_HEADER => "bytes where a header should start are no Diameter header",
+        _ => "the flow has not found a header at a segment start since it lost track",
+    };
+    aya_log_ebpf::warn!(
+        ctx,
+        "segment from {:i} port {} not counted exactly: {}",
+        addr,
+        port,
+        why
+    );
+}
+
 /// What one packet adds to its peer's counters.
 struct Sample {
     bytes: u64,
@@ -331,15 +412,15 @@ fn observe<P: Payload, const REWIND: bool>(
     bytes: u64,
     dir: Dir,
     payload: &P,
-) -> Verdict {
+) -> Observed {
     if ptr_at::<[u8; ETH_HLEN]>(start, end, 0).is_none() {
-        return Verdict::Pass;
+        return Verdict::Pass.into();
     }
     let mut proto = u16::from_be(load::<u16>(start + 12));
     let mut l3 = ETH_HLEN;
     if proto == ETH_P_8021Q || proto == ETH_P_8021AD {
         if ptr_at::<[u8; 4]>(start, end, ETH_HLEN).is_none() {
-            return Verdict::Pass;
+            return Verdict::Pass.into();
         }
         proto = u16::from_be(load::<u16>(start + ETH_HLEN + 2));
         l3 = ETH_HLEN + 4;
@@ -353,15 +434,15 @@ fn observe<P: Payload, const REWIND: bool>(
     let ip_at = start + l3;
     if proto == ETH_P_IP {
         if ptr_at::<[u8; 20]>(start, end, l3).is_none() {
-            return Verdict::Pass;
+            return Verdict::Pass.into();
         }
         if load::<u8>(ip_at + 9) != IPPROTO_TCP {
-            return Verdict::Pass;
+            return Verdict::Pass.into();
         }
         let ihl = usize::from(load::<u8>(ip_at) & 0x0F) * 4;
         if ihl < 20 || u16::from_be(load::<u16>(ip_at + 6)) & 0x1FFF != 0 {
             global_add(GLOBAL_UNPARSED);
-            return Verdict::Pass;
+            return Verdict::Pass.into();
         }
         l4 = l3 + ihl;
         let total = u32::from(u16::from_be(load::<u16>(ip_at + 2)));
@@ -375,7 +456,7 @@ fn observe<P: Payload, const REWIND: bool>(
         v4 = true;
     } else if proto == ETH_P_IPV6 {
         if ptr_at::<[u8; 40]>(start, end, l3).is_none() {
-            return Verdict::Pass;
+            return Verdict::Pass.into();
         }
         let next = load::<u8>(ip_at + 6);
         if next != IPPROTO_TCP {
@@ -384,7 +465,7 @@ fn observe<P: Payload, const REWIND: bool>(
             if matches!(next, 0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140) {
                 global_add(GLOBAL_UNPARSED);
             }
-            return Verdict::Pass;
+            return Verdict::Pass.into();
         }
         l4 = l3 + 40;
         let payload_len = u32::from(u16::from_be(load::<u16>(ip_at + 4)));
@@ -396,20 +477,20 @@ fn observe<P: Payload, const REWIND: bool>(
         };
         v4 = false;
     } else {
-        return Verdict::Pass;
+        return Verdict::Pass.into();
     }
 
     // Layer 4: ports first.
     let Some(tcp) = ptr_at::<[u8; 14]>(start, end, l4) else {
         global_add(GLOBAL_UNPARSED);
-        return Verdict::Pass;
+        return Verdict::Pass.into();
     };
     let tcp = tcp as usize;
     let sport = u16::from_be(load::<u16>(tcp));
     let dport = u16::from_be(load::<u16>(tcp + 2));
     let (to_roles, from_roles) = (port_roles(dport), port_roles(sport));
     if to_roles | from_roles == 0 {
-        return Verdict::Pass;
+        return Verdict::Pass.into();
     }
     // Arriving at the agent: its messages are counted. A segment the agent
     // sends is seen on egress and, on `lo`, again on ingress; the agent
@@ -440,7 +521,14 @@ fn observe<P: Payload, const REWIND: bool>(
         &DOIC_PEERS_OUT
     };
     let Some(e) = entry(map, &key) else {
-        return Verdict::Pass;
+        return Observed {
+            verdict: Verdict::Pass,
+            lost: Some(Lost {
+                index: GLOBAL_TABLE_FULL,
+                addr: key.addr,
+                port: key.port,
+            }),
+        };
     };
 
     let flags = load::<u8>(tcp + 13);
@@ -457,7 +545,7 @@ fn observe<P: Payload, const REWIND: bool>(
         if syn && dir == Dir::Ingress && to_roles & PORT_LISTEN != 0 && syn_refused(&key.addr) {
             sample.syn_dropped = true;
             add(&mut e.stats, &sample);
-            return Verdict::Drop;
+            return Verdict::Drop.into();
         }
         if arrival {
             // SYN or SYN-ACK: the stream's first byte is ISN + 1.
@@ -476,7 +564,15 @@ fn observe<P: Payload, const REWIND: bool>(
         );
     }
     add(&mut e.stats, &sample);
-    Verdict::Pass
+    let m = sample.messages;
+    Observed {
+        verdict: Verdict::Pass,
+        lost: m.inexact.then_some(Lost {
+            index: GLOBAL_INEXACT + m.cause,
+            addr: key.addr,
+            port: key.port,
+        }),
+    }
 }
 
 /// An address as two native words, folded to 32 bits (`PeerKey::local`).
@@ -519,7 +615,11 @@ pub fn doic_xdp_bench(ctx: XdpContext) -> u32 {
 fn xdp<const REWIND: bool>(ctx: &XdpContext) -> u32 {
     let (start, end) = (ctx.data(), ctx.data_end());
     let direct = Direct(ctx);
-    match observe::<_, REWIND>(start, end, (end - start) as u64, Dir::Ingress, &direct) {
+    let o = observe::<_, REWIND>(start, end, (end - start) as u64, Dir::Ingress, &direct);
+    if let Some(lost) = &o.lost {
+        report(ctx, lost);
+    }
+    match o.verdict {
         Verdict::Pass => xdp_action::XDP_PASS,
         Verdict::Drop => xdp_action::XDP_DROP,
     }
@@ -550,13 +650,17 @@ fn tc(ctx: &TcContext, dir: Dir) -> i32 {
         // packet's.
         unsafe { core::ptr::write_volatile(&raw mut (*w).len, 0) };
     }
-    match observe::<_, false>(
+    let o = observe::<_, false>(
         ctx.data(),
         ctx.data_end(),
         u64::from(ctx.len()),
         dir,
         &Skb { ctx, window },
-    ) {
+    );
+    if let Some(lost) = &o.lost {
+        report(ctx, lost);
+    }
+    match o.verdict {
         Verdict::Pass => TC_ACT_UNSPEC,
         Verdict::Drop => TC_ACT_SHOT,
     }

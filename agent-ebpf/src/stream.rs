@@ -66,6 +66,8 @@ pub(crate) struct Counted {
     pub(crate) requests: u32,
     pub(crate) answers: u32,
     pub(crate) inexact: bool,
+    /// The `INEXACT_*` cause when `inexact`.
+    pub(crate) cause: u32,
 }
 
 /// How the walk of a segment ended.
@@ -370,6 +372,7 @@ pub(crate) fn segment<P: Payload>(
     }
     if let Some(why) = cause {
         c.inexact = true;
+        c.cause = why;
         global_add(GLOBAL_INEXACT + why);
     }
     // This CPU saw the flow's last segment: it holds the position now.

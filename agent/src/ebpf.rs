@@ -30,6 +30,7 @@
 pub mod config;
 mod counters;
 pub mod live;
+mod log;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -187,6 +188,7 @@ pub struct Attachment {
 pub struct Telemetry {
     ebpf: Ebpf,
     attachments: Vec<Attachment>,
+    log: log::KernelLog,
 }
 
 impl fmt::Debug for Telemetry {
@@ -215,6 +217,7 @@ impl Telemetry {
         cfg.validate()?;
         let mut ebpf = load_object(cfg)?;
         write_config(&mut ebpf, cfg)?;
+        let log = log::KernelLog::take(&mut ebpf, false);
         let mut attachments = Vec::new();
         for interface in &cfg.interfaces {
             let hook = attach_ingress(&mut ebpf, interface, cfg.mode)?;
@@ -231,7 +234,11 @@ impl Telemetry {
             }
         }
         info!(attachments = ?attachments, ports = ?cfg.ports, syn_guard = cfg.syn_guard, "kernel telemetry attached");
-        Ok(Self { ebpf, attachments })
+        Ok(Self {
+            ebpf,
+            attachments,
+            log,
+        })
     }
 
     /// [`Telemetry::start`] for an agent that runs with or without the
@@ -293,6 +300,12 @@ impl Telemetry {
     /// [`LoadError::Map`] when the kernel refuses the read.
     pub fn global(&self) -> Result<GlobalCounters, LoadError> {
         read_global(&self.ebpf)
+    }
+
+    /// Forwards what the program logged since the last call (what it could
+    /// not count) into the agent's tracing.
+    pub fn forward_log(&mut self) {
+        self.log.drain();
     }
 
     /// Forgets a peer's counters (both directions), for example once its
@@ -412,6 +425,7 @@ fn read_global(ebpf: &Ebpf) -> Result<GlobalCounters, LoadError> {
 /// for benchmarks; needs the same privileges as [`Telemetry`].
 pub struct Probe {
     ebpf: Ebpf,
+    log: log::KernelLog,
 }
 
 #[cfg(feature = "probe")]
@@ -444,6 +458,7 @@ impl Probe {
         cfg.validate()?;
         let mut ebpf = load_object(cfg)?;
         write_config(&mut ebpf, cfg)?;
+        let log = log::KernelLog::take(&mut ebpf, true);
         {
             let xdp: &mut Xdp = program(&mut ebpf, PROG_XDP)?;
             xdp.load().map_err(|source| LoadError::Program {
@@ -456,7 +471,13 @@ impl Probe {
             tc.load()
                 .map_err(|source| LoadError::Program { name, source })?;
         }
-        Ok(Self { ebpf })
+        Ok(Self { ebpf, log })
+    }
+
+    /// The lines the programs logged since the last call (also forwarded to
+    /// tracing, as the agent does).
+    pub fn take_log(&mut self) -> Vec<String> {
+        self.log.drain()
     }
 
     /// Runs `frame` (starting with its Ethernet header) through one program

@@ -611,6 +611,55 @@ fn retransmissions_are_not_counted_again() {
     }
 }
 
+/// The kernel program says through aya-log what it could not count (the
+/// kind of event and one peer it happened to), at most once a second per
+/// CPU and kind; the counters keep every occurrence.
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn what_cannot_be_counted_is_logged_at_most_once_a_second_per_cpu() {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    for (src, dst) in FLOWS {
+        for hook in HOOKS {
+            let mut p = probe(&Config::default());
+            let (a, _, _) = batch(5, 0);
+            // Segments of flows the program has no state for (no SYN seen),
+            // 20 of them within well under a second.
+            let from = |port: u16| {
+                let ip = src.rsplit_once(':').unwrap().0;
+                format!("{ip}:{port}")
+            };
+            for port in 41_000..41_020 {
+                run(&p, hook, &Stream::new(&from(port), dst, 9).data(&a));
+            }
+            assert_eq!(p.global().unwrap().inexact[INEXACT_NO_FLOW as usize], 20);
+            let lines = p.take_log();
+            assert!(
+                (1..=cpus).contains(&lines.len()),
+                "{hook:?} {src}: {} lines for 20 events on {cpus} CPUs: {lines:?}",
+                lines.len()
+            );
+            let ip = src.rsplit_once(':').unwrap().0.trim_matches(['[', ']']);
+            for l in &lines {
+                assert!(l.contains("no flow state"), "{l}");
+                assert!(l.contains(ip) && l.contains("port 410"), "{ip} in {l}");
+            }
+            // Another kind of event has its own line.
+            let mut s = Stream::new(src, dst, 77);
+            run(&p, hook, &s.syn(SYN));
+            run(&p, hook, &s.data(&[0xEE; 64]));
+            let lines = p.take_log();
+            assert_eq!(lines.len(), 1, "{lines:?}");
+            assert!(lines[0].contains("no Diameter header"), "{}", lines[0]);
+            // A second later the first kind is told again.
+            std::thread::sleep(std::time::Duration::from_millis(1100));
+            run(&p, hook, &Stream::new(&from(42_000), dst, 9).data(&a));
+            let lines = p.take_log();
+            assert_eq!(lines.len(), 1, "{lines:?}");
+            assert!(lines[0].contains("port 42000"), "{}", lines[0]);
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
 fn what_cannot_be_exact_is_counted_inexact_with_its_cause() {

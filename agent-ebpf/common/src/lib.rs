@@ -112,6 +112,9 @@ pub const INEXACT_NAMES: [&str; INEXACT_CAUSES as usize] = [
     "bad_header",
     "unsynced",
 ];
+/// Least time between two log lines of the kernel program (aya-log) for
+/// the same `GLOBAL_*` event on the same CPU, nanoseconds.
+pub const LOG_INTERVAL_NS: u64 = 1_000_000_000;
 /// Number of entries in `MAP_GLOBAL`.
 pub const GLOBAL_COUNT: u32 = GLOBAL_INEXACT + INEXACT_CAUSES;
 

@@ -101,7 +101,7 @@ impl Live {
 
     /// The control thread's tick at `now`: applies the connection `events`
     /// to the pending removals, forgets the peers closed at least
-    /// [`FORGET_GRACE`] ago, reads and sums the per-CPU counters and turns
+    /// [`FORGET_GRACE`] ago, forwards the program's log lines, reads and sums the per-CPU counters and turns
     /// them into rates. `None` without the program or when the counters
     /// cannot be read (logged).
     pub fn handle_tick(
@@ -117,6 +117,7 @@ impl Live {
                 Err(e) => warn!(%peer, cause = %e, "cannot forget a closed peer's kernel counters"),
             }
         }
+        a.telemetry.forward_log();
         let peers = match a.telemetry.read() {
             Ok(p) => p,
             Err(e) => {
