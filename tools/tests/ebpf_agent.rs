@@ -84,7 +84,7 @@ impl AgentProc {
             .arg(cfg)
             .env(
                 "RUST_LOG",
-                "doic_agent=info,agent::telemetry=info,agent::ebpf=info",
+                "doic_agent=info,agent::telemetry=info,agent::ebpf=info,doic::kernel=warn",
             )
             .stderr(Stdio::piped())
             .spawn()
@@ -380,6 +380,31 @@ fn on_lo_the_kernel_counts_equal_what_the_client_sent_and_sigterm_detaches() {
     assert_eq!(kp, (Some(cp.0), Some(cp.1)), "kernel vs capture");
     // At least a SYN, the final handshake ACK, the CER and every request.
     assert!(cp.0 >= REQUESTS + 3, "{cp:?}");
+
+    // What the program cannot count it says in the agent's log (aya-log,
+    // docs/ebpf.md): a connection whose first segment is no Diameter header.
+    let mut junk = std::net::TcpStream::connect(listener).unwrap();
+    let junk_port = junk.local_addr().unwrap().port();
+    junk.write_all(&[0xEE; 64]).unwrap();
+    let said = format!("port {junk_port} not counted exactly: bytes where a header should start");
+    let t0 = Instant::now();
+    while !agent.log().contains(&said) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no kernel log line \"{said}\":\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        agent
+            .log()
+            .lines()
+            .any(|l| l.contains("WARN doic::kernel") && l.contains(&said)),
+        "{}",
+        agent.log()
+    );
+    drop(junk);
 
     // A closed connection's entries are forgotten (after the grace).
     rt.block_on(client.disconnect()).unwrap();
