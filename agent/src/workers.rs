@@ -95,14 +95,16 @@ impl Workers {
     /// worker waits for it on shutdown.
     pub(crate) fn spawn_on(&self, i: usize, fut: impl Future<Output = ()> + Send + 'static) {
         let w = &self.slots[i % self.slots.len()];
-        let live = w.live.clone();
-        let idle = w.idle.clone();
-        live.fetch_add(1, Ordering::SeqCst);
+        w.live.fetch_add(1, Ordering::SeqCst);
+        let counted = Counted {
+            live: w.live.clone(),
+            idle: w.idle.clone(),
+        };
         w.spawn(async move {
+            // Uncounted when the task ends, however: a task that panics
+            // (tokio ends it) must not hold the worker's shutdown forever.
+            let _counted = counted;
             fut.await;
-            if live.fetch_sub(1, Ordering::SeqCst) == 1 {
-                idle.notify_waiters();
-            }
         });
     }
 
@@ -184,6 +186,21 @@ impl Stop {
     /// Resolves once the agent is stopping.
     pub(crate) async fn stopped(&self) {
         stopped(&mut self.0.clone()).await;
+    }
+}
+
+/// A task counted in its worker's `live` until this is dropped, when it
+/// ends or unwinds.
+struct Counted {
+    live: Arc<AtomicUsize>,
+    idle: Arc<Notify>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if self.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
     }
 }
 

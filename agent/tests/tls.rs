@@ -20,7 +20,7 @@ use bytes::BytesMut;
 use diameter::codec::Header;
 use diameter::dictionary::code;
 use support::pki::{Leaf, LeafKind, Pki};
-use support::tls::{ClientSide, tls_exchange};
+use support::tls::{ClientSide, exchange_on, tls_connect, tls_exchange};
 use support::*;
 use tools::loadgen::ServerBehaviour;
 
@@ -218,6 +218,56 @@ async fn a_certificate_naming_another_host_is_refused_3010_and_closed() {
     stop(c);
     server.stop();
     server2.stop();
+}
+
+/// A TLS peer whose records rustls refuses (here after a CER refused 3010)
+/// and that goes on sending while the agent lingers in its close: the agent
+/// stops in time. (rustls, built with debug assertions, panics in the
+/// connection's task on the second refused record: "assertion failed:
+/// !self.sent_fatal_alert"; that task's end no longer holds its worker's
+/// shutdown forever, as it did in a CI run of the freeDiameter interop
+/// test with a misnamed client certificate.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_sending_records_tls_refuses_in_the_close_does_not_hold_the_stop() {
+    let pki = Pki::new("refused-records");
+    let edge_leaf = pki.leaf("edge", EDGE, LeafKind::default());
+    let (b, server) = edge(&edge_leaf.toml(&pki.ca(), None)).await;
+    let addr = b.local_addrs()[0];
+    let ca = pki.ca();
+    // Refused 3010 (its certificate names another host): the agent closes
+    // and reads on until the peer closes (the linger).
+    let leaf = pki.leaf("wrong", "wrong.example.org", LeafKind::default());
+    let mut s = tls_connect(addr, &trusts(&leaf, ca.as_path()))
+        .await
+        .unwrap();
+    let version = s.get_ref().1.protocol_version().unwrap();
+    let e = exchange_on(&mut s, version, CLIENT, false).await.unwrap();
+    assert_eq!(e.cea_result, 3010);
+    // Application data records that do not decrypt, written past TLS.
+    let mut junk = vec![0x17, 0x03, 0x03, 0x00, 0x40];
+    junk.extend([0xA5; 64]);
+    for _ in 0..5 {
+        if tokio::io::AsyncWriteExt::write_all(s.get_mut().0, &junk)
+            .await
+            .is_err()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Joined on a thread of its own: a stop that never ends fails the test
+    // instead of holding it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        b.shutdown();
+        b.join();
+        let _ = tx.send(());
+    });
+    let stopped = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    assert!(stopped.is_ok(), "the agent did not stop within 20 s");
+    server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

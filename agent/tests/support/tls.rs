@@ -47,6 +47,16 @@ pub async fn tls_exchange(
     origin_host: &str,
     wait_close: bool,
 ) -> std::io::Result<Exchange> {
+    let mut s = tls_connect(addr, side).await?;
+    let version = s.get_ref().1.protocol_version().unwrap();
+    exchange_on(&mut s, version, origin_host, wait_close).await
+}
+
+/// The TLS handshake with `addr` as `side`.
+pub async fn tls_connect(
+    addr: std::net::SocketAddr,
+    side: &ClientSide<'_>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(side.ca).unwrap() {
@@ -69,10 +79,18 @@ pub async fn tls_exchange(
     };
     let tcp = TcpStream::connect(addr).await?;
     let name = ServerName::try_from(side.server.to_owned()).unwrap();
-    let mut s = tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
-        .await?;
-    let version = s.get_ref().1.protocol_version().unwrap();
+        .await
+}
+
+/// The capabilities exchange of [`tls_exchange`] on a connected stream.
+pub async fn exchange_on(
+    s: &mut tokio_rustls::client::TlsStream<TcpStream>,
+    version: rustls::ProtocolVersion,
+    origin_host: &str,
+    wait_close: bool,
+) -> std::io::Result<Exchange> {
     let caps = Capabilities {
         origin_host: origin_host.into(),
         origin_realm: "example.org".into(),
