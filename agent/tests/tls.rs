@@ -222,11 +222,13 @@ async fn a_certificate_naming_another_host_is_refused_3010_and_closed() {
 
 /// A TLS peer whose records rustls refuses (here after a CER refused 3010)
 /// and that goes on sending while the agent lingers in its close: the agent
-/// stops in time. (rustls, built with debug assertions, panics in the
-/// connection's task on the second refused record: "assertion failed:
-/// !self.sent_fatal_alert"; that task's end no longer holds its worker's
-/// shutdown forever, as it did in a CI run of the freeDiameter interop
-/// test with a misnamed client certificate.)
+/// stops in time. (rustls 0.23, built with debug assertions, panics in the
+/// connection's task when one `process_new_packets` meets a second bad
+/// record after the first, "assertion failed: !self.sent_fatal_alert",
+/// rustls issue #959; without debug assertions, as the agent ships, it
+/// does not. That task's end no longer holds its worker's shutdown
+/// forever, as it did in a CI run of the freeDiameter interop test with a
+/// misnamed client certificate.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_sending_records_tls_refuses_in_the_close_does_not_hold_the_stop() {
     let pki = Pki::new("refused-records");
