@@ -39,12 +39,10 @@ pub(crate) struct Tls {
     conn: rustls::Connection,
     /// Decrypted bytes rustls holds that were not taken yet.
     plain: usize,
-    /// The peer sent close_notify, or TCP ended.
+    /// The peer sent close_notify, TCP ended, or rustls refused what the
+    /// peer sent (the connection is then unusable and rustls is not asked
+    /// again).
     ended: bool,
-    /// rustls refused what the peer sent (the alert is queued): the
-    /// connection is unusable, and rustls must not be asked again (it
-    /// asserts that it sends one fatal alert only).
-    failed: bool,
 }
 
 /// A handshake that failed: why.
@@ -262,7 +260,6 @@ impl Tls {
             tcp,
             plain: st.plaintext_bytes_to_read(),
             ended: st.peer_has_closed(),
-            failed: false,
             conn,
         })))
     }
@@ -288,11 +285,6 @@ impl Tls {
     }
 
     fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        if self.failed {
-            // Read again after its error (the close's linger does): the
-            // connection is over.
-            return Ok(0);
-        }
         let mut got = self.take_plain(buf)?;
         for _ in 0..TLS_READS {
             if self.ended {
@@ -308,7 +300,7 @@ impl Tls {
                 Ok(st) => st,
                 Err(e) => {
                     // The alert rustls queued goes out before the close.
-                    self.failed = true;
+                    self.ended = true;
                     let _ = self.flush_records();
                     return Err(io::Error::new(io::ErrorKind::InvalidData, e));
                 }
