@@ -166,12 +166,24 @@ pub struct OwnState {
 /// count as keeping to it (its own bucket's tolerance, measurement noise).
 const KEEPING_TO: f64 = 1.1;
 
+/// How long after its limit is set a client that receives the agent's
+/// reports is taken to keep to its allocation whatever its arrivals read:
+/// what it sent before the report reached it waits in the sockets (the
+/// agent's and its own send queue), and arrives at the rate the agent
+/// reads it, so its arrivals cannot tell yet whether it abates. Five
+/// seconds drain ten times the capacity's backlog of the seconds an onset
+/// takes; a client that ignores the report is judged by its arrivals after.
+pub(crate) const DRAIN: Duration = Duration::from_secs(5);
+
 #[derive(Debug)]
 struct Control {
     load: OwnLoad,
     last: Option<(Instant, BTreeMap<String, u64>)>,
     /// Requests received, summed over the peers, at the last measurement.
     received: u64,
+    /// Answers received from upstream, summed over the peers, at the last
+    /// measurement.
+    answers: u64,
     /// Requests answered for exceeding an allocation, per client, at the
     /// last measurement.
     throttled: BTreeMap<String, u64>,
@@ -194,6 +206,7 @@ impl OwnState {
             load: OwnLoad::new(identity, params, origin, base_ms),
             last: None,
             received: 0,
+            answers: 0,
             throttled: BTreeMap::new(),
             open: BTreeSet::new(),
         };
@@ -273,18 +286,22 @@ pub(crate) fn take_tick_delay(ov: &Overload) -> Duration {
 /// Requests answered since the last measurement for exceeding an
 /// allocation to clients whose excess passes: clients that receive the
 /// agent's reports and whose arrivals (`rates`: the kernel's count at the
-/// socket when the program is attached) keep to their allocation. What
-/// such a client is still answered 3004 is what it sent before the report
-/// reached it, read from the sockets now (the drain of an onset); a client
-/// that ignores the report, or receives none, goes on sending its excess,
-/// and answering it stays charged to the relayed requests
-/// ([`doic::own_load::Inputs::answered_reacting`]).
+/// socket when the program is attached) keep to their allocation, or
+/// whose limit was set less than [`DRAIN`] before `at` (nanoseconds since
+/// the agent's origin). What such a client is still answered 3004 is what
+/// it sent before the report reached it, read from the sockets now (the
+/// drain of an onset); a client that ignores the report, or receives none,
+/// goes on sending its excess, and answering it stays charged to the
+/// relayed requests ([`doic::own_load::Inputs::answered_reacting`]).
 fn passing(
     all: &[(PeerId, Arc<PeerSlot>)],
     rates: &[(String, f64)],
-    now: &BTreeMap<String, u64>,
-    before: &BTreeMap<String, u64>,
+    (now, before): (&BTreeMap<String, u64>, &BTreeMap<String, u64>),
+    at: u64,
 ) -> u64 {
+    let drain = u64::try_from(DRAIN.as_nanos()).unwrap_or(u64::MAX);
+    let draining =
+        |s: &PeerSlot| at.saturating_sub(s.own_limit.held_since.load(Ordering::Relaxed)) < drain;
     let keeps_to = |host: &str, allocated: u32| {
         rates
             .iter()
@@ -297,7 +314,7 @@ fn passing(
         .filter(|(_, s)| {
             s.own_limit
                 .allocated()
-                .is_some_and(|a| keeps_to(&s.host, a))
+                .is_some_and(|a| draining(s) || keeps_to(&s.host, a))
         })
         .map(|(_, s)| s.host.as_str())
         .collect();
@@ -347,6 +364,7 @@ pub(crate) fn control_tick(
         .collect();
     let peers = measure(&slots, kernel.as_deref(), ctl.last.as_ref(), now);
     let received: u64 = slots.iter().map(|s| s.requests_in).sum();
+    let answers: u64 = all.iter().map(|(_, s)| s.stats.answers_in.total()).sum();
     let mut throttled = BTreeMap::<String, u64>::new();
     for (_, s) in &all {
         *throttled.entry(s.host.clone()).or_default() += s.own_limit.throttled();
@@ -366,6 +384,7 @@ pub(crate) fn control_tick(
     let counts = slots.into_iter().map(|s| (s.host, s.requests_in)).collect();
     let previous = ctl.last.replace((now, counts));
     let received_before = std::mem::replace(&mut ctl.received, received);
+    let answers_before = std::mem::replace(&mut ctl.answers, answers);
     let throttled_before = std::mem::replace(&mut ctl.throttled, throttled);
     ctl.open = open;
     let queue_delay = Duration::from_nanos(own.queue_delay_ns.swap(0, Ordering::Relaxed));
@@ -384,7 +403,12 @@ pub(crate) fn control_tick(
         ),
     );
     let rates: Vec<(String, f64)> = peers.iter().map(|(p, l)| (p.clone(), l.rate)).collect();
-    let answered_reacting = rate(passing(&all, &rates, &ctl.throttled, &throttled_before));
+    let answered_reacting = rate(passing(
+        &all,
+        &rates,
+        (&ctl.throttled, &throttled_before),
+        enforce::nanos(ov, now),
+    ));
     let before = ctl.load.generation();
     let measured: Vec<Duration> = cpu
         .map(|c| c.workers.iter().flatten().copied().collect())
@@ -395,6 +419,7 @@ pub(crate) fn control_tick(
         process: c.process,
         quota: c.quota,
         throttled: c.throttled,
+        pause: c.pause,
     });
     ctl.load.handle_load(
         now,
@@ -405,6 +430,7 @@ pub(crate) fn control_tick(
             queue_delay,
             pending,
             relayed: Some(relayed),
+            answers: Some(rate(answers.saturating_sub(answers_before))),
             answered_reacting,
             left: &left,
         },
