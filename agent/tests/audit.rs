@@ -251,7 +251,6 @@ async fn explain_matches_what_the_client_counted_through_an_episode() {
     if let Ok(keep) = std::env::var("DOIC_AUDIT_PLOT_OUT") {
         std::fs::copy(&out, keep).unwrap();
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The SVG is one well-formed XML document: every element closed in order.
@@ -323,7 +322,6 @@ async fn a_restart_in_the_middle_reads_as_one_timeline() {
     let t = audit(&dir, &["timeline"]).text;
     assert_eq!(t.matches("started").count(), 2, "{t}");
     assert!(t.contains("host server1.example.net #7") && t.contains("host server1.example.net #8"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,7 +378,7 @@ async fn a_full_feed_is_counted_exactly_shown_as_gaps_and_never_slows_the_worker
     let dir = fresh_dir("full-feed");
     let s1 = Reporter::spawn(S1).await;
     let mut config = agent_config(&[(&s1, true)], Some("ramp = 4.0"), 2);
-    config.audit.dir = Some(dir.clone());
+    config.audit.dir = Some(dir.to_path_buf());
     config.audit.flush_ms = 100;
     // Four lines between two flushes: a worker tick of the flood below
     // overflows it.
@@ -491,7 +489,6 @@ async fn a_full_feed_is_counted_exactly_shown_as_gaps_and_never_slows_the_worker
         .sum();
     assert_eq!(in_json, dropped);
     stop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -537,7 +534,6 @@ async fn the_cli_asks_a_running_agent_what_it_asks_of_the_directory() {
         )
     );
     stop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -547,7 +543,7 @@ async fn diverted_requests_are_counted_by_the_peer_they_went_to() {
     let s1 = Reporter::spawn(S1).await;
     let s2 = Reporter::spawn(S2).await;
     let mut config = agent_config(&[(&s1, true), (&s2, true)], Some("ramp = 4.0"), 2);
-    config.audit.dir = Some(dir.clone());
+    config.audit.dir = Some(dir.to_path_buf());
     config.audit.flush_ms = 100;
     let agent = start_agent(config, 2).await;
     let mut c = connect(agent.local_addrs()[0]).await;
@@ -598,5 +594,4 @@ async fn diverted_requests_are_counted_by_the_peer_they_went_to() {
     let e = audit(&dir, &["explain", "4"]).text;
     let want = format!("diverted to: {S2}: {}", v.counts.diverted);
     assert!(e.contains(&want), "{want} not in:\n{e}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -136,7 +136,6 @@ async fn clients_above_the_configured_capacity_are_held_to_it() {
     let answered_3004 = (count(&a, 3004) + count(&b, 3004)) as u64;
     explained(&dir, olr.sequence_number, share, answered_3004).await;
     stop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The audit log of the run: the own PEER report of sequence `seq` issued

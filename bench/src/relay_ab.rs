@@ -405,6 +405,8 @@ pub fn serve_side(
         Identity::new("server.example.net", "example.net"),
         ServerBehaviour::default(),
     ))?;
+    // The audit log's directory (subject `audit`), removed at the end.
+    let audit_dir = std::env::temp_dir().join(format!("doic-ab-audit-{}", std::process::id()));
     // `agents[0]` is measured with the subject off, `agents[on]` with it on.
     let (agents, on) = match subject {
         Subject::Program => (
@@ -434,9 +436,8 @@ pub fn serve_side(
             1,
         ),
         Subject::Audit => {
-            let dir = std::env::temp_dir().join(format!("doic-ab-audit-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            let logging = format!("[doic]\n[audit]\ndir = \"{}\"\n", dir.display());
+            let _ = std::fs::remove_dir_all(&audit_dir);
+            let logging = format!("[doic]\n[audit]\ndir = \"{}\"\n", audit_dir.display());
             (
                 vec![
                     crate::relay::start_agent(&agent_toml(server.addr, "[doic]\n"))?,
@@ -526,6 +527,9 @@ pub fn serve_side(
         a.join();
     }
     server.stop();
+    if subject == Subject::Audit {
+        let _ = std::fs::remove_dir_all(&audit_dir);
+    }
     Ok(())
 }
 
