@@ -61,8 +61,10 @@ fn clients_above_the_measured_capacity_are_held_to_it() {
         // Found overloaded within two measurements, the reports out at
         // the next, the DOIC client held a second after: steady by then.
         warmup: 6.0,
-        // The wait for the onset, then five seconds sampled.
-        seconds: 6.0 + ONSET_WITHIN.as_secs_f64(),
+        // The wait for the onset, then five samples a second apart, each
+        // as long again as the saturated share takes to serve `/metrics`
+        // (up to 1.2 s a page in these runs): the load outlasts them.
+        seconds: 12.0 + ONSET_WITHIN.as_secs_f64(),
         drain: Duration::from_secs(3),
         server_protect: "native".into(),
         edge_node: String::new(),

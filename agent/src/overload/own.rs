@@ -166,15 +166,6 @@ pub struct OwnState {
 /// count as keeping to it (its own bucket's tolerance, measurement noise).
 const KEEPING_TO: f64 = 1.1;
 
-/// How long after its limit is set a client that receives the agent's
-/// reports is taken to keep to its allocation whatever its arrivals read:
-/// what it sent before the report reached it waits in the sockets (the
-/// agent's and its own send queue), and arrives at the rate the agent
-/// reads it, so its arrivals cannot tell yet whether it abates. Five
-/// seconds drain ten times the capacity's backlog of the seconds an onset
-/// takes; a client that ignores the report is judged by its arrivals after.
-pub(crate) const DRAIN: Duration = Duration::from_secs(5);
-
 #[derive(Debug)]
 struct Control {
     load: OwnLoad,
@@ -286,22 +277,18 @@ pub(crate) fn take_tick_delay(ov: &Overload) -> Duration {
 /// Requests answered since the last measurement for exceeding an
 /// allocation to clients whose excess passes: clients that receive the
 /// agent's reports and whose arrivals (`rates`: the kernel's count at the
-/// socket when the program is attached) keep to their allocation, or
-/// whose limit was set less than [`DRAIN`] before `at` (nanoseconds since
-/// the agent's origin). What such a client is still answered 3004 is what
-/// it sent before the report reached it, read from the sockets now (the
-/// drain of an onset); a client that ignores the report, or receives none,
-/// goes on sending its excess, and answering it stays charged to the
-/// relayed requests ([`doic::own_load::Inputs::answered_reacting`]).
+/// socket when the program is attached) keep to their allocation. What
+/// such a client is still answered 3004 is what it sent before the report
+/// reached it, read from the sockets now (the drain of an onset); a client
+/// that ignores the report, or receives none, goes on sending its excess,
+/// and answering it stays charged to the relayed requests
+/// ([`doic::own_load::Inputs::answered_reacting`]).
 fn passing(
     all: &[(PeerId, Arc<PeerSlot>)],
     rates: &[(String, f64)],
-    (now, before): (&BTreeMap<String, u64>, &BTreeMap<String, u64>),
-    at: u64,
+    now: &BTreeMap<String, u64>,
+    before: &BTreeMap<String, u64>,
 ) -> u64 {
-    let drain = u64::try_from(DRAIN.as_nanos()).unwrap_or(u64::MAX);
-    let draining =
-        |s: &PeerSlot| at.saturating_sub(s.own_limit.held_since.load(Ordering::Relaxed)) < drain;
     let keeps_to = |host: &str, allocated: u32| {
         rates
             .iter()
@@ -314,7 +301,7 @@ fn passing(
         .filter(|(_, s)| {
             s.own_limit
                 .allocated()
-                .is_some_and(|a| draining(s) || keeps_to(&s.host, a))
+                .is_some_and(|a| keeps_to(&s.host, a))
         })
         .map(|(_, s)| s.host.as_str())
         .collect();
@@ -403,12 +390,7 @@ pub(crate) fn control_tick(
         ),
     );
     let rates: Vec<(String, f64)> = peers.iter().map(|(p, l)| (p.clone(), l.rate)).collect();
-    let answered_reacting = rate(passing(
-        &all,
-        &rates,
-        (&ctl.throttled, &throttled_before),
-        enforce::nanos(ov, now),
-    ));
+    let answered_reacting = rate(passing(&all, &rates, &ctl.throttled, &throttled_before));
     let before = ctl.load.generation();
     let measured: Vec<Duration> = cpu
         .map(|c| c.workers.iter().flatten().copied().collect())

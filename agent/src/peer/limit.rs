@@ -17,9 +17,6 @@ pub struct ClientLimit {
     /// Until when (nanoseconds since the agent's origin) a client that
     /// supports peer reports is not held to it ([`crate::overload::own::GRACE`]).
     pub(crate) grace_until: AtomicU64,
-    /// Since when (nanoseconds since the agent's origin) it is held to a
-    /// limit.
-    pub(crate) held_since: AtomicU64,
     pub(crate) throttled: AtomicU64,
     /// Whether its requests announce peer-report support (it receives the
     /// agent's own report).

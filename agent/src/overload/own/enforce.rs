@@ -64,7 +64,7 @@ impl ClientLimits {
     }
 }
 
-pub(super) fn nanos(ov: &Overload, now: Instant) -> u64 {
+fn nanos(ov: &Overload, now: Instant) -> u64 {
     u64::try_from(now.saturating_duration_since(ov.origin).as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -187,7 +187,6 @@ pub(super) fn update<'a>(
         r.activate(now, a);
         limit.allocated.store(a, Ordering::Relaxed);
         let grace = u64::try_from(GRACE.as_nanos()).unwrap_or(u64::MAX);
-        limit.held_since.store(nanos(ov, now), Ordering::Relaxed);
         limit
             .grace_until
             .store(nanos(ov, now).saturating_add(grace), Ordering::Relaxed);
