@@ -69,10 +69,7 @@
 //! - A peer that sends nothing for `end_after` while the overload lasts has
 //!   its own report ended (validity 0); until then it keeps its share.
 //! - End: the total arrival rate stays below `end_below` of the capacity
-//!   for `end_after` while the estimator no longer finds the agent
-//!   overloaded (arrivals read by an agent busy with its backlog say how
-//!   fast it reads, not what is offered: a second in which it read no
-//!   request is no end); every report is then sent with validity 0 and kept for
+//!   for `end_after`; every report is then sent with validity 0 and kept for
 //!   one validity period (long enough for any reacting OCS to end, RFC 7683
 //!   §5.2.1.4), then dropped.
 
@@ -304,7 +301,7 @@ impl OwnLoad {
                 self.below_since = None;
                 self.allocate(now, capacity, rates);
             }
-        } else if total < cap * self.params.end_below && !self.estimator.is_overloaded() {
+        } else if total < cap * self.params.end_below {
             let since = *self.below_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= self.params.end_after {
                 tracing::info!(rate = total, "own overload: reporting ends");
@@ -339,17 +336,9 @@ impl OwnLoad {
         }
         // A peer silent for less than `end_after` keeps its share (a slow
         // peer's empty window is not an end); after that its report ends.
-        // A measurement that read nothing from any peer tells no peer's
-        // silence (an agent busy with its backlog read none): every one
-        // keeps its share, and no silence starts.
-        let nothing_read = demands.is_empty();
         let mut stopped = Vec::new();
         for (peer, p) in &self.peers {
             if demands.iter().any(|(q, _, _)| q == peer) {
-                continue;
-            }
-            if nothing_read {
-                demands.push((peer.clone(), p.demand, p.idle_since));
                 continue;
             }
             let since = p.idle_since.unwrap_or(now);

@@ -36,15 +36,6 @@ impl Quota {
     pub fn share(&self) -> f64 {
         self.quota.as_secs_f64() / self.period.as_secs_f64().max(1e-9)
     }
-
-    /// The longest a runnable thread waits in one period once the quota is
-    /// spent: period - quota (zero for a quota of a CPU or more). Work that
-    /// arrives then waits for the next period however light the load: a
-    /// queue delay up to it is the quota's rhythm, not a backlog.
-    #[must_use]
-    pub fn pause(&self) -> Duration {
-        self.period.saturating_sub(self.quota)
-    }
 }
 
 /// The throttling counters of a cgroup (monotonic).

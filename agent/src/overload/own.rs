@@ -172,9 +172,6 @@ struct Control {
     last: Option<(Instant, BTreeMap<String, u64>)>,
     /// Requests received, summed over the peers, at the last measurement.
     received: u64,
-    /// Answers received from upstream, summed over the peers, at the last
-    /// measurement.
-    answers: u64,
     /// Requests answered for exceeding an allocation, per client, at the
     /// last measurement.
     throttled: BTreeMap<String, u64>,
@@ -197,7 +194,6 @@ impl OwnState {
             load: OwnLoad::new(identity, params, origin, base_ms),
             last: None,
             received: 0,
-            answers: 0,
             throttled: BTreeMap::new(),
             open: BTreeSet::new(),
         };
@@ -351,7 +347,6 @@ pub(crate) fn control_tick(
         .collect();
     let peers = measure(&slots, kernel.as_deref(), ctl.last.as_ref(), now);
     let received: u64 = slots.iter().map(|s| s.requests_in).sum();
-    let answers: u64 = all.iter().map(|(_, s)| s.stats.answers_in.total()).sum();
     let mut throttled = BTreeMap::<String, u64>::new();
     for (_, s) in &all {
         *throttled.entry(s.host.clone()).or_default() += s.own_limit.throttled();
@@ -371,7 +366,6 @@ pub(crate) fn control_tick(
     let counts = slots.into_iter().map(|s| (s.host, s.requests_in)).collect();
     let previous = ctl.last.replace((now, counts));
     let received_before = std::mem::replace(&mut ctl.received, received);
-    let answers_before = std::mem::replace(&mut ctl.answers, answers);
     let throttled_before = std::mem::replace(&mut ctl.throttled, throttled);
     ctl.open = open;
     let queue_delay = Duration::from_nanos(own.queue_delay_ns.swap(0, Ordering::Relaxed));
@@ -401,7 +395,6 @@ pub(crate) fn control_tick(
         process: c.process,
         quota: c.quota,
         throttled: c.throttled,
-        pause: c.pause,
     });
     ctl.load.handle_load(
         now,
@@ -412,7 +405,6 @@ pub(crate) fn control_tick(
             queue_delay,
             pending,
             relayed: Some(relayed),
-            answers: Some(rate(answers.saturating_sub(answers_before))),
             answered_reacting,
             left: &left,
         },

@@ -23,16 +23,12 @@
 //! - **Overloaded** after `enter_after` consecutive measurements with the
 //!   busiest worker's utilisation at `high_utilisation` or more while it
 //!   falls behind (requests arrive more than 5 % faster than they are
-//!   relayed and work waits at least `low_delay`: a saturated worker with
-//!   nothing waiting, as under a closed-loop client, is well used, not
-//!   overloaded), or the
+//!   relayed, or work waits on it: a saturated worker with nothing waiting,
+//!   as under a closed-loop client, is well used, not overloaded), or the
 //!   queue delay at `high_delay` or more with that worker at
 //!   `low_utilisation` or more (with idle workers a delay is the host's
 //!   scheduling, not the agent's load; with busy ones the worker counts as
-//!   at `high_utilisation` at least; in a cgroup's quota both delay
-//!   thresholds count from its pause, [`CpuUse::pause`], which what
-//!   arrives after a period's quota is spent waits at any load), or
-//!   pending at `high_pending` or
+//!   at `high_utilisation` at least), or pending at `high_pending` or
 //!   more; **no longer** after `leave_after` consecutive measurements with
 //!   utilisation below `low_utilisation`, delay below `low_delay` and
 //!   pending below half of `high_pending`, and the offered load within the
@@ -40,9 +36,7 @@
 //!   back is not out of overload). Between the two thresholds the
 //!   decision stays as it was: noise around one threshold does not flap.
 //! - **Capacity**: with the busiest worker's utilisation `u` and `r`
-//!   requests per second relayed (half the requests relayed up and half
-//!   the answers relayed back, when those are measured: the two halves of
-//!   a transaction part at an onset), each relayed request costs `u / r` of
+//!   requests per second relayed, each relayed request costs `u / r` of
 //!   that worker (what the agent's own throttle answers cost included), so
 //!   it can relay `r * target / u` at the target utilisation. Requests
 //!   answered to clients that took the agent's report and keep to their
@@ -85,10 +79,6 @@ pub struct CpuUse<'a> {
     /// The share (0 to 1) of the cgroup's enforcement periods in the
     /// interval in which it ran out of quota; `None`: not measured.
     pub throttled: Option<f64>,
-    /// The longest a runnable thread waits in one of the cgroup's periods
-    /// once its quota is spent (period - quota); `None`: no limit known.
-    /// The queue delay thresholds count from it.
-    pub pause: Option<Duration>,
 }
 
 impl CpuUse<'_> {
@@ -138,9 +128,6 @@ pub struct Inputs<'a> {
     /// Requests per second the workers handled and relayed (not answered
     /// by the agent itself); `None`: the sum of `rates`.
     pub relayed: Option<f64>,
-    /// Answers per second the agent received from upstream and relayed
-    /// back; `None`: not measured (each relayed request then counts whole).
-    pub answers: Option<f64>,
     /// Requests per second the agent answered itself for exceeding an
     /// allocation to clients that receive its reports and whose arrivals
     /// keep to their allocation (see the module documentation); the excess
@@ -273,11 +260,8 @@ impl Estimator {
         // Queue delay counts with busy workers: with idle ones it is the
         // host's scheduling, which holding clients back would not change.
         // With busy ones the worker is as loaded as the high threshold says,
-        // whatever its busy share. In a cgroup's quota the thresholds count
-        // from its pause: what arrives once a period's quota is spent waits
-        // for the next period at any load (49 ms in 1 ms per 50 ms).
-        let pause = inputs.cpu.and_then(|c| c.pause).unwrap_or_default();
-        let delayed = inputs.queue_delay >= p.high_delay + pause && u >= p.low_utilisation;
+        // whatever its busy share.
+        let delayed = inputs.queue_delay >= p.high_delay && u >= p.low_utilisation;
         let u_cost = if delayed {
             u.max(p.high_utilisation)
         } else {
@@ -287,15 +271,7 @@ impl Estimator {
         // `min_utilisation` as if at it: a machine held well below its
         // target sees its capacity grow back, by at most that factor per
         // measurement, never by a near-zero busy share.
-        // A relayed transaction is a request relayed up and its answer
-        // relayed back, about half the work each: at an onset the requests
-        // go up faster than their answers come back (the answers wait
-        // unread behind the new requests), and counted whole they would
-        // measure twice what the agent carries.
-        let transactions = inputs
-            .answers
-            .map_or(relayed, |a| 0.5 * (relayed + a.max(0.0)));
-        let work = transactions + p.answer_cost * inputs.answered_reacting.max(0.0);
+        let work = relayed + p.answer_cost * inputs.answered_reacting.max(0.0);
         if (u >= p.min_utilisation || self.overloaded) && work > 0.0 {
             let sample = work * p.target_utilisation / u_cost.max(p.min_utilisation);
             let e = self
@@ -308,19 +284,13 @@ impl Estimator {
         // a busy worker that falls behind, work waiting on it (queue delay)
         // or requests arriving faster than it relays them (the kernel's
         // per-peer counts see arrivals before userspace reads them).
-        // Falling behind shows as work waiting too: arrivals above the
-        // relayed rate with nothing waiting beyond the quota's pause are
-        // two counters read at different instants (a closed loop keeps
-        // hundreds of requests in flight, counted by the kernel a moment
-        // before the workers read them).
-        let behind =
-            total > relayed * (1.0 + ARRIVAL_EXCESS) && inputs.queue_delay >= p.low_delay + pause;
+        let behind = total > relayed * (1.0 + ARRIVAL_EXCESS);
         let high =
             (u >= p.high_utilisation && behind) || delayed || inputs.pending >= p.high_pending;
         // Over only when the load offered would fit: a machine that is idle
         // because the agent holds its clients back is not out of overload.
         let low = u < p.low_utilisation
-            && inputs.queue_delay < p.low_delay + pause
+            && inputs.queue_delay < p.low_delay
             && inputs.pending < p.high_pending / 2
             && self.estimate.is_none_or(|e| total <= e);
         tracing::debug!(

@@ -289,63 +289,6 @@ fn a_peer_that_leaves_or_fails_gives_its_share_back_at_once() {
 }
 
 #[test]
-fn an_agent_that_reads_nothing_while_it_drains_keeps_every_report() {
-    // Overloaded by measurement at ten times what it relays (RFC 8581
-    // §6.2.4), then seconds in which the saturated worker reads no request
-    // at all (it relays the answers of its backlog): the arrivals it reads
-    // are 0, which says how fast it reads, not what is offered. The
-    // reports stay in force, the edge keeps its share; they end only once
-    // the estimator finds the overload over.
-    let t0 = Instant::now();
-    let mut c = OwnLoad::new(ME, OwnLoadParams::measured(), t0, 1_700_000_000_000);
-    let s = Duration::from_secs(1);
-    let busy = [1.0];
-    let measure = |c: &mut OwnLoad, at: u32, edge: f64, relayed: f64, delay_ms: u64, u: &[f64]| {
-        let r = rates(&[("edge", edge)]);
-        c.handle_load(
-            t0 + at * s,
-            Inputs {
-                rates: &r,
-                utilisation: u,
-                queue_delay: Duration::from_millis(delay_ms),
-                relayed: Some(relayed),
-                ..Inputs::default()
-            },
-        );
-    };
-    for at in 1..=3 {
-        measure(&mut c, at, 20_000.0, 2000.0, 500, &busy);
-    }
-    assert!(c.is_reporting());
-    let allocated = rate_of(&c, "edge");
-    for at in 4..=12 {
-        measure(&mut c, at, 0.0, 0.0, 3000, &busy);
-        assert!(c.is_reporting(), "reporting at {at} s");
-        assert!(
-            !report(&c, Some("edge")).is_end(),
-            "the edge's report at {at} s"
-        );
-    }
-    assert_eq!(rate_of(&c, "edge"), allocated);
-    // The backlog drained, the edge at a fifth of its share: the estimator
-    // leaves after its hysteresis, the reports end after theirs.
-    let idle = [0.2];
-    for at in 13..=20 {
-        measure(
-            &mut c,
-            at,
-            f64::from(allocated) / 5.0,
-            f64::from(allocated) / 5.0,
-            1,
-            &idle,
-        );
-    }
-    assert!(!c.estimator().is_overloaded());
-    assert!(!c.is_reporting());
-    assert!(c.reports().all(OwnReport::is_end));
-}
-
-#[test]
 fn sequence_numbers_grow_and_survive_a_restart() {
     let (mut c, t0) = ctl(100);
     let mut last = 0;

@@ -36,9 +36,6 @@ pub(crate) struct CpuInterval {
     pub(crate) quota: Option<f64>,
     /// The share of the cgroup's periods throttled in it.
     pub(crate) throttled: Option<f64>,
-    /// The longest a runnable thread waits in one of the cgroup's periods
-    /// once the quota is spent ([`Quota::pause`]); `None`: no limit found.
-    pub(crate) pause: Option<Duration>,
 }
 
 impl CpuInterval {
@@ -186,7 +183,6 @@ impl CpuMeter {
             process: diff(reading.process, last.process),
             quota: self.limit.as_ref().map(|(q, _)| q.share()),
             throttled,
-            pause: self.limit.as_ref().map(|(q, _)| q.pause()),
         })
     }
 }
