@@ -102,8 +102,8 @@ impl Live {
     /// The control thread's tick at `now`: applies the connection `events`
     /// to the pending removals, forgets the peers closed at least
     /// [`FORGET_GRACE`] ago, forwards the program's log lines, reads and
-    /// sums the per-CPU counters and turns them into rates. `None` without the program or when the counters
-    /// cannot be read (logged).
+    /// sums the per-CPU counters and turns them into rates. `None` without
+    /// the program or when the counters cannot be read (logged).
     pub fn handle_tick(
         &self,
         now: Instant,
