@@ -5,6 +5,14 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+#[path = "../../agent/tests/support/scratch.rs"]
+#[expect(
+    unreachable_pub,
+    reason = "shared with the agent's tests, where it is a public module"
+)]
+mod scratch;
+use scratch::Scratch;
+
 const SAMPLES: &[&str] = &[
     "cer",
     "dwr",
@@ -139,21 +147,17 @@ fn decode_reads_stdin_hex_stdin_binary_and_files() {
         expect
     );
     assert_eq!(ok_stdout(&run(&["decode"], &unhex(&hex))), expect);
-    let dir = std::env::temp_dir().join(format!("doic-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("dwr.bin");
-    std::fs::write(&bin, unhex(&hex)).unwrap();
+    let dir = Scratch::new("cli-codec");
+    let bin = dir.file("dwr.bin", unhex(&hex));
     assert_eq!(
         ok_stdout(&run(&["decode", "--file", bin.to_str().unwrap()], b"")),
         expect
     );
-    let json = dir.join("dwr.json");
-    std::fs::write(&json, &expect).unwrap();
+    let json = dir.file("dwr.json", &expect);
     assert_eq!(
         ok_stdout(&run(&["encode", "--file", json.to_str().unwrap()], b"")).trim(),
         hex
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -278,21 +282,14 @@ fn a_bad_command_line_prints_what_is_wrong_and_the_usage() {
     );
 }
 
-fn config_file(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("doic-cli-config-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
 const NODE: &str = "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\n";
 
 #[test]
 fn check_config_takes_the_file_as_run_does_either_way() {
-    let good = config_file(
+    let dir = Scratch::new("cli-check-config");
+    let good = dir.file(
         "good.toml",
-        &format!("{NODE}listen = [\"127.0.0.1:3868\"]\nworkers = 1\n"),
+        format!("{NODE}listen = [\"127.0.0.1:3868\"]\nworkers = 1\n"),
     );
     let path = good.to_str().unwrap();
     let expected = format!("{path}: ok (0 peers, 0 routes, 1 workers)\n");
@@ -342,8 +339,9 @@ fn check_config_refuses_what_run_would_refuse_in_one_precise_line() {
             "node.listen (line 4, column 11): invalid socket address syntax",
         ),
     ];
+    let dir = Scratch::new("cli-refuses");
     for (name, tail, why) in cases {
-        let file = config_file(name, &format!("{NODE}{tail}"));
+        let file = dir.file(name, format!("{NODE}{tail}"));
         let out = run(&["check-config", file.to_str().unwrap()], b"");
         let err = one_line_error(&out);
         assert_eq!(
@@ -367,9 +365,9 @@ fn check_config_refuses_what_run_would_refuse_in_one_precise_line() {
     }
     // Distinct ports, an IPv4 wildcard beside IPv6 loopback, port 0 twice:
     // all bindable, all accepted.
-    let ok = config_file(
+    let ok = dir.file(
         "ok.toml",
-        &format!(
+        format!(
             "{NODE}listen = [\"0.0.0.0:3868\", \"[::1]:3868\", \"127.0.0.1:0\", \"127.0.0.1:0\"]\n[metrics]\nlisten = \"127.0.0.1:9464\"\n"
         ),
     );
@@ -384,9 +382,10 @@ fn check_config_refuses_what_run_would_refuse_in_one_precise_line() {
 fn run_names_the_listener_it_cannot_bind() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let file = config_file(
+    let dir = Scratch::new("cli-taken");
+    let file = dir.file(
         "taken.toml",
-        &format!("{NODE}listen = [\"127.0.0.1:0\"]\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+        format!("{NODE}listen = [\"127.0.0.1:0\"]\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
     );
     let o = run(&["run", "--config", file.to_str().unwrap()], b"");
     assert_eq!(o.status.code(), Some(1), "{o:?}");

@@ -5,27 +5,28 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../agent/tests/support/scratch.rs"]
+#[expect(
+    unreachable_pub,
+    reason = "shared with the agent's tests, where it is a public module"
+)]
+mod scratch;
+use scratch::Scratch;
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_doic-agent"))
 }
 
-fn write(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("doic-relay-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
 #[test]
 fn check_config_accepts_a_good_file_and_names_file_key_and_reason_otherwise() {
-    let good = write(
+    let dir = Scratch::new("relay-cli-check");
+    let good = dir.file(
         "good.toml",
         "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:3868\", \"[::1]:3868\"]\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"127.0.0.1:3869\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n",
     );
     let out = bin().arg("check-config").arg(&good).output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    let bad = write(
+    let bad = dir.file(
         "bad.toml",
         "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"ghost.example.net\"]\n",
     );
@@ -54,6 +55,7 @@ fn check_config_accepts_a_good_file_and_names_file_key_and_reason_otherwise() {
 /// value is named in one line.
 #[test]
 fn check_config_names_a_bad_protection_key_or_value() {
+    let dir = Scratch::new("relay-cli-protect");
     let base = "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\n";
     let cases = [
         (
@@ -78,7 +80,7 @@ fn check_config_names_a_bad_protection_key_or_value() {
         ),
     ];
     for (i, (tail, want)) in cases.iter().enumerate() {
-        let p = write(&format!("protect{i}.toml"), &format!("{base}{tail}"));
+        let p = dir.file(&format!("protect{i}.toml"), format!("{base}{tail}"));
         let out = bin().arg("check-config").arg(&p).output().unwrap();
         let err = String::from_utf8(out.stderr).unwrap();
         match want {
@@ -118,7 +120,8 @@ hosts = ["*.example.org"]
 
 #[test]
 fn demo_relays_traffic_and_prints_a_line_per_second() {
-    let cfg = write("demo.toml", DEMO);
+    let dir = Scratch::new("relay-cli-demo");
+    let cfg = dir.file("demo.toml", DEMO);
     let t0 = Instant::now();
     let out = bin()
         .args(["demo", "--relay", "--seconds", "3", "--config"])
@@ -159,13 +162,14 @@ fn http_get(addr: &str, path: &str) -> String {
 
 #[test]
 fn run_serves_metrics_and_stops_on_sigterm() {
+    let dir = Scratch::new("relay-cli-run");
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let cfg = write(
+    let cfg = dir.file(
         "run.toml",
-        &format!(
+        format!(
             "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\n"
         ),
     );

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use agent::config::Config;
 use serde_yaml::Value;
 use support::node::{gauge, http_get};
+use support::scratch::Scratch;
 
 const BIN: &str = env!("CARGO_BIN_EXE_doic-agent");
 
@@ -25,10 +26,8 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("doic-deploy-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("deploy-{name}"))
 }
 
 /// `doic-agent check-config FILE`: its stdout, asserting exit status 0.

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use agent::ebpf::Direction;
 use bytes::BytesMut;
 use support::capture::Capture;
+use support::scratch::Scratch;
 use tools::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, Traffic};
 
 /// Requests the client sends, one at a time (each answered before the next,
@@ -44,12 +45,12 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn write_config(tag: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("doic-ebpf-agent-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(format!("{tag}.toml"));
-    std::fs::write(&p, text).unwrap();
-    p
+/// `text` as `TAG.toml` in a directory of its own, removed when the test
+/// drops it.
+fn write_config(tag: &str, text: &str) -> (Scratch, PathBuf) {
+    let dir = Scratch::new(&format!("ebpf-agent-{tag}"));
+    let p = dir.file(&format!("{tag}.toml"), text);
+    (dir, p)
 }
 
 fn config(listen: u16, metrics: u16, upstream: SocketAddr, ebpf: &str) -> String {
@@ -288,7 +289,7 @@ fn on_lo_the_kernel_counts_equal_what_the_client_sent_and_sigterm_detaches() {
     let rt = rt();
     let server = rt.block_on(upstream());
     let (listen, metrics) = (free_port(), free_port());
-    let cfg = write_config(
+    let (_dir, cfg) = write_config(
         "lo",
         &config(
             listen,
@@ -435,7 +436,7 @@ fn relays_without_the_program(tag: &str, ebpf: &str, wrap: &[&str], why: &str) {
     let rt = rt();
     let server = rt.block_on(upstream());
     let (listen, metrics) = (free_port(), free_port());
-    let cfg = write_config(tag, &config(listen, metrics, server.addr, ebpf));
+    let (_dir, cfg) = write_config(tag, &config(listen, metrics, server.addr, ebpf));
     let agent = AgentProc::spawn(&cfg, metrics, wrap);
     agent.wait_for(Duration::from_secs(10), "upstream peer open", |p| {
         p.contains(UP)
@@ -501,7 +502,7 @@ fn without_privileges_the_agent_relays_and_says_why_in_one_line() {
 #[test]
 fn check_config_refuses_an_unusable_ebpf_section_in_one_line() {
     // check-config: one precise line.
-    let cfg = write_config(
+    let (_dir, cfg) = write_config(
         "bad",
         "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:3868\"]\n[ebpf]\nsyn_guard = true\n",
     );
@@ -539,7 +540,7 @@ fn in_a_netns_on_a_veth_the_kernel_counts_equal_the_capture_and_the_client() {
         });
         (rt, server)
     });
-    let cfg = write_config(
+    let (_dir, cfg) = write_config(
         "veth",
         &format!(
             "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"{B4}:{LISTEN}\"]\nworkers = 1\ntw_seconds = 60\n[metrics]\nlisten = \"127.0.0.1:9464\"\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"{}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n[ebpf]\ninterfaces = [\"{}\"]\nmode = \"auto\"\n",

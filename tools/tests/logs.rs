@@ -18,6 +18,7 @@ use tools::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, Traffi
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
 use support::process::{AgentProcess, events, rt};
+use support::scratch::Scratch;
 
 /// A free loopback port: bound, then released (nothing listens there).
 fn free_port() -> u16 {
@@ -28,19 +29,16 @@ fn free_port() -> u16 {
 /// The agent: `run` with a configuration dialling `upstream`, listening
 /// on `listen`, and `args`; SIGTERM with `stop`, killed on drop.
 fn spawn_agent(listen: u16, upstream: u16, args: &[&str]) -> AgentProcess {
-    let dir = std::env::temp_dir().join(format!("doic-logs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join(format!("agent-{listen}.toml"));
-    std::fs::write(
-            &cfg,
-            format!(
-                "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\ntc_seconds = 0.2\nrequest_timeout_seconds = 0.5\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"127.0.0.1:{upstream}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n"
-            ),
-        )
-        .unwrap();
+    let dir = Scratch::new(&format!("logs-{listen}"));
+    let cfg = dir.file(
+        "agent.toml",
+        format!(
+            "[node]\norigin_host = \"agent.example.com\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\ntc_seconds = 0.2\nrequest_timeout_seconds = 0.5\n[[peer]]\nhost = \"s.example.net\"\nrealm = \"example.net\"\nconnect = \"127.0.0.1:{upstream}\"\n[[route]]\nrealm = \"example.net\"\npeers = [\"s.example.net\"]\n[accept]\nhosts = [\"*.example.org\"]\n"
+        ),
+    );
     let mut all: Vec<&std::ffi::OsStr> = vec!["run".as_ref(), cfg.as_os_str()];
     all.extend(args.iter().map(std::ffi::OsStr::new));
-    AgentProcess::spawn(env!("CARGO_BIN_EXE_doic-agent"), &all)
+    AgentProcess::spawn(env!("CARGO_BIN_EXE_doic-agent"), &all).holding(dir)
 }
 
 const DOWN: &str =

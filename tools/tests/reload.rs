@@ -17,6 +17,7 @@ use tools::loadgen::{Client, Identity, Pace, Report, Server, ServerBehaviour, TE
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
 use support::process::{AgentProcess, events, rt};
+use support::scratch::Scratch;
 
 /// A free loopback port: bound, then released (nothing listens there).
 fn free_port() -> u16 {
@@ -143,8 +144,7 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
     let added = server("n.new.example", "new.example");
     let port = |s: &Server| s.addr.port();
     let (listen, metrics) = (free_port(), free_port());
-    let dir = std::env::temp_dir().join(format!("doic-reload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("reload");
     let file = dir.join("agent.toml");
     let write = |text: &str| replace_whole(&file, text);
     write(&config(
@@ -274,7 +274,6 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
     for s in [&kept, &removed, &added] {
         s.stop();
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The peers' DOIC modes as `GET /peers` shows them.
@@ -312,8 +311,7 @@ fn sighup_applies_a_doic_change_and_refuses_a_bad_one() {
         .unwrap()
     });
     let (listen, metrics) = (free_port(), free_port());
-    let dir = std::env::temp_dir().join(format!("doic-reload-doic-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("reload-doic");
     let file = dir.join("agent.toml");
     let base = config(
         (listen, metrics),
@@ -375,5 +373,4 @@ fn sighup_applies_a_doic_change_and_refuses_a_bad_one() {
     assert_eq!(cer(), 1, "the peer kept its connection");
     assert!(agent.stop().success());
     server.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,37 +2,19 @@
 //! directory, the log once a condition holds of it, `doic-agent audit` as
 //! the binary runs it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use clap::Parser as _;
 use doic::audit::query::Log;
 use tools::cli::{Cli, Command};
 
+use super::scratch::Scratch;
+
 /// An empty directory for the log of test `name`, removed with what it
 /// holds when the test is done with it.
-pub fn fresh_dir(name: &str) -> FreshDir {
-    let d = std::env::temp_dir().join(format!("doic-audit-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    FreshDir(d)
-}
-
-/// A test's directory, removed on drop.
-#[derive(Debug)]
-pub struct FreshDir(PathBuf);
-
-impl std::ops::Deref for FreshDir {
-    type Target = Path;
-
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for FreshDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+pub fn fresh_dir(name: &str) -> Scratch {
+    Scratch::new(&format!("audit-test-{name}"))
 }
 
 /// `doic-agent audit --dir DIR ARGS...` as the binary runs it.

@@ -12,6 +12,7 @@
 //! | [`packets`] | hand-built frames for the kernel program's parse path |
 //! | [`netns`] | network namespaces joined by a veth pair |
 //! | [`capture`] | a packet capture counting segments per peer and direction |
+//! | [`scratch`] | a test's own temporary directory, removed on drop |
 //! | [`process`] | the binary as a child process: its stderr line by line, the runtime of the test's peers |
 //! | [`pki`] | test certificates made at test time (rcgen): a CA, leaves, PEM files |
 //! | [`tls`] | a raw TLS client doing the capabilities exchange |
@@ -36,6 +37,7 @@ pub mod packets;
 pub mod pki;
 pub mod process;
 pub mod reporting;
+pub mod scratch;
 pub mod tls;
 
 pub use messages::*;

@@ -7,6 +7,8 @@ use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use super::scratch::Scratch;
+
 /// Takes `child`'s piped stderr and collects its lines as they come; the
 /// reader ends (join it) once the child has exited and every line is in.
 pub fn collect_lines(child: &mut Child) -> (Arc<Mutex<Vec<String>>>, JoinHandle<()>) {
@@ -35,6 +37,8 @@ pub struct AgentProcess {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
     reader: Option<JoinHandle<()>>,
+    /// The files it reads (its configuration), removed after it is killed.
+    files: Option<Scratch>,
 }
 
 impl AgentProcess {
@@ -52,7 +56,15 @@ impl AgentProcess {
             child,
             lines,
             reader: Some(reader),
+            files: None,
         }
+    }
+
+    /// The process with the directory of the files it reads, which lives as
+    /// long as it does.
+    pub fn holding(mut self, files: Scratch) -> AgentProcess {
+        self.files = Some(files);
+        self
     }
 
     /// Its process id.

@@ -78,7 +78,8 @@ struct Args {
     /// Open-loop rate as a share of the direct closed-loop rate.
     #[arg(long, default_value_t = 0.4)]
     open_share: f64,
-    /// Fail unless the agent (best worker count) reaches this share of direct.
+    /// Fail unless the agent (the better worker count of each round)
+    /// reaches this share of direct: the median of the rounds' ratios.
     #[arg(long)]
     require: Option<f64>,
     /// Fail when the agent with 2 workers is below the agent with 1 worker
@@ -472,6 +473,27 @@ fn main() -> anyhow::Result<()> {
     println!(
         "\nagent, 2 workers / agent, 1 worker (closed loop): median of the rounds' ratios {workers_ratio:.3}, ratio of medians {medians_ratio:.3}"
     );
+    // The better agent against direct measured in the same round, for the
+    // same reason: the rounds swing 10-20 % on a shared machine.
+    let agent_ratio = {
+        let direct = &targets[0].closed;
+        let agents: Vec<&Vec<Report>> = targets
+            .iter()
+            .filter(|t| t.name.starts_with("agent"))
+            .map(|t| &t.closed)
+            .collect();
+        bench::relay::median(
+            (0..direct.len())
+                .map(|r| {
+                    let best = agents.iter().map(|a| a[r].rate()).fold(0.0, f64::max);
+                    best / direct[r].rate().max(1.0)
+                })
+                .collect(),
+        )
+    };
+    println!(
+        "best agent / direct (closed loop): median of the rounds' ratios {agent_ratio:.3}, ratio of medians {best_agent:.3}"
+    );
     println!("\n| path | relay CPU us per answer, closed loop (median) |\n| --- | ---: |");
     for t in targets.iter().filter(|t| !t.cpu_us.is_empty()) {
         println!(
@@ -533,8 +555,8 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(req) = args.require {
         anyhow::ensure!(
-            best_agent >= req,
-            "the agent reached {best_agent:.2} of direct, below the required {req:.2}"
+            agent_ratio >= req,
+            "the agent reached {agent_ratio:.3} of direct (median of the rounds' ratios; ratio of medians {best_agent:.3}), below the required {req:.2}"
         );
     }
     if let Some(req) = args.fd_client_require {
