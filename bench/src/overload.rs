@@ -193,7 +193,7 @@ pub struct CellSpec {
 }
 
 /// What every cell shares.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Setup {
     /// The built-in servers' capacity C, requests per second.
     pub capacity: u32,
@@ -209,6 +209,9 @@ pub struct Setup {
     /// Requests name the server in Destination-Host (host-routed, RFC 7683
     /// §2); by default they carry Destination-Realm only (realm-routed).
     pub host_routed: bool,
+    /// The `[doic.protect]` settings of the agent next to the server, as
+    /// TOML lines (`slack = 0.05`); empty: the defaults (docs/protect.md).
+    pub protect: String,
 }
 
 impl Setup {
@@ -318,7 +321,13 @@ fn rig(peers: &tokio::runtime::Runtime, setup: &Setup, cell: CellSpec) -> anyhow
         agents: vec![],
         relay: None,
     };
-    let trust_edge = format!("[doic.peers.\"{EDGE}\"]\ntrusted = true\nreceive_reports = true\n");
+    // The agent next to the server: the edge trusted, the protection's
+    // settings if any.
+    let mut core_doic =
+        format!("[doic.peers.\"{EDGE}\"]\ntrusted = true\nreceive_reports = true\n");
+    if !setup.protect.is_empty() {
+        core_doic.push_str(&format!("[doic.protect]\n{}\n", setup.protect));
+    }
     match cell.path {
         PathKind::Direct => {}
         PathKind::FdRelay => {
@@ -329,13 +338,13 @@ fn rig(peers: &tokio::runtime::Runtime, setup: &Setup, cell: CellSpec) -> anyhow
             rig.relay = Some(relay);
         }
         PathKind::Agent | PathKind::AgentDoic => {
-            let doic = (cell.path == PathKind::AgentDoic).then_some(trust_edge.as_str());
+            let doic = (cell.path == PathKind::AgentDoic).then_some(core_doic.as_str());
             let agent = start_agent(&agent_toml(CORE, upstream, doic))?;
             rig.entry = agent.local_addrs()[0];
             rig.agents.push(agent);
         }
         PathKind::ChainRate | PathKind::ChainLoss => {
-            let core = start_agent(&agent_toml(CORE, upstream, Some(&trust_edge)))?;
+            let core = start_agent(&agent_toml(CORE, upstream, Some(&core_doic)))?;
             let algorithms = if cell.path == PathKind::ChainRate {
                 "[\"loss\", \"rate\"]"
             } else {
@@ -562,6 +571,7 @@ mod tests {
             warmup: 0.0,
             drain: Duration::ZERO,
             host_routed: false,
+            protect: String::new(),
         }
     }
 

@@ -44,6 +44,13 @@
 //!   near its last loss point, RFC 9438 §4.2): at the server's capacity the
 //!   limit stays within a few percent of it, and a server whose capacity
 //!   grew is still probed at the full step once no cut came for 4 s.
+//! - **Slow start after an onset of 3004s**: the first cut of an overload
+//!   made while the server also answered 3004 takes a rate that the
+//!   rejections have eaten into (a server that spends part of each request's
+//!   cost on every 3004 answers few 2001s while flooded), so from there the
+//!   limit grows by `SLOW_START_GROWTH` of itself per second until the next
+//!   3004 or queue above that level (as TCP's slow start until its first
+//!   loss, RFC 5681 §3.1), then probes as above.
 //! - **End**: offered load below `end_below` of the limit, the server not
 //!   queueing, for `end_after`: the limit is lifted.
 //! - **Native**: an answer carrying OC-Supported-Features shows a server
@@ -303,6 +310,9 @@ pub struct Estimator {
     slow_before: bool,
     /// When the limit was last cut for a queue at the server.
     last_cut: Option<Instant>,
+    /// The limit at the onset cut of an overload that began with 3004s:
+    /// growing fast from there until a cut above it.
+    slow_start: Option<f64>,
     measures: Measures,
 }
 
@@ -324,6 +334,7 @@ impl Estimator {
             calm_since: None,
             slow_before: false,
             last_cut: None,
+            slow_start: None,
             measures: Measures::default(),
         }
     }
@@ -537,6 +548,7 @@ impl Estimator {
             self.last_backoff = Some(now);
         }
         if let Some(new) = cut {
+            let new = new.max(min);
             // Where the probe returns: the capacity as measured now, but a
             // cut forgets at most a fifth of the capacity seen before (a
             // tick of jitter, or a stalled server, must not ratchet it
@@ -546,7 +558,21 @@ impl Estimator {
             } else {
                 basis.max(ANCHOR_KEEP * self.anchor)
             };
-            self.limit = Some(new.max(min));
+            self.slow_start = match (self.limit, self.slow_start) {
+                // The onset: with 3004s in the window, the 2001 rate is
+                // what the rejections left of the capacity.
+                (None, _) => self
+                    .window
+                    .iter()
+                    .any(|r| r.samples.busy > 0)
+                    .then_some(new),
+                // A cut above where it began: the capacity is found.
+                (Some(limit), Some(from)) if limit > from => None,
+                // The onset's queue still draining: from the lower limit.
+                (Some(_), Some(from)) => Some(from.min(new)),
+                (Some(_), None) => None,
+            };
+            self.limit = Some(new);
             self.calm_since = None;
             return;
         }
@@ -560,7 +586,10 @@ impl Estimator {
             return;
         }
         let binding = m.admitted_rate < m.offered_rate || m.admitted_rate >= 0.9 * limit;
-        if binding {
+        if binding && self.slow_start.is_some() {
+            let dt = self.window_tail_secs();
+            self.limit = Some(limit * (1.0 + SLOW_START_GROWTH * dt));
+        } else if binding {
             let dt = self.window_tail_secs();
             // Back toward the last measured capacity within about a window,
             // then additively beyond it.
@@ -587,6 +616,7 @@ impl Estimator {
                 self.anchor = 0.0;
                 self.calm_since = None;
                 self.last_backoff = None;
+                self.slow_start = None;
             }
         } else {
             self.calm_since = None;
@@ -605,6 +635,11 @@ const PROBE_RAMP: Duration = Duration::from_secs(4);
 
 /// The probe's least share of its step right after a cut.
 const PROBE_SLOWEST: f64 = 0.1;
+
+/// The slow start's growth per second, a share of the limit (5 % per
+/// 100 ms tick): from the half of the capacity a 10x flood of 3004s leaves
+/// back to it in about 1.5 s.
+const SLOW_START_GROWTH: f64 = 0.5;
 
 /// The share of the capacity seen before that a cut keeps as the probe's
 /// target.

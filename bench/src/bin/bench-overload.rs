@@ -82,6 +82,11 @@ struct Args {
     /// reacting node in front knows which server they reach (RFC 7683 §2).
     #[arg(long)]
     host_routed: bool,
+    /// A `[doic.protect]` setting of the agent next to the server (paths
+    /// `agent-doic`, `chain-rate`, `chain-loss`), e.g. `slack = 0.05`;
+    /// repeatable (docs/protect.md, "Configuration").
+    #[arg(long, value_name = "KEY = VALUE")]
+    protect: Vec<String>,
     /// Fail unless every gated path reaches this share of C at every load.
     #[arg(long)]
     require: Option<f64>,
@@ -126,6 +131,7 @@ fn main() -> anyhow::Result<()> {
         warmup: args.warmup,
         drain: Duration::from_secs_f64(args.drain),
         host_routed: args.host_routed,
+        protect: args.protect.join("\n"),
     };
     let servers: Vec<ServerKind> = args
         .servers
