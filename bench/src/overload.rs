@@ -138,6 +138,9 @@ pub struct Sample {
     pub admitted: f64,
     /// The wait in the server's queue at the end of the interval, ms.
     pub server_wait_ms: f64,
+    /// The limit the agent next to the server holds it to at the end of
+    /// the interval, requests/s (`None`: not limited, or no agent).
+    pub limit: Option<f64>,
 }
 
 /// One measurement of a cell.
@@ -421,9 +424,12 @@ pub fn measure(
     });
     // Server (c) counts nothing the benchmark can read: no samples.
     let samples = match &rig.server {
-        Some(Upstream::Builtin(server)) => {
-            sample(server, &done, Duration::from_secs_f64(warmup + seconds))
-        }
+        Some(Upstream::Builtin(server)) => sample(
+            server,
+            rig.agents.first(),
+            &done,
+            Duration::from_secs_f64(warmup + seconds),
+        ),
         _ => Vec::new(),
     };
     let report = client
@@ -439,12 +445,26 @@ pub fn measure(
     })
 }
 
-/// Samples the server's arrivals and queue wait every [`SAMPLE`] until
-/// `done` or `seconds` have passed. The arrival rate of a sample is its
+/// Samples the server's arrivals and queue wait, and the limit `next` (the
+/// agent next to the server) holds it to, every [`SAMPLE`] until `done` or
+/// `seconds` have passed. The arrival rate of a sample is its
 /// count over the time since the previous read, not over the nominal
 /// [`SAMPLE`]: a sampler woken late (a loaded machine) would otherwise
 /// read its own lateness as a burst of arrivals.
-fn sample(server: &Server, done: &AtomicBool, seconds: Duration) -> Vec<Sample> {
+fn sample(
+    server: &Server,
+    next: Option<&Agent>,
+    done: &AtomicBool,
+    seconds: Duration,
+) -> Vec<Sample> {
+    let limit = || {
+        let ov = next?.overload()?;
+        agent::overload::protect_view(ov)
+            .into_iter()
+            .find(|v| v.peer == SERVER.0)?
+            .limit
+            .map(f64::from)
+    };
     let t0 = Instant::now();
     let mut last = server.stats.requests.load(Ordering::Relaxed);
     let mut last_at = t0;
@@ -459,6 +479,7 @@ fn sample(server: &Server, done: &AtomicBool, seconds: Duration) -> Vec<Sample> 
             at: at.duration_since(t0).as_secs_f64(),
             admitted: (now - last) as f64 / dt,
             server_wait_ms: server.backlog().as_secs_f64() * 1000.0,
+            limit: limit(),
         });
         last = now;
         last_at = at;

@@ -214,8 +214,14 @@ fn main() -> anyhow::Result<()> {
                     .iter()
                     .map(|x| format!("{:.0}", x.server_wait_ms))
                     .collect();
+                let limit: Vec<String> = run
+                    .samples
+                    .iter()
+                    .map(|x| x.limit.map_or("-".into(), |l| format!("{l:.0}")))
+                    .collect();
                 eprintln!("  arrivals/s per 100 ms: {}", arrivals.join(" "));
                 eprintln!("  server wait ms: {}", wait.join(" "));
+                eprintln!("  the agent's limit/s: {}", limit.join(" "));
             }
             cell.runs.push(run);
         }
@@ -438,7 +444,8 @@ fn write_docs(dir: &std::path::Path, setup: &Setup, cells: &[Cell], t: &str) -> 
 }
 
 /// The time series of one run: offered, admitted, throttled (offered less
-/// admitted: answered by the agent itself), and the server's queue wait.
+/// admitted: answered by the agent itself), the agent's limit, and the
+/// server's queue wait.
 fn episode(setup: &Setup, cell: &Cell, run: &Run) -> Chart {
     let offered = f64::from(setup.capacity) * cell.spec.load;
     let pts = |f: &dyn Fn(&bench::overload::Sample) -> f64| -> Vec<(f64, f64)> {
@@ -465,6 +472,14 @@ fn episode(setup: &Setup, cell: &Cell, run: &Run) -> Chart {
                 name: "throttled (offered - admitted)".into(),
                 points: pts(&|s| (offered - s.admitted).max(0.0)),
             },
+            Series {
+                name: "the agent's limit (doic_protect_limit)".into(),
+                points: run
+                    .samples
+                    .iter()
+                    .filter_map(|s| Some((s.at, s.limit?)))
+                    .collect(),
+            },
         ],
         right: Some((
             "server queue wait (ms)".into(),
@@ -473,7 +488,6 @@ fn episode(setup: &Setup, cell: &Cell, run: &Run) -> Chart {
                 points: pts(&|s| s.server_wait_ms),
             }],
         )),
-        note: "the limit (doic_protect_limit) is not plotted: the agent does not publish it yet"
-            .into(),
+        note: "the limit: from the agent's first limit on".into(),
     }
 }
