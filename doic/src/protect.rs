@@ -586,11 +586,10 @@ impl Estimator {
             return;
         }
         let binding = m.admitted_rate < m.offered_rate || m.admitted_rate >= 0.9 * limit;
+        let dt = self.window_tail_secs();
         if binding && self.slow_start.is_some() {
-            let dt = self.window_tail_secs();
             self.limit = Some(limit * (1.0 + SLOW_START_GROWTH * dt));
         } else if binding {
-            let dt = self.window_tail_secs();
             // Back toward the last measured capacity within about a window,
             // then additively beyond it.
             let gap = (self.anchor - limit).max(0.0) * (dt / p.window.as_secs_f64()).min(1.0);

@@ -462,12 +462,7 @@ fn main() -> anyhow::Result<()> {
     // ratio within a round cancels the machine's drift between rounds.
     let closed_of = |name: &str| targets.iter().find(|t| t.name == name).map(|t| &t.closed);
     let workers_ratio = match (closed_of("agent, 1 worker"), closed_of("agent, 2 workers")) {
-        (Some(one), Some(two)) => bench::relay::median(
-            one.iter()
-                .zip(two)
-                .map(|(a, b)| b.rate() / a.rate().max(1.0))
-                .collect(),
-        ),
+        (Some(one), Some(two)) => rounds_ratio(two.iter().map(Report::rate), one),
         _ => f64::NAN,
     };
     println!(
@@ -475,22 +470,14 @@ fn main() -> anyhow::Result<()> {
     );
     // The better agent against direct measured in the same round, for the
     // same reason: the rounds swing 10-20 % on a shared machine.
-    let agent_ratio = {
-        let direct = &targets[0].closed;
-        let agents: Vec<&Vec<Report>> = targets
-            .iter()
-            .filter(|t| t.name.starts_with("agent"))
-            .map(|t| &t.closed)
-            .collect();
-        bench::relay::median(
-            (0..direct.len())
-                .map(|r| {
-                    let best = agents.iter().map(|a| a[r].rate()).fold(0.0, f64::max);
-                    best / direct[r].rate().max(1.0)
-                })
-                .collect(),
-        )
-    };
+    let agents: Vec<&Vec<Report>> = targets
+        .iter()
+        .filter(|t| t.name.starts_with("agent"))
+        .map(|t| &t.closed)
+        .collect();
+    let best_of_round = (0..targets[0].closed.len())
+        .map(|r| agents.iter().map(|a| a[r].rate()).fold(0.0, f64::max));
+    let agent_ratio = rounds_ratio(best_of_round, &targets[0].closed);
     println!(
         "best agent / direct (closed loop): median of the rounds' ratios {agent_ratio:.3}, ratio of medians {best_agent:.3}"
     );
@@ -568,6 +555,17 @@ fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The median over rounds of `rates` (one per round) against `base`'s
+/// rate in the same round: the machine's drift between rounds cancels.
+fn rounds_ratio(rates: impl Iterator<Item = f64>, base: &[Report]) -> f64 {
+    bench::relay::median(
+        rates
+            .zip(base)
+            .map(|(r, b)| r / b.rate().max(1.0))
+            .collect(),
+    )
 }
 
 /// Medians of a target's runs: closed-loop rate and p50/p99, open-loop
