@@ -134,13 +134,18 @@ impl PathKind {
 pub struct Sample {
     /// Seconds since the load began.
     pub at: f64,
-    /// Requests that reached the server in the interval, per second.
-    pub admitted: f64,
-    /// The wait in the server's queue at the end of the interval, ms.
-    pub server_wait_ms: f64,
+    /// Requests that reached the server in the interval, per second
+    /// (`None` for server (c), which counts nothing the benchmark reads).
+    pub admitted: Option<f64>,
+    /// The wait in the server's queue at the end of the interval, ms
+    /// (`None` for server (c)).
+    pub server_wait_ms: Option<f64>,
     /// The limit the agent next to the server holds it to at the end of
     /// the interval, requests/s (`None`: not limited, or no agent).
     pub limit: Option<f64>,
+    /// The mean latency of the server's answers in the last tick of the
+    /// agent next to it, ms (`None`: no answer in the tick, or no agent).
+    pub latency_ms: Option<f64>,
 }
 
 /// One measurement of a cell.
@@ -174,7 +179,7 @@ impl Run {
             .samples
             .iter()
             .filter(|s| s.at > self.measured_from + SAMPLE.as_secs_f64())
-            .map(|s| s.admitted * SAMPLE.as_secs_f64())
+            .filter_map(|s| Some(s.admitted? * SAMPLE.as_secs_f64()))
             .collect();
         if per.len() < 2 {
             return 0.0;
@@ -422,16 +427,18 @@ pub fn measure(
         client_done.store(true, Ordering::Relaxed);
         r
     });
-    // Server (c) counts nothing the benchmark can read: no samples.
-    let samples = match &rig.server {
-        Some(Upstream::Builtin(server)) => sample(
-            server,
-            rig.agents.first(),
-            &done,
-            Duration::from_secs_f64(warmup + seconds),
-        ),
-        _ => Vec::new(),
+    // Server (c) counts nothing the benchmark can read: only what the
+    // agent next to it sees.
+    let builtin = match &rig.server {
+        Some(Upstream::Builtin(server)) => Some(server),
+        _ => None,
     };
+    let samples = sample(
+        builtin,
+        rig.agents.first(),
+        &done,
+        Duration::from_secs_f64(warmup + seconds),
+    );
     let report = client
         .join()
         .map_err(|_| anyhow::anyhow!("the load client panicked"))??;
@@ -452,34 +459,38 @@ pub fn measure(
 /// [`SAMPLE`]: a sampler woken late (a loaded machine) would otherwise
 /// read its own lateness as a burst of arrivals.
 fn sample(
-    server: &Server,
+    server: Option<&Server>,
     next: Option<&Agent>,
     done: &AtomicBool,
     seconds: Duration,
 ) -> Vec<Sample> {
-    let limit = || {
+    if server.is_none() && next.is_none() {
+        return Vec::new();
+    }
+    let view = || {
         let ov = next?.overload()?;
         agent::overload::protect_view(ov)
             .into_iter()
-            .find(|v| v.peer == SERVER.0)?
-            .limit
-            .map(f64::from)
+            .find(|v| v.peer == SERVER.0)
     };
+    let count = || server.map(|s| s.stats.requests.load(Ordering::Relaxed));
     let t0 = Instant::now();
-    let mut last = server.stats.requests.load(Ordering::Relaxed);
+    let mut last = count();
     let mut last_at = t0;
     let mut out = Vec::new();
     let mut next = t0 + SAMPLE;
     while !done.load(Ordering::Relaxed) && t0.elapsed() < seconds {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        let now = server.stats.requests.load(Ordering::Relaxed);
+        let now = count();
         let at = Instant::now();
         let dt = at.duration_since(last_at).as_secs_f64().max(1e-6);
+        let v = view();
         out.push(Sample {
             at: at.duration_since(t0).as_secs_f64(),
-            admitted: (now - last) as f64 / dt,
-            server_wait_ms: server.backlog().as_secs_f64() * 1000.0,
-            limit: limit(),
+            admitted: now.zip(last).map(|(n, l)| (n - l) as f64 / dt),
+            server_wait_ms: server.map(|s| s.backlog().as_secs_f64() * 1000.0),
+            limit: v.as_ref().and_then(|v| v.limit).map(f64::from),
+            latency_ms: v.and_then(|v| v.latency).map(|l| l.as_secs_f64() * 1000.0),
         });
         last = now;
         last_at = at;
@@ -542,7 +553,7 @@ impl Cell {
     pub fn arrivals_sd(&self) -> Option<f64> {
         self.runs
             .iter()
-            .all(|r| !r.samples.is_empty())
+            .all(|r| r.samples.iter().any(|s| s.admitted.is_some()))
             .then(|| self.med(Run::arrivals_sd))
     }
 }
@@ -602,6 +613,7 @@ mod tests {
             cpu: FdShare {
                 share: 0.1,
                 period_us: 20_000,
+                own_cpu: None,
             },
             capacity: 2124,
         };

@@ -229,17 +229,46 @@ pub fn move_to_cgroup(dir: &std::path::Path, pid: u32) -> anyhow::Result<()> {
 /// # Errors
 /// When the kernel refuses (no such CPU).
 pub fn pin(cpu: usize) -> anyhow::Result<()> {
+    pin_task(0, &[cpu])
+}
+
+/// Restricts thread `tid` (0: the calling one; threads it starts later
+/// inherit it) to `cpus`.
+///
+/// # Errors
+/// When the kernel refuses (no such thread or CPU).
+pub fn pin_task(tid: i32, cpus: &[usize]) -> anyhow::Result<()> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
     // sched_setaffinity only read and write the set given.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set);
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        let rc =
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &raw const set);
         anyhow::ensure!(
             rc == 0,
-            "pin to CPU {cpu}: {}",
+            "pin thread {tid} to CPUs {cpus:?}: {}",
             std::io::Error::last_os_error()
         );
+    }
+    Ok(())
+}
+
+/// Restricts every thread of process `pid` (and the threads they start
+/// later) to `cpus`.
+///
+/// # Errors
+/// When its threads cannot be listed or one cannot be pinned.
+pub fn pin_process(pid: u32, cpus: &[usize]) -> anyhow::Result<()> {
+    let dir = format!("/proc/{pid}/task");
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("list {dir}"))? {
+        let name = entry?.file_name();
+        let Some(tid) = name.to_str().and_then(|t| t.parse::<i32>().ok()) else {
+            continue;
+        };
+        pin_task(tid, cpus)?;
     }
     Ok(())
 }

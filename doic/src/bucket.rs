@@ -19,7 +19,9 @@
 //! when a request is admitted and only read when it is abated. The interval
 //! T = ceil(10^9 / OC-Maximum-Rate) ns lives in a second word that a new
 //! report replaces ([`Bucket::set_rate`]); the thresholds are fixed multiples
-//! of T, so the decision reads T and the state and nothing else.
+//! of T, each at least a floor in nanoseconds ([`BucketConfig::floor_ns`]),
+//! stored with T, so the decision reads T, its threshold and the state and
+//! nothing else.
 //!
 //! # Call contract
 //!
@@ -28,7 +30,9 @@
 //!   requests; the bucket reads no clock. Times must stay below 2^63 ns
 //!   (292 years), as monotonic clocks do. Successive batch times should be
 //!   at most [`Bucket::max_time_step_ns`] (TAU1) apart while requests keep
-//!   arriving, or the admitted rate falls short of OC-Maximum-Rate.
+//!   arriving, or the admitted rate falls short of OC-Maximum-Rate; a
+//!   caller whose batches come further apart than a few T at the rates it
+//!   meets sets [`BucketConfig::floor_ns`].
 //!   Callers on several threads may pass slightly different or even slightly
 //!   older times: the bucket stays safe (never admits more than the bound of
 //!   §8.3.1), it just cannot tell which arrival came "first".
@@ -93,6 +97,11 @@ pub struct Bucket {
     rate: AtomicU32,
     /// Thresholds per level in units of T / 65536, padded to `MAX_LEVELS`.
     multipliers: [u32; MAX_LEVELS],
+    /// The least threshold per level, ns ([`BucketConfig::floor_ns`]).
+    floors: [u64; MAX_LEVELS],
+    /// The threshold per level at the interval in force, ns: the larger of
+    /// its multiple of T and its floor. Written with T, read per decision.
+    taus: [AtomicU64; MAX_LEVELS],
     /// TAU0 in units of T / 65536.
     tau0: u32,
     /// §8.3.3 randomisation on.
@@ -116,9 +125,12 @@ impl Bucket {
             interval: AtomicU64::new(interval_ns(rate_per_s)),
             rate: AtomicU32::new(rate_per_s),
             multipliers: config.multipliers(),
+            floors: config.floors(),
+            taus: std::array::from_fn(|_| AtomicU64::new(0)),
             tau0: config.tau0.raw(),
             randomise: config.randomise,
         };
+        bucket.store_taus(interval_ns(rate_per_s));
         bucket.activate(now_ns);
         Ok(bucket)
     }
@@ -140,9 +152,10 @@ impl Bucket {
             return false;
         }
         let index = usize::from(level).min(MAX_LEVELS - 1);
-        // Thresholds are at most 65536 T < 2^46 ns, so the cast is lossless.
-        #[expect(clippy::cast_possible_wrap, reason = "at most 2^46, see above")]
-        let tau = scale(t, self.multipliers[index]) as i64;
+        // Thresholds are at most 65536 T < 2^46 ns (or a floor, clamped to
+        // i64::MAX when stored), so the cast is lossless.
+        #[expect(clippy::cast_possible_wrap, reason = "at most i64::MAX, see above")]
+        let tau = self.taus[index].load(Relaxed) as i64;
         // Relaxed suffices: the bucket publishes no other data, and
         // read-modify-writes of one atomic are totally ordered.
         let mut tat = self.tat.0.load(Relaxed);
@@ -199,6 +212,9 @@ impl Bucket {
     pub fn set_rate(&self, now_ns: u64, rate_per_s: u32) {
         let t = interval_ns(rate_per_s);
         self.rate.store(rate_per_s, Relaxed);
+        // The thresholds before T: a decision between the two stores reads
+        // the new thresholds with the old T, never a floor-less threshold.
+        self.store_taus(t);
         self.interval.store(t, Relaxed);
         if t != 0 {
             self.tat
@@ -246,8 +262,19 @@ impl Bucket {
     /// The threshold of priority `level` for the interval in force, in ns.
     #[must_use]
     pub fn threshold_ns(&self, level: u8) -> u64 {
-        let index = usize::from(level).min(MAX_LEVELS - 1);
-        scale(self.interval(), self.multipliers[index])
+        self.threshold_for(self.interval(), usize::from(level).min(MAX_LEVELS - 1))
+    }
+
+    /// Level `index`'s threshold at interval `t`: its multiple of T, at
+    /// least its floor.
+    fn threshold_for(&self, t: u64, index: usize) -> u64 {
+        scale(t, self.multipliers[index]).max(self.floors[index])
+    }
+
+    fn store_taus(&self, t: u64) {
+        for (index, tau) in self.taus.iter().enumerate() {
+            tau.store(self.threshold_for(t, index).min(i64::MAX as u64), Relaxed);
+        }
     }
 
     /// The largest step by which the caller's `now` may advance between
@@ -260,7 +287,7 @@ impl Bucket {
     /// otherwise read [`monotonic_ns`] once per batch.
     #[must_use]
     pub fn max_time_step_ns(&self) -> u64 {
-        scale(self.interval(), self.multipliers[0])
+        self.threshold_for(self.interval(), 0)
     }
 
     /// The largest content an admission can leave at the interval in
@@ -272,8 +299,8 @@ impl Bucket {
     }
 
     fn capacity_for(&self, t: u64) -> u64 {
-        let tau = scale(t, self.multipliers[MAX_LEVELS - 1]);
-        tau + t + if self.randomise { t / 2 } else { 0 }
+        let tau = self.threshold_for(t, MAX_LEVELS - 1);
+        tau.saturating_add(t + if self.randomise { t / 2 } else { 0 })
     }
 }
 

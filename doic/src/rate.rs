@@ -45,6 +45,12 @@ pub struct RateParams {
     pub tau2: f64,
     /// Randomise the bucket phase at activation and when it empties (§8.3.3).
     pub randomise_phase: bool,
+    /// The least TAU1 in milliseconds, whatever the rate (TAU2 keeps its
+    /// ratio to TAU1). The agent stamps each batch of requests it reads
+    /// with one time, and a batch at a high rate holds more than 1 + TAU1/T
+    /// requests: at 5T, batches 2 ms apart admitted about 2,900/s whatever
+    /// the rate above it. 0: thresholds in multiples of T only.
+    pub tau1_floor_ms: f64,
 }
 
 impl Default for RateParams {
@@ -54,6 +60,7 @@ impl Default for RateParams {
             tau1: 5.0,
             tau2: 10.0,
             randomise_phase: true,
+            tau1_floor_ms: 10.0,
         }
     }
 }
@@ -69,10 +76,20 @@ pub enum RateParamsError {
         /// Its value.
         value: f64,
     },
+    /// The floor of TAU1 is negative, not a number, or above a second.
+    #[error("rate tau1_floor_ms = {value} is not in [0, 1000]")]
+    Floor {
+        /// What was given.
+        value: f64,
+    },
     /// The bucket rejects the combination (e.g. TAU1 > TAU2, TAU0 > TAU2).
     #[error("invalid rate bucket parameters")]
     Bucket(#[source] ConfigError),
 }
+
+/// The largest [`RateParams::tau1_floor_ms`]: a second of the rate as one
+/// burst.
+const MAX_FLOOR_MS: f64 = 1000.0;
 
 impl RateParams {
     /// The bucket configuration: level 0 tests TAU1, level 1 tests TAU2.
@@ -84,10 +101,20 @@ impl RateParams {
         let tol = |name, value: f64| {
             Tolerance::from_intervals_f64(value).ok_or(RateParamsError::Tolerance { name, value })
         };
+        let floor = self.tau1_floor_ms;
+        if !(0.0..=MAX_FLOOR_MS).contains(&floor) {
+            return Err(RateParamsError::Floor { value: floor });
+        }
         let c = BucketConfig {
             thresholds: vec![tol("tau1", self.tau1)?, tol("tau2", self.tau2)?],
             tau0: tol("tau0", self.tau0)?,
             randomise: self.randomise_phase,
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "checked to lie in 0..=MAX_FLOOR_MS"
+            )]
+            floor_ns: (floor * 1e6).round() as u64,
         };
         c.validate().map_err(RateParamsError::Bucket)?;
         Ok(c)
@@ -164,9 +191,24 @@ mod tests {
 
     #[test]
     fn default_params_are_the_rfc_values() {
-        // RFC 8582 §8.3.2: TAU0 = 0, TAU1 = TAU2 / 2, TAU2 = 10T.
+        // RFC 8582 §8.3.2: TAU0 = 0, TAU1 = TAU2 / 2, TAU2 = 10T; TAU1 at
+        // least 10 ms.
         let c = RateParams::default().bucket_config().unwrap();
-        assert_eq!(c, BucketConfig::two_priorities());
+        assert_eq!(c, BucketConfig::two_priorities().with_floor_ns(10_000_000));
+    }
+
+    #[test]
+    fn a_floor_outside_a_second_is_refused() {
+        for value in [-1.0, 1000.5, f64::NAN] {
+            let p = RateParams {
+                tau1_floor_ms: value,
+                ..RateParams::default()
+            };
+            assert!(
+                matches!(p.bucket_config(), Err(RateParamsError::Floor { .. })),
+                "{value}"
+            );
+        }
     }
 
     #[test]

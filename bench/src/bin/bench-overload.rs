@@ -7,8 +7,9 @@
 //!
 //! Server `fd` (server (c)) is freeDiameter's `test_app` server held to
 //! `--fd-share` of one CPU by a cgroup (root); its capacity C is measured
-//! first (`bench::overload::fd_server::calibrate`) and its loads are
-//! multiples of that C.
+//! first (`bench::overload::fd_server::calibrate`, closed loop, then
+//! `sustained`: the rate it keeps up with open loop, direct) and its loads
+//! are multiples of that C.
 //!
 //! With `--require F` it fails unless every gated path (`--gated`, default
 //! `agent-doic`) reaches goodput >= F x C at every load measured, and with
@@ -65,6 +66,12 @@ struct Args {
     /// Server `fd`'s cgroup bandwidth period, µs.
     #[arg(long, default_value_t = 20_000)]
     fd_period_us: u64,
+    /// Server `fd` on a CPU of its own (the last this process may use),
+    /// and the benchmark (client, relays, built-in servers) on the others:
+    /// two hosts, as in a deployment, where otherwise the relays' CPU and
+    /// the server's contend on the same cores.
+    #[arg(long)]
+    fd_own_cpu: bool,
     /// Seconds of each closed-loop run measuring server `fd`'s C.
     #[arg(long, default_value_t = 3.0)]
     fd_calibration: f64,
@@ -124,6 +131,18 @@ fn paths(names: &[String]) -> anyhow::Result<Vec<PathKind>> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Before any thread starts: every later one inherits the affinity.
+    let fd_cpu = if args.fd_own_cpu {
+        let cpus = bench::relay_ab::allowed_cpus()?;
+        let Some((&last, rest)) = cpus.split_last().filter(|(_, r)| !r.is_empty()) else {
+            bail!("--fd-own-cpu needs two CPUs or more, this process may use {cpus:?}");
+        };
+        bench::relay_ab::pin_task(0, rest)?;
+        eprintln!("server fd on CPU {last}, the benchmark on CPUs {rest:?}");
+        Some(last)
+    } else {
+        None
+    };
     let setup = Setup {
         capacity: args.capacity,
         seconds: args.seconds,
@@ -133,6 +152,10 @@ fn main() -> anyhow::Result<()> {
         host_routed: args.host_routed,
         protect: args.protect.join("\n"),
     };
+    let peers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     let servers: Vec<ServerKind> = args
         .servers
         .iter()
@@ -143,6 +166,7 @@ fn main() -> anyhow::Result<()> {
                 let cpu = FdShare {
                     share: args.fd_share,
                     period_us: args.fd_period_us,
+                    own_cpu: fd_cpu,
                 };
                 let cal = fd_server::calibrate(SERVER, cpu, args.fd_calibration)
                     .context("measuring the capacity of server fd")?;
@@ -152,9 +176,12 @@ fn main() -> anyhow::Result<()> {
                     cpu.period_us / 1000,
                     cal.line()
                 );
+                let kept = fd_server::sustained(&peers, &setup, cpu, cal.capacity)
+                    .context("measuring the rate server fd sustains")?;
+                eprintln!("server fd: open loop, direct: {}", kept.line());
                 Ok(ServerKind::Fd {
                     cpu,
-                    capacity: cal.capacity,
+                    capacity: kept.capacity,
                 })
             }
             _ => bail!("unknown server {s:?}: fifo, reject or fd"),
@@ -162,10 +189,6 @@ fn main() -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     let kinds = paths(&args.paths)?;
     let gated = paths(&args.gated)?;
-    let peers = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
     let mut cells: Vec<Cell> = Vec::new();
     for &server in &servers {
         for &load in &args.loads {
@@ -204,24 +227,21 @@ fn main() -> anyhow::Result<()> {
                 r.by_code
             );
             if args.series {
-                let arrivals: Vec<String> = run
-                    .samples
-                    .iter()
-                    .map(|x| format!("{:.0}", x.admitted))
-                    .collect();
-                let wait: Vec<String> = run
-                    .samples
-                    .iter()
-                    .map(|x| format!("{:.0}", x.server_wait_ms))
-                    .collect();
-                let limit: Vec<String> = run
-                    .samples
-                    .iter()
-                    .map(|x| x.limit.map_or("-".into(), |l| format!("{l:.0}")))
-                    .collect();
-                eprintln!("  arrivals/s per 100 ms: {}", arrivals.join(" "));
-                eprintln!("  server wait ms: {}", wait.join(" "));
-                eprintln!("  the agent's limit/s: {}", limit.join(" "));
+                let line = |f: &dyn Fn(&bench::overload::Sample) -> Option<f64>| -> String {
+                    let v: Vec<String> = run
+                        .samples
+                        .iter()
+                        .map(|x| f(x).map_or("-".into(), |v| format!("{v:.0}")))
+                        .collect();
+                    v.join(" ")
+                };
+                eprintln!("  arrivals/s per 100 ms: {}", line(&|x| x.admitted));
+                eprintln!("  server wait ms: {}", line(&|x| x.server_wait_ms));
+                eprintln!("  the agent's limit/s: {}", line(&|x| x.limit));
+                eprintln!(
+                    "  latency seen by the agent, ms: {}",
+                    line(&|x| x.latency_ms)
+                );
             }
             cell.runs.push(run);
         }
@@ -448,8 +468,11 @@ fn write_docs(dir: &std::path::Path, setup: &Setup, cells: &[Cell], t: &str) -> 
 /// server's queue wait.
 fn episode(setup: &Setup, cell: &Cell, run: &Run) -> Chart {
     let offered = f64::from(setup.capacity) * cell.spec.load;
-    let pts = |f: &dyn Fn(&bench::overload::Sample) -> f64| -> Vec<(f64, f64)> {
-        run.samples.iter().map(|s| (s.at, f(s))).collect()
+    let pts = |f: &dyn Fn(&bench::overload::Sample) -> Option<f64>| -> Vec<(f64, f64)> {
+        run.samples
+            .iter()
+            .filter_map(|s| Some((s.at, f(s)?)))
+            .collect()
     };
     Chart {
         title: format!(
@@ -462,7 +485,7 @@ fn episode(setup: &Setup, cell: &Cell, run: &Run) -> Chart {
         left: vec![
             Series {
                 name: "offered".into(),
-                points: pts(&|_| offered),
+                points: pts(&|_| Some(offered)),
             },
             Series {
                 name: "admitted (at the server)".into(),
@@ -470,15 +493,11 @@ fn episode(setup: &Setup, cell: &Cell, run: &Run) -> Chart {
             },
             Series {
                 name: "throttled (offered - admitted)".into(),
-                points: pts(&|s| (offered - s.admitted).max(0.0)),
+                points: pts(&|s| s.admitted.map(|a| (offered - a).max(0.0))),
             },
             Series {
                 name: "the agent's limit (doic_protect_limit)".into(),
-                points: run
-                    .samples
-                    .iter()
-                    .filter_map(|s| Some((s.at, s.limit?)))
-                    .collect(),
+                points: pts(&|s| s.limit),
             },
         ],
         right: Some((

@@ -7,10 +7,15 @@
 //! in freeDiameter's queues, so latency grows as with server (a), but the
 //! queue is a real server's.
 //!
-//! Its capacity C is measured first ([`calibrate`]): closed-loop runs on a
-//! fresh server with more and more requests outstanding, until the 2001
-//! answers per second stop growing (RFC 7068 §3: the throughput a server
-//! sustains is what overload control must keep).
+//! Its capacity C is measured first, in two steps. [`calibrate`]: closed-loop
+//! runs on a fresh server with more and more requests outstanding, until
+//! the 2001 answers per second stop growing. That is the most it answers
+//! with a queue always waiting, not a rate it sustains offered open loop
+//! (offered that rate, it answered 0.81 of it direct, p99 2.8 s: the queue
+//! grew). [`sustained`] then offers open loop, direct, the closed loop's
+//! figure and steps of a tenth below it, and C is the first rate the server
+//! keeps up with (RFC 7068 §3: the throughput a server sustains is what
+//! overload control must keep).
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -20,7 +25,7 @@ use interop::fd::{FdNode, FdServer};
 use tools::loadgen::{Pace, Traffic};
 
 use crate::relay::connect_client;
-use crate::relay_ab::{CpuLimit, move_to_cgroup};
+use crate::relay_ab::{CpuLimit, move_to_cgroup, pin_process};
 
 /// The cgroup of server (c).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,6 +35,9 @@ pub struct FdShare {
     /// The cgroup's bandwidth period, µs (the quota, share x period, must
     /// be at least 1 ms).
     pub period_us: u64,
+    /// A CPU of its own for the server (`None`: wherever the scheduler
+    /// puts it, beside the client and the relays).
+    pub own_cpu: Option<usize>,
 }
 
 /// A freeDiameter `test_app` server in a cgroup of its own: stopped, then
@@ -67,6 +75,9 @@ impl LimitedFd {
         let name = format!("doic-bench-overload-{}-{}", std::process::id(), node.port());
         let limit = CpuLimit::new(&name, cpu.share, cpu.period_us)?;
         move_to_cgroup(&limit.dir, pid)?;
+        if let Some(cpu) = cpu.own_cpu {
+            pin_process(pid, &[cpu])?;
+        }
         Ok(Self {
             node,
             _limit: limit,
@@ -177,6 +188,120 @@ pub fn calibrate(
     })
 }
 
+/// The steps of [`sustained`]: shares of the closed loop's figure offered
+/// open loop, highest first.
+const SUSTAIN_STEPS: [f64; 6] = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5];
+/// A rate is sustained when at least this share of it comes back as
+/// goodput (2001 within the client's timeout T) ...
+const SUSTAIN_GOODPUT: f64 = 0.97;
+/// ... every request answered 2001, and the 2001 p99 is within this share
+/// of T (a queue that grows through the run shows there first).
+const SUSTAIN_P99_OF_T: f64 = 0.25;
+
+/// One open-loop step of [`sustained`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Step {
+    /// Offered, requests per second.
+    pub offered: u32,
+    /// Goodput as a share of it.
+    pub goodput: f64,
+    /// The 2001 answers' p99, ms.
+    pub p99_ms: f64,
+    /// Whether the server kept up (the three bounds above).
+    pub kept_up: bool,
+}
+
+/// What [`sustained`] measured.
+#[derive(Debug, Clone)]
+pub struct Sustained {
+    /// Each step, in the order run.
+    pub steps: Vec<Step>,
+    /// The capacity C: the first rate kept up with.
+    pub capacity: u32,
+}
+
+impl Sustained {
+    /// One line for logs and docs.
+    #[must_use]
+    pub fn line(&self) -> String {
+        let steps: Vec<String> = self
+            .steps
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}/s: goodput {:.2}, p99 {:.0} ms{}",
+                    s.offered,
+                    s.goodput,
+                    s.p99_ms,
+                    if s.kept_up { "" } else { " (behind)" }
+                )
+            })
+            .collect();
+        format!("C = {}/s ({})", self.capacity, steps.join("; "))
+    }
+}
+
+/// Whether one open-loop run at `offered`/s kept up: goodput at least
+/// [`SUSTAIN_GOODPUT`] of it, every request answered 2001, and the 2001
+/// p99 within [`SUSTAIN_P99_OF_T`] of `timeout`.
+fn kept_up(run: &super::Run, offered: u32, timeout: Duration) -> Step {
+    let r = &run.report;
+    let ok = r.by_code.get(&2001).copied().unwrap_or(0);
+    let goodput = r.goodput(timeout) / f64::from(offered.max(1));
+    let p99_ms = f64::from(r.ok_percentile_us(99.0)) / 1000.0;
+    let kept_up = goodput >= SUSTAIN_GOODPUT
+        && run.unanswered() == 0
+        && ok == r.answered
+        && p99_ms <= timeout.as_secs_f64() * 1000.0 * SUSTAIN_P99_OF_T;
+    Step {
+        offered,
+        goodput,
+        p99_ms,
+        kept_up,
+    }
+}
+
+/// Measures the rate server (c) in `cpu` sustains: the open-loop client
+/// of the grid (`setup`'s warm-up, seconds, timeout), direct, on a fresh
+/// server per step, offers each of [`SUSTAIN_STEPS`] times `closed` (what
+/// [`calibrate`] measured) until the server keeps up.
+///
+/// # Errors
+/// As [`super::measure`]; a server that keeps up with none of the steps.
+pub fn sustained(
+    peers: &tokio::runtime::Runtime,
+    setup: &super::Setup,
+    cpu: FdShare,
+    closed: u32,
+) -> anyhow::Result<Sustained> {
+    let mut steps = Vec::new();
+    for share in SUSTAIN_STEPS {
+        let offered = (f64::from(closed) * share).round() as u32;
+        let cell = super::CellSpec {
+            server: super::ServerKind::Fd {
+                cpu,
+                capacity: offered,
+            },
+            path: super::PathKind::Direct,
+            load: 1.0,
+        };
+        let run = super::measure(peers, setup, cell)?;
+        let step = kept_up(&run, offered, setup.timeout);
+        steps.push(step);
+        if step.kept_up {
+            return Ok(Sustained {
+                steps,
+                capacity: offered,
+            });
+        }
+    }
+    let s = Sustained { steps, capacity: 0 };
+    anyhow::bail!(
+        "server fd kept up with none of the open-loop rates down to half the closed loop's: {}",
+        s.line()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +314,7 @@ mod tests {
             FdShare {
                 share: 0.1,
                 period_us: 5_000,
+                own_cpu: None,
             },
         )
         .unwrap_err();
@@ -204,6 +330,31 @@ mod tests {
         assert_eq!(
             c.line(),
             "C = 2124/s (4 outstanding 1187/s, 16 outstanding 1670/s, 64 outstanding 2124/s, 256 outstanding 1834/s)"
+        );
+    }
+
+    #[test]
+    fn the_sustained_line_marks_the_steps_the_server_fell_behind_in() {
+        let s = Sustained {
+            steps: vec![
+                Step {
+                    offered: 2130,
+                    goodput: 0.81,
+                    p99_ms: 2787.8,
+                    kept_up: false,
+                },
+                Step {
+                    offered: 1917,
+                    goodput: 1.0,
+                    p99_ms: 41.0,
+                    kept_up: true,
+                },
+            ],
+            capacity: 1917,
+        };
+        assert_eq!(
+            s.line(),
+            "C = 1917/s (2130/s: goodput 0.81, p99 2788 ms (behind); 1917/s: goodput 1.00, p99 41 ms)"
         );
     }
 }

@@ -124,6 +124,14 @@ pub struct BucketConfig {
     /// Randomise the bucket phase at activation and whenever the bucket
     /// empties (§8.3.3, avoidance of resonance).
     pub randomise: bool,
+    /// The least the lowest threshold may be, in nanoseconds, whatever the
+    /// rate (0: none, the thresholds are multiples of T alone). The higher
+    /// thresholds keep their ratio to it. A caller that stamps a batch of
+    /// requests with one time needs TAU1 at least the time between its
+    /// batches ([`crate::bucket::Bucket::max_time_step_ns`]); at a high rate
+    /// a few T are shorter than that, and the bucket would admit about
+    /// `1 + TAU1/T` per batch, whatever the rate.
+    pub floor_ns: u64,
 }
 
 impl BucketConfig {
@@ -134,6 +142,7 @@ impl BucketConfig {
             thresholds: vec![tau],
             tau0: Tolerance::ZERO,
             randomise: true,
+            floor_ns: 0,
         }
     }
 
@@ -145,6 +154,7 @@ impl BucketConfig {
             thresholds: vec![Tolerance::intervals(5), Tolerance::intervals(10)],
             tau0: Tolerance::ZERO,
             randomise: true,
+            floor_ns: 0,
         }
     }
 
@@ -152,6 +162,14 @@ impl BucketConfig {
     #[must_use]
     pub fn with_randomise(mut self, randomise: bool) -> BucketConfig {
         self.randomise = randomise;
+        self
+    }
+
+    /// The same configuration with the lowest threshold at least `floor_ns`
+    /// nanoseconds ([`BucketConfig::floor_ns`]).
+    #[must_use]
+    pub fn with_floor_ns(mut self, floor_ns: u64) -> BucketConfig {
+        self.floor_ns = floor_ns;
         self
     }
 
@@ -208,6 +226,19 @@ impl BucketConfig {
             *slot = t.raw();
         }
         m
+    }
+
+    /// The least each level's threshold may be, in ns: [`Self::floor_ns`]
+    /// for the lowest, in proportion to it for the others (TAU2 / TAU1
+    /// kept, §8.3.2).
+    pub(crate) fn floors(&self) -> [u64; MAX_LEVELS] {
+        let m = self.multipliers();
+        let base = u128::from(m[0]);
+        m.map(|q| {
+            (u128::from(self.floor_ns) * u128::from(q))
+                .checked_div(base)
+                .map_or(self.floor_ns, |f| u64::try_from(f).unwrap_or(u64::MAX))
+        })
     }
 }
 

@@ -341,6 +341,7 @@ fn config_strategy(min_q: u32) -> impl Strategy<Value = BucketConfig> {
                 thresholds,
                 tau0: Tolerance::from_ratio(tau0, 1 << 16).unwrap(),
                 randomise,
+                floor_ns: 0,
             }
         })
 }
@@ -607,6 +608,7 @@ proptest! {
             thresholds: vec![Tolerance::intervals(4), Tolerance::intervals(8), Tolerance::intervals(12)],
             tau0: Tolerance::ZERO,
             randomise: true,
+            floor_ns: 0,
         };
         let bucket = Bucket::new(0, rate, &config).unwrap();
         let t = interval_ns(rate);
@@ -647,4 +649,47 @@ proptest! {
         }
         prop_assert!(within(n, 10 * u64::from(second), 1), "second {} at {}", n, second);
     }
+}
+
+/// Batches of `per_batch` requests, one time per batch, `step_ns` apart,
+/// for one second at `rate`: how many the bucket admits.
+fn admitted_in_batches(config: &BucketConfig, rate: u32, step_ns: u64, per_batch: usize) -> usize {
+    let bucket = Bucket::new(0, rate, config).unwrap();
+    (0..1_000_000_000 / step_ns)
+        .map(|i| {
+            (0..per_batch)
+                .filter(|_| bucket.try_admit(i * step_ns, 0))
+                .count()
+        })
+        .sum()
+}
+
+#[test]
+fn batches_further_apart_than_tau1_admit_less_than_the_rate_without_a_floor() {
+    // 5,000/s (T = 200 µs), TAU1 = 5T = 1 ms; an agent's worker reads a
+    // client every 2 ms, 20 requests a read: 1 + TAU1/T = 6 a batch.
+    let rfc = no_random(BucketConfig::two_priorities());
+    let got = admitted_in_batches(&rfc, 5_000, 2_000_000, 20);
+    assert!((2_900..=3_100).contains(&got), "{got}");
+    // TAU1 at least 10 ms: the rate, within a batch.
+    let floored = rfc.with_floor_ns(10_000_000);
+    let got = admitted_in_batches(&floored, 5_000, 2_000_000, 20);
+    assert!((4_990..=5_060).contains(&got), "{got}");
+}
+
+#[test]
+fn the_floor_keeps_tau2_over_tau1_and_yields_to_longer_multiples() {
+    let c = no_random(BucketConfig::two_priorities()).with_floor_ns(10_000_000);
+    // 5,000/s: 5T = 1 ms and 10T = 2 ms, below the floors of 10 and 20 ms.
+    let b = Bucket::new(0, 5_000, &c).unwrap();
+    assert_eq!(b.threshold_ns(0), 10_000_000);
+    assert_eq!(b.threshold_ns(1), 20_000_000);
+    assert_eq!(b.max_time_step_ns(), 10_000_000);
+    // 100/s: 5T = 50 ms is above the floor, which then does nothing.
+    b.set_rate(0, 100);
+    assert_eq!(b.threshold_ns(0), 50_000_000);
+    assert_eq!(b.threshold_ns(1), 100_000_000);
+    // A burst at 100/s: 1 + TAU1/T as without a floor.
+    let b = Bucket::new(0, 100, &c).unwrap();
+    assert_eq!((0..100).filter(|_| b.try_admit(0, 0)).count(), 6);
 }
