@@ -384,6 +384,11 @@ pub fn measure(
     setup: &Setup,
     cell: CellSpec,
 ) -> anyhow::Result<Run> {
+    // Server (c) on a CPU of its own, if asked: the rest before the rig.
+    let _apart = match cell.server {
+        ServerKind::Fd { cpu, .. } => fd_server::Apart::from(cpu)?,
+        _ => None,
+    };
     let rig = rig(peers, setup, cell)?;
     let rate = (f64::from(setup.capacity_of(cell.server)) * cell.load).round() as u64;
     let done = Arc::new(AtomicBool::new(false));

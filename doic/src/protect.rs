@@ -34,8 +34,9 @@
 //! - **Multiplicative decrease on 3004 and timeouts** (AIMD): at most once
 //!   per `window`, the limit becomes the rate of successful answers times
 //!   `1 - backoff`.
-//! - **Additive probe**: while the limit binds (requests were throttled or
-//!   admitted at 90 % of it or more) and the server is not queueing, the
+//! - **Additive probe**: while the limit binds (the server receives 90 % of
+//!   it or more; requests throttled for less prove nothing) and the server
+//!   is not queueing, the
 //!   limit grows by `probe * max(limit, anchor)` per second, `anchor` being
 //!   the highest completion rate seen in the episode (Clearwater: raise only
 //!   when the limit is used). Beyond the anchor the step starts at a tenth
@@ -585,7 +586,10 @@ impl Estimator {
             self.calm_since = None;
             return;
         }
-        let binding = m.admitted_rate < m.offered_rate || m.admitted_rate >= 0.9 * limit;
+        // The limit binds when the server receives about that much: requests
+        // throttled by a gate below its share, or by a bucket admitting fewer
+        // than its rate, are no sign that the server takes more.
+        let binding = m.admitted_rate >= BINDING * limit;
         let dt = self.window_tail_secs();
         if binding && self.slow_start.is_some() {
             self.limit = Some(limit * (1.0 + SLOW_START_GROWTH * dt));
@@ -627,6 +631,10 @@ impl Estimator {
         self.window.back().map_or(0.0, |r| r.span.as_secs_f64())
     }
 }
+
+/// The share of the limit the server must receive for the limit to bind
+/// (and the probe to raise it).
+const BINDING: f64 = 0.9;
 
 /// How long after a cut the probe beyond the last capacity takes to reach
 /// its full step.

@@ -67,9 +67,10 @@ struct Args {
     #[arg(long, default_value_t = 20_000)]
     fd_period_us: u64,
     /// Server `fd` on a CPU of its own (the last this process may use),
-    /// and the benchmark (client, relays, built-in servers) on the others:
-    /// two hosts, as in a deployment, where otherwise the relays' CPU and
-    /// the server's contend on the same cores.
+    /// and the benchmark (client, relays) on the others while it runs: two
+    /// hosts, as in a deployment, where otherwise the relays' CPU and the
+    /// server's contend on the same cores. The built-in servers' cells
+    /// keep every CPU.
     #[arg(long)]
     fd_own_cpu: bool,
     /// Seconds of each closed-loop run measuring server `fd`'s C.
@@ -131,14 +132,12 @@ fn paths(names: &[String]) -> anyhow::Result<Vec<PathKind>> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    // Before any thread starts: every later one inherits the affinity.
     let fd_cpu = if args.fd_own_cpu {
         let cpus = bench::relay_ab::allowed_cpus()?;
-        let Some((&last, rest)) = cpus.split_last().filter(|(_, r)| !r.is_empty()) else {
+        let Some(&last) = cpus.last().filter(|_| cpus.len() > 1) else {
             bail!("--fd-own-cpu needs two CPUs or more, this process may use {cpus:?}");
         };
-        bench::relay_ab::pin_task(0, rest)?;
-        eprintln!("server fd on CPU {last}, the benchmark on CPUs {rest:?}");
+        eprintln!("server fd on CPU {last}, the benchmark on the others while it runs");
         Some(last)
     } else {
         None

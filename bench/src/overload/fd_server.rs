@@ -25,7 +25,7 @@ use interop::fd::{FdNode, FdServer};
 use tools::loadgen::{Pace, Traffic};
 
 use crate::relay::connect_client;
-use crate::relay_ab::{CpuLimit, move_to_cgroup, pin_process};
+use crate::relay_ab::{CpuLimit, allowed_cpus, move_to_cgroup, pin_process};
 
 /// The cgroup of server (c).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,6 +91,46 @@ impl LimitedFd {
     }
 }
 
+/// While it lives, every thread of this process (and the threads they
+/// start) runs on the CPUs it may use but server (c)'s own
+/// ([`FdShare::own_cpu`]): the server and the benchmark as two hosts. The
+/// CPUs before are restored on drop.
+#[derive(Debug)]
+pub struct Apart {
+    before: Vec<usize>,
+}
+
+impl Apart {
+    /// Moves this process off `cpu.own_cpu`, if the share has one.
+    ///
+    /// # Errors
+    /// No other CPU left to this process, or the kernel refusing.
+    pub fn from(cpu: FdShare) -> anyhow::Result<Option<Self>> {
+        let Some(own) = cpu.own_cpu else {
+            return Ok(None);
+        };
+        let before = allowed_cpus()?;
+        let rest: Vec<usize> = before.iter().copied().filter(|&c| c != own).collect();
+        anyhow::ensure!(
+            !rest.is_empty(),
+            "server fd on CPU {own} leaves no CPU to the benchmark (it may use {before:?})"
+        );
+        pin_process(std::process::id(), &rest)?;
+        Ok(Some(Self { before }))
+    }
+}
+
+impl Drop for Apart {
+    fn drop(&mut self) {
+        if let Err(e) = pin_process(std::process::id(), &self.before) {
+            eprintln!(
+                "warning: the benchmark's CPUs not restored to {:?}: {e:#}",
+                self.before
+            );
+        }
+    }
+}
+
 /// Requests outstanding in the first calibration run; each next run has
 /// four times as many.
 const FIRST_WINDOW: usize = 4;
@@ -136,6 +176,7 @@ pub fn calibrate(
     cpu: FdShare,
     seconds: f64,
 ) -> anyhow::Result<Calibration> {
+    let _apart = Apart::from(cpu)?;
     let server = LimitedFd::start(identity, cpu)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

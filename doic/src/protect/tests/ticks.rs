@@ -215,3 +215,55 @@ fn an_agent_starved_of_cpu_does_not_take_its_own_delay_for_a_server_queue() {
     let beyond = starved_agent(late * 3, late);
     assert!(beyond.limit().is_some(), "{:?}", beyond.measures());
 }
+
+/// Requests throttled while the server receives only half the limit (a
+/// client's gate at its share, or a bucket that admits fewer than its
+/// rate): nothing shows that the server takes more, so the probe holds
+/// (Clearwater's load monitor raises the limit only when it is used). With
+/// "throttled at all" counted as binding, the limit climbed past 5,000/s
+/// while a bucket that admitted a few requests per read let 2,900/s reach
+/// the server (docs/overload.md, "A bucket that held the server below its
+/// limit").
+#[test]
+fn throttling_while_the_server_gets_half_the_limit_does_not_raise_it() {
+    let tick = Duration::from_millis(TICK_MS);
+    let mut now = Instant::now();
+    let mut est = Estimator::new(ProtectParams::default(), Mode::Auto);
+    let mut run = |est: &mut Estimator, answered: u64, latency: Duration, load: Load| {
+        for _ in 0..answered {
+            est.handle_sample(latency, Outcome::Answered, false);
+        }
+        now += tick;
+        est.handle_tick(now, load);
+    };
+    let load = |outstanding, offered, throttled| Load {
+        outstanding,
+        offered,
+        throttled,
+        agent_delay: Duration::ZERO,
+    };
+    let calm = Duration::from_micros(500);
+    for _ in 0..20 {
+        run(&mut est, 100, calm, load(0, 100, 0));
+    }
+    // A queue: 200 answered a tick, 100 ms late, 400 waiting.
+    for _ in 0..3 {
+        run(&mut est, 200, Duration::from_millis(100), load(400, 600, 0));
+    }
+    let at = f64::from(est.limit().expect("limited on the queue"));
+    // Then 3x the limit offered, half of the limit admitted and answered
+    // at once, the rest throttled, for 6 s.
+    let half = (at / 20.0) as u64;
+    let offered = (3.0 * at / 10.0) as u64;
+    let mut limits = vec![];
+    for _ in 0..60 {
+        run(&mut est, half, calm, load(0, offered, offered - half));
+        limits.push(est.limit().expect("still limited"));
+    }
+    // Once the queue's ticks have left the window (1 s), it holds.
+    let held = f64::from(limits[10]);
+    assert!(
+        limits[10..].iter().all(|&l| f64::from(l) <= held * 1.02),
+        "from {at}/s, then {held}/s: {limits:?}"
+    );
+}
