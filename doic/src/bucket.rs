@@ -212,8 +212,8 @@ impl Bucket {
     pub fn set_rate(&self, now_ns: u64, rate_per_s: u32) {
         let t = interval_ns(rate_per_s);
         self.rate.store(rate_per_s, Relaxed);
-        // The thresholds before T: a decision between the two stores reads
-        // the new thresholds with the old T, never a floor-less threshold.
+        // The thresholds, then T: a decision between the two stores pairs
+        // the new thresholds with the old T, a difference of one decision.
         self.store_taus(t);
         self.interval.store(t, Relaxed);
         if t != 0 {
