@@ -471,12 +471,22 @@ pub(crate) struct SlotCount {
     pub(crate) requests_in: u64,
 }
 
+/// How far the agent's own count of a peer's requests may exceed the
+/// kernel's before the kernel is taken to have missed some: a share of the
+/// rate and a few requests per second. The two are read at the same tick
+/// but count different moments (the kernel a request's arrival at the
+/// socket, the agent its read), so at a steady rate they differ by the
+/// requests between the two at each end of the interval (300.6 read
+/// against 298.6 arrived per second, say).
+const KERNEL_SLACK: (f64, f64) = (0.05, 2.0);
+
 /// The arrival rate of each peer at `now`: the kernel's rate for the
 /// connection's remote address when the kernel has one and counted it
 /// exactly over the interval (`KernelLoad::arrival_rate`), else the
 /// userspace counter's increase since `last` (nothing before a first
-/// reading); the userspace count when it is the larger (the requests the
-/// agent read arrived: a kernel count below it missed some).
+/// reading); the userspace count when it exceeds the kernel's by more than
+/// [`KERNEL_SLACK`] (the requests the agent read arrived: a kernel count
+/// well below it missed some).
 pub(crate) fn measure(
     slots: &[SlotCount],
     kernel: Option<&KernelLoad>,
@@ -496,10 +506,12 @@ pub(crate) fn measure(
             rate
         });
         let load = match (from_kernel, userspace) {
-            (Some(k), Some(u)) if u > k => Some(PeerLoad {
-                rate: u,
-                source: Source::Userspace,
-            }),
+            (Some(k), Some(u)) if u > k * (1.0 + KERNEL_SLACK.0) + KERNEL_SLACK.1 => {
+                Some(PeerLoad {
+                    rate: u,
+                    source: Source::Userspace,
+                })
+            }
             (Some(rate), _) => Some(PeerLoad {
                 rate,
                 source: Source::Kernel,

@@ -151,6 +151,21 @@ fn the_kernel_rate_of_the_connection_wins_else_the_userspace_counter() {
             source: Source::Userspace
         }
     );
+    // A userspace count a little above the kernel's is the two counts'
+    // different moments, not a miss: the kernel's ((1100 - 100) / 2 s =
+    // 500 read, 490 arrived).
+    let close = KernelLoad {
+        at: Some(t1),
+        rates: vec![rate("127.0.0.1:40001", Direction::FromPeer, 490.0)],
+    };
+    let m = measure(&slots, Some(&close), Some(&last), t1);
+    assert_eq!(
+        m["c1"],
+        PeerLoad {
+            rate: 490.0,
+            source: Source::Kernel
+        }
+    );
     // No earlier reading and no kernel: nothing to say yet.
     assert!(measure(&slots, None, None, t1).is_empty());
     // The kernel could not count c1 exactly in the interval (a segment
