@@ -210,11 +210,13 @@ impl Chain {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edge_offering_loss_abates_at_the_source_on_the_report_made_for_the_server() {
     let c = chain("[\"loss\"]", Overloaded::Server).await;
-    // Aimed a little above its share (`doic::protect::behalf::OVER`), the
-    // edge leaves about a tenth of the share to the agent next to the
-    // server, with the onset and the random drop's peaks: 324-693 against
-    // the edge's 2,476-2,854 in six runs.
-    c.answered_at_the_edge(0.5, 1.0 / 3.0);
+    // Aimed at its share, and held by a gate with the loss client's
+    // tolerance (`doic::protect::gates::LOSS_TOLERANCE`), the edge leaves
+    // the agent next to the server the onset and the peaks of its random
+    // drop beyond a tenth of a second: 184-217 against the edge's
+    // 2,974-3,053 in three runs (324-693 against 2,476-2,854 when it aimed
+    // at 1.10 x its share, its excess trimmed by a 10 ms bucket).
+    c.answered_at_the_edge(0.5, 0.15);
 }
 
 /// The agent next to the server overloaded itself (`[doic] own_capacity`

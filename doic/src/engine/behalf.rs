@@ -139,7 +139,7 @@ impl Doic {
     ) -> Option<OcOlr> {
         let e = self.behalf_entry(now, app_id, server)?;
         if let Some(g) = &e.gates
-            && g.mark_doic(now, client)
+            && g.mark_doic(now, client, algorithm == Algorithm::Loss)
         {
             tracing::debug!(
                 client,

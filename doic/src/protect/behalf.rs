@@ -205,10 +205,13 @@ impl OnBehalf {
 /// sent the cut of its arrivals to its share (its gate holds it there
 /// either way) until its arrivals fall, the sign that it complies.
 ///
-/// The fraction aims a little above the share ([`OVER`]): what random drops
-/// let through varies around its mean (RFC 7683 §6), the client's gate at
-/// its share holds the peaks, and aimed at the share itself the troughs
-/// would leave it unused.
+/// The fraction aims at the share itself: what random drops let through
+/// varies around its mean (RFC 7683 §6), and the client's gate, a bucket at
+/// its share with the loss client's tolerance
+/// ([`crate::protect::gates::LOSS_TOLERANCE`]), lets those peaks pass. (It
+/// aimed at 1.10 x the share while the gate had the rate client's 10 ms
+/// tolerance: the gate then trimmed the excess to the share and shaped what
+/// reached the server as a rate client's bucket would, docs/overload.md.)
 #[derive(Clone, Debug, Default)]
 pub struct ClientLoss {
     clients: BTreeMap<String, Passing>,
@@ -231,9 +234,6 @@ struct Passing {
     ignores: bool,
 }
 
-/// What a loss client's fraction aims at, as a multiple of its share.
-pub const OVER: f64 = 1.10;
-
 /// The least fraction a loss client is asked to pass: what a complying
 /// client then sends still shows its demand.
 const MIN_PASS: f64 = 0.01;
@@ -253,7 +253,7 @@ impl ClientLoss {
         self.clients.retain(|c, _| shares.contains_key(c));
         let mut out = BTreeMap::new();
         for (client, &share) in shares {
-            let aim = OVER * f64::from(share.max(1));
+            let aim = f64::from(share.max(1));
             // Not measured (a client held between two requests keeps its
             // share): nothing to correct from.
             let measured = arrivals(client);
@@ -296,15 +296,18 @@ impl ClientLoss {
             };
             self.clients
                 .insert(client.clone(), Passing { pass, ..next });
-            // The nearest whole percent (RFC 7683 §7.7 has no finer): the
-            // client's gate holds what passes above its share, so a
-            // percentage rounded up would only leave the share unused.
+            // The whole percent at or below the cut (RFC 7683 §7.7 has no
+            // finer): at 5x a percent is a twentieth of the share, and a
+            // percentage rounded up leaves that much of it unused while the
+            // client's gate holds what passes above it (in the core's chain
+            // simulation, rounded to the nearest: 0.94 C, rounded down:
+            // 0.96 C).
             #[expect(
                 clippy::cast_possible_truncation,
                 clippy::cast_sign_loss,
                 reason = "in 0..=100"
             )]
-            let percent = ((1.0 - pass) * 100.0).round() as u32;
+            let percent = ((1.0 - pass) * 100.0).floor() as u32;
             out.insert(client.clone(), percent);
         }
         out
@@ -359,9 +362,10 @@ mod tests {
         assert!(b.current().unwrap().report.sequence > s1);
     }
 
-    /// The percentage that passes `fraction` of a demand.
+    /// The percentage that passes `fraction` of a demand: the whole
+    /// percent at or below the cut, so that at least `fraction` passes.
     fn passing(fraction: f64) -> u32 {
-        ((1.0 - fraction.min(1.0)) * 100.0).round() as u32
+        ((1.0 - fraction.min(1.0)) * 100.0).floor() as u32
     }
 
     #[test]
@@ -375,18 +379,15 @@ mod tests {
             cl.revise(ms(t), shares, |_| Some(a), settle)["c1"]
         };
         // One client of 600/s, its share 200/s, first split while it sent
-        // its demand: cut by about two thirds (aiming at OVER x 200).
-        let third = OVER * 200.0 / 600.0;
+        // its demand: cut by about two thirds (aiming at its share).
+        let third = 200.0 / 600.0;
         assert_eq!(at(&mut cl, 0, &shares, 600.0), passing(third));
         assert!((60..=67).contains(&passing(third)), "{}", passing(third));
         // Split at the onset, its arrivals read 400/s of its 600/s and
         // still rising; within `settle` the demand follows them up.
         let mut cl = ClientLoss::default();
-        assert_eq!(
-            at(&mut cl, 0, &shares, 400.0),
-            passing(OVER * 200.0 / 400.0)
-        );
-        let f = OVER * 200.0 / 450.0;
+        assert_eq!(at(&mut cl, 0, &shares, 400.0), passing(200.0 / 400.0));
+        let f = 200.0 / 450.0;
         assert_eq!(at(&mut cl, 300, &shares, 450.0), passing(f));
         // Passing f of 600/s once settled: corrected to two thirds, where
         // a cut of what reaches the agent (already cut) would be 27 %.
@@ -395,7 +396,7 @@ mod tests {
         assert_eq!(at(&mut cl, 2_200, &shares, 600.0 * third), passing(third));
         // A larger share between corrections, its demand unchanged.
         let more = BTreeMap::from([("c1".to_owned(), 300)]);
-        let half = OVER * 300.0 / 600.0;
+        let half = 300.0 / 600.0;
         assert_eq!(at(&mut cl, 2_300, &more, 600.0 * third), passing(half));
         // Its demand halved: passing half of 300/s, it is not cut.
         assert_eq!(at(&mut cl, 3_400, &more, 300.0 * half), 0);
