@@ -27,8 +27,8 @@
 //! least [`LOSS_TOLERANCE`] so that the peaks of that randomness pass and
 //! it keeps its share on average. A bucket at the share with the rate
 //! client's tolerance (10 ms) trims the peaks while nothing fills the
-//! troughs: in the core's chain simulation a tenth of the share went
-//! unused (docs/overload.md, "The agent chain").
+//! troughs: in the core's chain simulation 7 % of the share went unused
+//! (docs/overload.md, "The agent chain").
 //!
 //! So the server's total stays at its limit. The buckets are the lock-free
 //! ones of [`crate::bucket`]; the map of clients is fixed per report
