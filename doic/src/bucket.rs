@@ -25,7 +25,7 @@
 //!
 //! # Call contract
 //!
-//! * `now_ns` is monotonic nanoseconds ([`monotonic_ns`], or [`coarse_ns`]
+//! * `now_ns` is monotonic nanoseconds (the agent's `clock::monotonic_ns`, or `clock::coarse_ns`
 //!   when its tick is short enough), read by the caller once per batch of
 //!   requests; the bucket reads no clock. Times must stay below 2^63 ns
 //!   (292 years), as monotonic clocks do. Successive batch times should be
@@ -283,8 +283,9 @@ impl Bucket {
     /// after a step longer than TAU the bucket has emptied and the time
     /// beyond is lost to the long-run rate (with TAU = 4T and a 4 ms clock
     /// tick that caps a bucket at 1250/s). Compare with
-    /// [`coarse_resolution_ns`] to decide whether [`coarse_ns`] will do;
-    /// otherwise read [`monotonic_ns`] once per batch.
+    /// the agent's `clock::coarse_resolution_ns` to decide whether
+    /// `clock::coarse_ns` will do; otherwise read `clock::monotonic_ns` once
+    /// per batch.
     #[must_use]
     pub fn max_time_step_ns(&self) -> u64 {
         self.threshold_for(self.interval(), 0)

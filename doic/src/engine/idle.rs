@@ -65,7 +65,7 @@ pub(crate) fn config_id() -> u64 {
 }
 
 /// What [`Doic::treat_idle_remembered`] made of one client's [`Offer`]: the
-/// client's state ([`Doic::client_state`]: its features kept, its peer
+/// client's state (`Doic::client_state`: its features kept, its peer
 /// report support, RFC 7683 §10.4, RFC 8581 §6.1.2) under the core's
 /// configuration of that moment. A client announces the same
 /// OC-Supported-Features in every request (RFC 7683 §5.1.1), so the caller

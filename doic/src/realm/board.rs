@@ -4,7 +4,7 @@
 //! two workers never issue different versions of the same content.
 //!
 //! A core consults the board when it re-evaluates a realm (at most every
-//! [`super::REEVALUATE`], or when a host report changed), never on the path
+//! `REEVALUATE`, 100 ms, or when a host report changed), never on the path
 //! of a request that changes nothing: it deposits the realm-routed requests
 //! it saw since, and reads the realm's demand over the last [`WINDOW`]
 //! summed over every core, so that every core estimates from the agent's
@@ -118,7 +118,7 @@ impl RealmBoard {
     /// `realm`) over `span` (from its last deposit to now), (all, of those
     /// from DOIC clients that abate at the source), and returns the realm's
     /// demand from every core, in requests/s the same way, over the
-    /// [`WINDOW`] that ends one [`super::REEVALUATE`] ago (by then every core
+    /// [`WINDOW`] that ends one `REEVALUATE` (100 ms) ago (by then every core
     /// that receives such requests has deposited what it saw; a deposit
     /// counts for the part of its span inside the window). `None` until a
     /// tenth of a second is measured, or when the realm is not recorded.
