@@ -213,10 +213,13 @@ async fn an_edge_offering_loss_abates_at_the_source_on_the_report_made_for_the_s
     // Aimed at its share, and held by a gate with the loss client's
     // tolerance (`doic::protect::gates::LOSS_TOLERANCE`), the edge leaves
     // the agent next to the server the onset and the peaks of its random
-    // drop beyond a tenth of a second: 184-217 against the edge's
-    // 2,974-3,053 in three runs (324-693 against 2,476-2,854 when it aimed
-    // at 1.10 x its share, its excess trimmed by a 10 ms bucket).
-    c.answered_at_the_edge(0.5, 0.15);
+    // drop beyond a tenth of a second: 163-282 against the edge's
+    // 2,953-3,072 in 20 of 21 runs, and once 667 against 2,467 (a late
+    // first correction: the onset's share varies); 324-693 against
+    // 2,476-2,854 when it aimed at 1.10 x its share, its excess trimmed by
+    // a 10 ms bucket. A bound of 0.15 failed on such a run, so the bound
+    // stays where it was.
+    c.answered_at_the_edge(0.5, 1.0 / 3.0);
 }
 
 /// The agent next to the server overloaded itself (`[doic] own_capacity`
