@@ -472,20 +472,24 @@ pub(crate) struct SlotCount {
 }
 
 /// How far the agent's own count of a peer's requests may exceed the
-/// kernel's before the kernel is taken to have missed some: a share of the
-/// rate and a few requests per second. The two are read at the same tick
-/// but count different moments (the kernel a request's arrival at the
-/// socket, the agent its read), so at a steady rate they differ by the
-/// requests between the two at each end of the interval (300.6 read
-/// against 298.6 arrived per second, say).
-const KERNEL_SLACK: (f64, f64) = (0.05, 2.0);
+/// kernel's before the kernel is taken to have missed some, as a share of
+/// the kernel's rate (with [`KERNEL_SLACK_RPS`] on top). The two are read
+/// at the same tick but count different moments (the kernel a request's
+/// arrival at the socket, the agent its read), so at a steady rate they
+/// differ by the requests between the two at each end of the interval
+/// (300.6 read against 298.6 arrived per second, say).
+const KERNEL_SLACK: f64 = 0.05;
+
+/// The requests per second the agent's count may exceed the kernel's by
+/// beyond [`KERNEL_SLACK`].
+const KERNEL_SLACK_RPS: f64 = 2.0;
 
 /// The arrival rate of each peer at `now`: the kernel's rate for the
 /// connection's remote address when the kernel has one and counted it
 /// exactly over the interval (`KernelLoad::arrival_rate`), else the
 /// userspace counter's increase since `last` (nothing before a first
 /// reading); the userspace count when it exceeds the kernel's by more than
-/// [`KERNEL_SLACK`] (the requests the agent read arrived: a kernel count
+/// [`KERNEL_SLACK`] and [`KERNEL_SLACK_RPS`] (the requests the agent read arrived: a kernel count
 /// well below it missed some).
 pub(crate) fn measure(
     slots: &[SlotCount],
@@ -506,7 +510,7 @@ pub(crate) fn measure(
             rate
         });
         let load = match (from_kernel, userspace) {
-            (Some(k), Some(u)) if u > k * (1.0 + KERNEL_SLACK.0) + KERNEL_SLACK.1 => {
+            (Some(k), Some(u)) if u > k * (1.0 + KERNEL_SLACK) + KERNEL_SLACK_RPS => {
                 Some(PeerLoad {
                     rate: u,
                     source: Source::Userspace,

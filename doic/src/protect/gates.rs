@@ -51,6 +51,14 @@ use crate::rate::{Priority, RateControl};
 /// varies by about 13 per 100 ms).
 pub const LOSS_TOLERANCE: Duration = Duration::from_millis(100);
 
+/// `config` with TAU1 at least [`LOSS_TOLERANCE`]: the bucket of a client
+/// that takes the loss report.
+#[must_use]
+pub fn loss_config(config: &BucketConfig) -> BucketConfig {
+    let tolerance = u64::try_from(LOSS_TOLERANCE.as_nanos()).unwrap_or(u64::MAX);
+    config.clone().with_floor_ns(config.floor_ns.max(tolerance))
+}
+
 /// One DOIC client's gate: its share and the buckets at it.
 #[derive(Debug)]
 struct ClientGate {
@@ -98,8 +106,7 @@ impl Gates {
         shares: &BTreeMap<String, u32>,
         config: &BucketConfig,
     ) -> Self {
-        let tolerance = u64::try_from(LOSS_TOLERANCE.as_nanos()).unwrap_or(u64::MAX);
-        let loss_config = config.clone().with_floor_ns(config.floor_ns.max(tolerance));
+        let loss_config = loss_config(config);
         let mut clients = FxMap::default();
         for (client, &share) in shares {
             let share = share.max(1);

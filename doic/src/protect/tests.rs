@@ -294,8 +294,7 @@ impl Sim {
                 // A loss edge is held with the loss client's tolerance
                 // (`Gates`: the agent sent it the loss report).
                 if self.edge.as_ref().is_some_and(|e| !e.rate) {
-                    let tolerance = crate::protect::gates::LOSS_TOLERANCE.as_nanos() as u64;
-                    config = config.with_floor_ns(tolerance);
+                    config = crate::protect::gates::loss_config(&config);
                 }
                 self.gate = Some(RateControl::new(self.origin, now, l, &config));
             }
