@@ -325,6 +325,18 @@ async fn kernel_arrival_rates_drive_the_own_peer_report() {
     let r = own_reports(a.last().unwrap());
     assert_eq!(r[0].maximum_rate, Some(CAPACITY));
     assert_eq!(r[0].source_id.as_deref(), Some(AGENT));
+    // The same load on for two control ticks more: a report can come
+    // before the kernel has read the new connection twice (a rate needs
+    // two readings), and was then made on the agent's own count.
+    paced(
+        &mut c,
+        &mut hbh,
+        offered,
+        Duration::from_millis(2_500),
+        Some(&cf),
+        |_| false,
+    )
+    .await;
     let body = http_get(metrics, "/metrics").await;
     let series = format!("doic_own_peer_load_rps{{peer=\"{CLIENT}\",source=\"kernel\"}}");
     let rate = gauge(&body, &series).unwrap_or_else(|| panic!("no {series}: {body}"));
