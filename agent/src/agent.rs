@@ -132,13 +132,15 @@ impl Agent {
         for (i, addr) in config.listen_addrs().iter().enumerate() {
             let listener = || format!("node.listen[{i}]");
             let l = bind(*addr, listener)?;
-            crate::net::connect::set_backlog(&l, config.node.listen_backlog).map_err(|source| {
-                StartError::Bind {
-                    listener: listener(),
-                    addr: *addr,
-                    source,
-                }
-            })?;
+            let bind_error = |source| StartError::Bind {
+                listener: listener(),
+                addr: *addr,
+                source,
+            };
+            crate::net::connect::set_backlog(&l, config.node.listen_backlog).map_err(bind_error)?;
+            if let Some(bytes) = config.node.socket_buffer_bytes {
+                crate::net::connect::set_buffers(&l, bytes).map_err(bind_error)?;
+            }
             listeners.push(l);
         }
         let metrics_listener = config

@@ -167,6 +167,16 @@ pub struct Node {
     /// instead of queued behind them.
     #[serde(default = "default_upstream_backlog_bytes")]
     pub upstream_backlog_bytes: usize,
+    /// The kernel's receive and send buffers of every peer connection,
+    /// accepted or dialled (`SO_RCVBUF`, `SO_SNDBUF`, bytes; Linux books
+    /// twice the figure and caps it at `net.core.rmem_max` /
+    /// `net.core.wmem_max`). Unset: the kernel sizes them itself, up to
+    /// `net.ipv4.tcp_rmem` / `tcp_wmem`'s maximum (megabytes). A bound keeps
+    /// what waits in the kernel between two nodes to a known amount of
+    /// work: seconds of it in front of a small agent otherwise
+    /// (docs/own-overload.md).
+    #[serde(default)]
+    pub socket_buffer_bytes: Option<u32>,
     /// Requests of one downstream connection relayed and not yet answered,
     /// at most; one more is answered 3004 at once. It also sizes the
     /// connection's answer queue, which therefore cannot fill

@@ -69,16 +69,17 @@ pub const AGENT: &str = "agent.example.com";
 /// `protect`: `"native"` takes it out of these runs, whose server is never
 /// the bottleneck (with `"auto"`, the default, the agent's own scheduling
 /// delay in a small CPU share reads as the server's latency and its
-/// adaptive limit throttles: docs/own-overload.md).
+/// adaptive limit throttles: docs/own-overload.md). `node` is added to its
+/// `[node]` section as given (its socket buffers, say).
 #[must_use]
 pub fn agent_toml(
     (listen, metrics): (u16, u16),
     server: SocketAddr,
     trusted: &[String],
-    protect: &str,
+    (protect, node): (&str, &str),
 ) -> String {
     let mut t = format!(
-        "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\n\
+        "[node]\norigin_host = \"{AGENT}\"\norigin_realm = \"example.com\"\nlisten = [\"127.0.0.1:{listen}\"]\n{node}\n\
          [metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\
          [[peer]]\nhost = \"{}\"\nrealm = \"{}\"\nconnect = \"{server}\"\n\
          [[route]]\nrealm = \"{}\"\npeers = [\"{}\"]\n[accept]\nhosts = [\"*.example.org\"]\n[doic]\n",
@@ -376,6 +377,8 @@ pub struct Setup {
     pub server_protect: String,
     /// Lines for the edge's `[node]` ([`edge_toml`]).
     pub edge_node: String,
+    /// Lines for the agent's `[node]` ([`agent_toml`]).
+    pub agent_node: String,
 }
 
 /// One relay held to the CPU share, with its upstream server; stopped on
@@ -432,7 +435,12 @@ impl Rig {
                         .collect(),
                 };
                 let a = AgentProcess::spawn(&setup.agent_bin, &limit.dir, |l, m| {
-                    agent_toml((l, m), server.addr, &trusted, &setup.server_protect)
+                    agent_toml(
+                        (l, m),
+                        server.addr,
+                        &trusted,
+                        (&setup.server_protect, &setup.agent_node),
+                    )
                 })?;
                 let edge = match subject {
                     Subject::Chain => {
@@ -700,17 +708,18 @@ mod tests {
             (3868, 9090),
             "127.0.0.1:3869".parse().unwrap(),
             &trusted,
-            "native",
+            ("native", "socket_buffer_bytes = 32768"),
         );
         let c = agent::config::Config::from_str_named(&t, Path::new("own.toml"));
         assert!(c.is_ok(), "{t}\n{:?}", c.err());
+        assert_eq!(c.unwrap().node.socket_buffer_bytes, Some(32_768));
         assert!(t.contains("[doic.peers.\"client1.example.org\"]\ntrusted = true"));
         assert!(!t.contains("client2.example.org") && !t.contains("own_capacity"));
         let bad = agent_toml(
             (3868, 9090),
             "127.0.0.1:3869".parse().unwrap(),
             &[],
-            "sometimes",
+            ("sometimes", ""),
         );
         assert!(agent::config::Config::from_str_named(&bad, Path::new("own.toml")).is_err());
         // The edge in front of it: a reacting node that takes its reports.

@@ -66,6 +66,7 @@ fn clients_above_the_measured_capacity_are_held_to_it() {
         drain: Duration::from_secs(3),
         server_protect: "native".into(),
         edge_node: String::new(),
+        agent_node: String::new(),
     };
     let (peers, clients) = (runtime(1), runtime(2));
     // C as bench-own measures it: eight clients of 32 outstanding keep the

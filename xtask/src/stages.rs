@@ -65,7 +65,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-own",
-        about: "the agent held to 0.05 CPU holds a DOIC client that ignores its report and a client without DOIC to the capacity it measured (bench/tests/own_cgroup.rs, enforced); the agent held to a CPU share by a cgroup, no own_capacity: C measured there, open-loop clients at 1x and 10x C behind an edge agent that takes its reports (gated, not yet enforced) and straight to it (half DOIC, ignoring reports), freeDiameter's relay in the same share; goodput at 10x vs 1x, 2001 p99, VmHWM, answers; a 10 s soak at 10x (root)",
+        about: "the agent held to 0.05 CPU holds a DOIC client that ignores its report and a client without DOIC to the capacity it measured (bench/tests/own_cgroup.rs, enforced); the agent held to a CPU share by a cgroup, no own_capacity: C measured there, open-loop clients at 1x and 10x C behind an edge agent that takes its reports, the pipe between them bounded (gated, not yet enforced) and straight to it (half DOIC, ignoring reports), freeDiameter's relay in the same share; goodput at 10x vs 1x, 2001 p99, VmHWM, answers; a 10 s soak at 10x (root)",
         run: bench_own,
     },
     Stage {
@@ -588,6 +588,25 @@ const OWN_GATE_ENFORCED: bool = false;
 /// the cgroup, can offer 10x the agent's capacity.
 const OWN_CPU: [&str; 4] = ["--cpu-share", "0.02", "--period-us", "50000"];
 
+/// What may wait between the edge and the agent, bounded as an operator
+/// in front of an agent of a few thousand requests a second would
+/// (docs/own-overload.md, "The pipe bounded"): the kernel's buffers of
+/// both ends (`node.socket_buffer_bytes`) and the edge's queue and output
+/// toward the agent. Unbounded, the onset at 10x puts seconds of the
+/// agent's work in them before its first report. The agent's receive
+/// buffer is the larger: in 1 ms of CPU per 50 ms it reads once a period,
+/// so its window passes at most about half its buffer per period.
+const OWN_BOUNDS: [&str; 8] = [
+    "--agent-node",
+    "socket_buffer_bytes = 131072",
+    "--edge-node",
+    "socket_buffer_bytes = 32768",
+    "--edge-node",
+    "upstream_queue = 512",
+    "--edge-node",
+    "upstream_backlog_bytes = 32768",
+];
+
 /// The reduced own-overload benchmark (bench/src/bin/bench-own.rs): 1x and
 /// 10x, the agent behind an edge and alone, and freeDiameter's relay, one
 /// round of 3 s after 2 s of warm-up, and a 10 s soak at 10x; about 3
@@ -615,6 +634,7 @@ fn bench_own() -> anyhow::Result<()> {
     let make = || {
         let mut cmd = std::process::Command::new(&bin);
         cmd.args(OWN_CPU);
+        cmd.args(OWN_BOUNDS);
         cmd.args([
             "--loads",
             "1,10",
@@ -652,6 +672,7 @@ pub(crate) fn bench_own_full() -> anyhow::Result<()> {
     let docs = crate::util::root().join("docs");
     let mut cmd = std::process::Command::new(&bin);
     cmd.args(OWN_CPU);
+    cmd.args(OWN_BOUNDS);
     cmd.args(["--rounds", "3", "--drain", "8", "--soak", "60"]);
     cmd.arg("--docs").arg(&docs);
     cmd.env("DOIC_PEERS_DIR", crate::peers::dir());

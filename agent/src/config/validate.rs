@@ -202,6 +202,14 @@ impl Config {
                 format!("{} is not in [4096, 33554432]", n.upstream_backlog_bytes),
             ));
         }
+        if let Some(b) = n.socket_buffer_bytes
+            && !(2048..=64 << 20).contains(&b)
+        {
+            return Err(bad(
+                "node.socket_buffer_bytes",
+                format!("{b} is not in [2048, 67108864]"),
+            ));
+        }
         Ok(())
     }
 }
@@ -257,6 +265,7 @@ peers = ["nobody.example.net"]
             (65_536, 65_536)
         );
         assert_eq!(c.node.upstream_backlog_bytes, 16 << 20);
+        assert_eq!(c.node.socket_buffer_bytes, None);
         let node = "[node]\norigin_host = \"a.b\"\norigin_realm = \"b\"\n";
         for (extra, want) in [
             (
@@ -274,6 +283,10 @@ peers = ["nobody.example.net"]
             (
                 "upstream_backlog_bytes = 100",
                 "t.toml: node.upstream_backlog_bytes: 100 is not in [4096, 33554432]",
+            ),
+            (
+                "socket_buffer_bytes = 1024",
+                "t.toml: node.socket_buffer_bytes: 1024 is not in [2048, 67108864]",
             ),
             (
                 "upstream_queue = 0",

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -39,6 +39,49 @@ pub(crate) fn set_backlog(l: &std::net::TcpListener, backlog: u32) -> std::io::R
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// Sets a socket's kernel receive and send buffers to `bytes` each
+/// (`SO_RCVBUF`, `SO_SNDBUF`; `node.socket_buffer_bytes`). Set on a
+/// listener, they are what its accepted connections start with; set on a
+/// socket before it connects, the window it offers in its SYN fits them.
+///
+/// # Errors
+/// The `setsockopt(2)` error.
+pub(crate) fn set_buffers(fd: &impl std::os::fd::AsRawFd, bytes: u32) -> std::io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+        // SAFETY: the descriptor is a socket owned by the caller for the
+        // whole call; `v` outlives it and its size is passed.
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&raw const v).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Connects to `addr`, the socket's buffers first set to `buffers` when
+/// given ([`set_buffers`]).
+async fn connect(addr: SocketAddr, buffers: Option<u32>) -> std::io::Result<TcpStream> {
+    let Some(bytes) = buffers else {
+        return TcpStream::connect(addr).await;
+    };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    set_buffers(&socket, bytes)?;
+    socket.connect(addr).await
 }
 
 /// Rate-limited warnings about connections closed before their CER.
@@ -221,6 +264,7 @@ pub(crate) async fn dial_loop(
 ) {
     let stop = ctx.stop.clone();
     let tc = ctx.config.tc();
+    let buffers = ctx.config.node.socket_buffer_bytes;
     let mut failures = DialFailures::default();
     loop {
         if stop.is_stopping() {
@@ -234,8 +278,7 @@ pub(crate) async fn dial_loop(
         let busy = slot.as_ref().is_none_or(|s| s.has_connection());
         if let (false, Some(slot)) = (busy, slot) {
             let since = Instant::now();
-            let cause = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await
-            {
+            let cause = match tokio::time::timeout(CONNECT_TIMEOUT, connect(addr, buffers)).await {
                 Ok(Ok(tcp)) => match secure(tcp, tls.as_deref(), &slot.host).await {
                     Ok(stream) => {
                         failures.connected(&slot.host, addr);
@@ -281,6 +324,49 @@ mod tests {
             }
         }
         held.len()
+    }
+
+    /// A socket option's value (`getsockopt(2)`, `SOL_SOCKET`).
+    fn sockopt(fd: &impl std::os::fd::AsRawFd, opt: libc::c_int) -> libc::c_int {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `v` and `len` outlive the call, `len` is `v`'s size.
+        let r = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&raw mut v).cast(),
+                &raw mut len,
+            )
+        };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        v
+    }
+
+    #[tokio::test]
+    async fn bounded_buffers_are_what_accepted_and_dialled_connections_get() {
+        // Linux books twice the figure set (socket(7), SO_RCVBUF).
+        let bytes = 16_384;
+        let bounded = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        set_buffers(&bounded, bytes).unwrap();
+        bounded.set_nonblocking(true).unwrap();
+        let bounded = TcpListener::from_std(bounded).unwrap();
+        let dialled = connect(bounded.local_addr().unwrap(), Some(bytes))
+            .await
+            .unwrap();
+        let (accepted, _) = bounded.accept().await.unwrap();
+        for s in [&accepted, &dialled] {
+            assert_eq!(sockopt(s, libc::SO_RCVBUF), 2 * 16_384);
+            assert_eq!(sockopt(s, libc::SO_SNDBUF), 2 * 16_384);
+        }
+        // Unset: the kernel's own sizes (net.ipv4.tcp_rmem's default).
+        let free = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dialled = connect(free.local_addr().unwrap(), None).await.unwrap();
+        let (accepted, _) = free.accept().await.unwrap();
+        for s in [&accepted, &dialled] {
+            assert_ne!(sockopt(s, libc::SO_RCVBUF), 2 * 16_384);
+        }
     }
 
     #[tokio::test]

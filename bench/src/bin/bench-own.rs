@@ -70,6 +70,10 @@ struct Args {
     /// Seconds of the closed-loop calibration run.
     #[arg(long, default_value_t = 4.0)]
     calibrate_seconds: f64,
+    /// C, answers per second, for every subject instead of the calibration
+    /// run (to compare runs at the same offered rates).
+    #[arg(long)]
+    capacity: Option<f64>,
     /// Interleaved rounds (medians are reported).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
@@ -81,6 +85,10 @@ struct Args {
     /// 1024`; repeatable.
     #[arg(long, value_name = "KEY = VALUE")]
     edge_node: Vec<String>,
+    /// A line for the agent's `[node]` (agent-chain, agent), e.g.
+    /// `socket_buffer_bytes = 32768`; repeatable.
+    #[arg(long, value_name = "KEY = VALUE")]
+    agent_node: Vec<String>,
     /// Subjects: agent-chain, agent, fd-relay.
     #[arg(
         long,
@@ -152,6 +160,7 @@ fn main() -> anyhow::Result<()> {
         drain: Duration::from_secs_f64(args.drain),
         server_protect: args.server_protect.clone(),
         edge_node: args.edge_node.join("\n"),
+        agent_node: args.agent_node.join("\n"),
     };
     let subjects: Vec<Subject> = args
         .subjects
@@ -168,6 +177,11 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let mut capacity = Vec::new();
     for &s in &subjects {
+        if let Some(c) = args.capacity {
+            eprintln!("C = {c:.0}/s for {} (given, not calibrated)", s.name());
+            capacity.push((s, c));
+            continue;
+        }
         let (c, o) = calibrate(&peers, &clients, &setup, s, args.calibrate_seconds)
             .with_context(|| format!("calibrating {}", s.name()))?;
         eprintln!(
@@ -337,16 +351,32 @@ fn table(args: &Args, setup: &Setup, capacity: &[(Subject, f64)], cells: &[Cell]
         .iter()
         .map(|(s, c)| format!("{} {c:.0}/s", s.name()))
         .collect();
+    let nodes = |s: &Setup| {
+        let line = |who: &str, n: &str| {
+            (!n.is_empty())
+                .then(|| format!(" The {who}'s `[node]` adds `{}`.", n.replace('\n', "`, `")))
+        };
+        [line("agent", &s.agent_node), line("edge", &s.edge_node)]
+            .into_iter()
+            .flatten()
+            .collect::<String>()
+    };
+    let measured = match args.capacity {
+        Some(_) => "C given (`--capacity`), not calibrated".to_owned(),
+        None => format!(
+            "C measured in that share by a closed-loop run of {} s ({} clients x {} outstanding)",
+            args.calibrate_seconds,
+            setup.clients,
+            bench::own::CALIBRATION_WINDOW
+        ),
+    };
     let mut t = format!(
-        "Each relay held to {} of one CPU (cgroup, period {} ms); C measured in that share by a closed-loop run of {} s ({} clients x {} outstanding): {}. \
-         Open loop, {} clients: through an edge agent that reacts to the agent's peer reports (agent-chain), or straight to the relay, {} of them announcing DOIC and ignoring reports (agent, fd-relay); T = {} s, {} s per run after {} s of warm-up, medians of {} rounds.\n\n\
+        "Each relay held to {} of one CPU (cgroup, period {} ms); {measured}: {}. \
+         Open loop, {} clients: through an edge agent that reacts to the agent's peer reports (agent-chain), or straight to the relay, {} of them announcing DOIC and ignoring reports (agent, fd-relay); T = {} s, {} s per run after {} s of warm-up, medians of {} rounds.{}\n\n\
          | relay | offered | offered/s | goodput/s | goodput / 1x | 2001 p50 ms | 2001 p99 ms | 2001 | 3004 | other | unanswered | CPU µs/answer | VmHWM MiB | sent/offered |\n\
          | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         setup.cpu_share,
         setup.period_us / 1000,
-        args.calibrate_seconds,
-        setup.clients,
-        bench::own::CALIBRATION_WINDOW,
         caps.join(", "),
         setup.clients,
         Subject::Agent.doic_clients(setup.clients),
@@ -354,6 +384,7 @@ fn table(args: &Args, setup: &Setup, capacity: &[(Subject, f64)], cells: &[Cell]
         setup.seconds,
         setup.warmup,
         cells.first().map_or(0, |c| c.runs.len()),
+        nodes(setup),
     );
     for cell in cells {
         let c = capacity
