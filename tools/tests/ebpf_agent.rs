@@ -69,7 +69,25 @@ struct AgentProc {
 }
 
 impl AgentProc {
+    /// Starts the agent and waits until it says it is listening (its
+    /// telemetry started, or not).
     fn spawn(cfg: &PathBuf, metrics: u16, wrap: &[&str]) -> Self {
+        let a = Self::launch(cfg, metrics, wrap);
+        a.wait_for_line(Duration::from_secs(10), "INFO doic_agent: listening");
+        a
+    }
+
+    /// Waits until a line of the log contains `what`.
+    fn wait_for_line(&self, within: Duration, what: &str) {
+        let t0 = Instant::now();
+        while !self.log().contains(what) {
+            assert!(t0.elapsed() < within, "no {what:?} in: {}", self.log());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Starts the agent.
+    fn launch(cfg: &PathBuf, metrics: u16, wrap: &[&str]) -> Self {
         let bin = env!("CARGO_BIN_EXE_doic-agent");
         let mut cmd = match wrap.split_first() {
             Some((first, rest)) => {
@@ -85,29 +103,18 @@ impl AgentProc {
             .arg(cfg)
             .env(
                 "RUST_LOG",
-                "doic_agent=info,agent::telemetry=info,agent::ebpf=info,doic::kernel=warn",
+                "doic_agent=info,agent::agent=info,agent::telemetry=info,agent::ebpf=info,doic::kernel=warn",
             )
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let (stderr, _reader) = support::process::collect_lines(&mut child);
-        let a = AgentProc {
+        AgentProc {
             child,
             stderr,
             metrics: format!("127.0.0.1:{metrics}"),
             netns: None,
-        };
-        // The agent prints this once its telemetry has started (or not).
-        let t0 = Instant::now();
-        while !a.log().contains("INFO doic_agent: listening") {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "no start: {}",
-                a.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
         }
-        a
     }
 
     fn metrics(&self) -> Option<String> {
@@ -428,6 +435,66 @@ fn on_lo_the_kernel_counts_equal_what_the_client_sent_and_sigterm_detaches() {
         .unwrap();
     let link = String::from_utf8_lossy(&link.stdout);
     assert!(!link.contains("doic_xdp"), "{link}");
+    server.stop();
+}
+
+#[test]
+#[ignore = "needs root: loads the kernel program"]
+fn sigterms_while_the_program_loads_stop_the_agent_at_once() {
+    // A SIGTERM taken by the thread that loads the program while the kernel
+    // verifies it made the verifier give up and aya verify it again with its
+    // log on, for 15 s and more (`ebpf::SignalsHeldOff`). Where in the load
+    // one signal lands is a matter of timing, so one every 20 ms from the
+    // agent's start until it says it stops: the second or so of the load is
+    // covered.
+    let rt = rt();
+    let server = rt.block_on(upstream());
+    let (listen, metrics) = (free_port(), free_port());
+    let (_dir, cfg) = write_config(
+        "stop-loading",
+        &config(
+            listen,
+            metrics,
+            server.addr,
+            "[ebpf]\ninterfaces = [\"lo\"]\nmode = \"tc\"\n",
+        ),
+    );
+    let mut agent = AgentProc::launch(&cfg, metrics, &[]);
+    agent.wait_for_line(Duration::from_secs(10), "INFO agent::agent: agent started");
+    let pid = i32::try_from(agent.child.id()).unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = agent.child.try_wait().unwrap() {
+            break s;
+        }
+        if !agent.log().contains("INFO doic_agent: stopping") {
+            // SAFETY: a signal to the child this test started and has not
+            // reaped (try_wait above returned None).
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no exit after SIGTERM: {}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = t0.elapsed();
+    std::thread::sleep(Duration::from_millis(100));
+    let log = agent.log();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(
+        took < Duration::from_secs(5),
+        "stopped after {took:?}\n{log}"
+    );
+    // The load was under way: it finished, then the agent stopped and
+    // detached the program.
+    let at = |what: &str| {
+        log.find(what)
+            .unwrap_or_else(|| panic!("no {what:?}: {log}"))
+    };
+    assert!(at("kernel telemetry attached") < at("INFO doic_agent: stopping"));
+    assert!(log.contains("kernel telemetry detached"), "{log}");
     server.stop();
 }
 
