@@ -443,7 +443,7 @@ fn on_lo_the_kernel_counts_equal_what_the_client_sent_and_sigterm_detaches() {
 fn sigterms_while_the_program_loads_stop_the_agent_at_once() {
     // A SIGTERM taken by the thread that loads the program while the kernel
     // verifies it made the verifier give up and aya verify it again with its
-    // log on, for 15 s and more (`ebpf::SignalsHeldOff`). Where in the load
+    // log on, for 15 s and more (`ebpf::signals::SignalsHeldOff`). Where in the load
     // one signal lands is a matter of timing, so one every 20 ms from the
     // agent's start until it says it stops: the second or so of the load is
     // covered.
