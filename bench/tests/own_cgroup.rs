@@ -45,8 +45,11 @@ fn runtime(threads: usize) -> tokio::runtime::Runtime {
 }
 
 /// How long the measurement waits for the agent to find itself
-/// overloaded after the warm-up.
-const ONSET_WITHIN: Duration = Duration::from_secs(4);
+/// overloaded after the warm-up. One clean-clone run waited 4 s and more:
+/// the agent relayed both clients' 25,300/s for the whole warm-up and 4 s
+/// after it, then found its overload with a capacity of 20,316/s, and the
+/// samples began before it (overloaded 0, 0, 1, 1, 1, 1).
+const ONSET_WITHIN: Duration = Duration::from_secs(8);
 
 #[test]
 #[ignore = "root, cgroups and a release build: cargo xtask test --only bench-own"]
