@@ -351,16 +351,17 @@ fn table(args: &Args, setup: &Setup, capacity: &[(Subject, f64)], cells: &[Cell]
         .iter()
         .map(|(s, c)| format!("{} {c:.0}/s", s.name()))
         .collect();
-    let nodes = |s: &Setup| {
-        let line = |who: &str, n: &str| {
-            (!n.is_empty())
-                .then(|| format!(" The {who}'s `[node]` adds `{}`.", n.replace('\n', "`, `")))
-        };
-        [line("agent", &s.agent_node), line("edge", &s.edge_node)]
-            .into_iter()
-            .flatten()
-            .collect::<String>()
+    let line = |who: &str, n: &str| {
+        (!n.is_empty())
+            .then(|| format!(" The {who}'s `[node]` adds `{}`.", n.replace('\n', "`, `")))
     };
+    let nodes: String = [
+        line("agent", &setup.agent_node),
+        line("edge", &setup.edge_node),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let measured = match args.capacity {
         Some(_) => "C given (`--capacity`), not calibrated".to_owned(),
         None => format!(
@@ -384,7 +385,7 @@ fn table(args: &Args, setup: &Setup, capacity: &[(Subject, f64)], cells: &[Cell]
         setup.seconds,
         setup.warmup,
         cells.first().map_or(0, |c| c.runs.len()),
-        nodes(setup),
+        nodes,
     );
     for cell in cells {
         let c = capacity
