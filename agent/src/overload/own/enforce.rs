@@ -12,8 +12,9 @@
 //! 8582 §8.3) at its allocation, two priorities (§8.3.2: DRMP, RFC 7944,
 //! and `[doic] priority` rules): higher-priority requests are throttled
 //! last. Its tolerances are [`TOLERANCE_FACTOR`] times the reacting
-//! node's. The limit lives in the client's peer slot; its connection is
-//! handled on one worker, so its bucket is not shared.
+//! node's, TAU1 at least [`MIN_TOLERANCE_MS`]. The limit lives in the
+//! client's peer slot; its connection is handled on one worker, so its
+//! bucket is not shared.
 //!
 //! The request path reads one relaxed flag ([`ClientLimits::enforcing`])
 //! while the agent is not overloaded; the control thread sets the limits
@@ -47,6 +48,29 @@ pub const GRACE: Duration = Duration::from_secs(1);
 /// (§8.3.3), at exactly its allocation is never answered for its jitter, and
 /// a client that writes many requests at once keeps its allocation.
 pub const TOLERANCE_FACTOR: f64 = 5.0;
+
+/// The least TAU1 of a client's bucket in milliseconds, whatever its rate:
+/// the CFS scheduler's default period. A worker reads a connection's
+/// requests in batches and a batch comes in one burst; held to a CPU share
+/// it reads about once per cgroup period, and a bucket then passes at most
+/// its tolerance's worth per read. With the reacting node's 10 ms floor a
+/// client of the agent in 1 ms per 50 ms, allocated 5,726/s and keeping to
+/// it, had 1,303/s relayed and the rest answered 3004, and the agent, whose
+/// estimate counts those 3004s, measured itself down to a third of what it
+/// relays (docs/own-overload.md). The rate over a second is still the
+/// allocation; a client idle for a while may send 100 ms of it at once.
+pub(crate) const MIN_TOLERANCE_MS: f64 = 100.0;
+
+/// The rate parameters of a client's bucket: the reacting node's
+/// (`[doic.rate]`) with [`TOLERANCE_FACTOR`] and [`MIN_TOLERANCE_MS`].
+pub(crate) fn client_params(rate: doic::rate::RateParams) -> doic::rate::RateParams {
+    doic::rate::RateParams {
+        tau1: rate.tau1 * TOLERANCE_FACTOR,
+        tau2: rate.tau2 * TOLERANCE_FACTOR,
+        tau1_floor_ms: rate.tau1_floor_ms.max(MIN_TOLERANCE_MS),
+        ..rate
+    }
+}
 
 /// Whether any client is held to its allocation: the request path's one
 /// relaxed load, on a line of its own.
@@ -168,13 +192,7 @@ pub(super) fn update<'a>(
             }
             continue;
         }
-        let rate = ov.config().rate;
-        let params = doic::rate::RateParams {
-            tau1: rate.tau1 * TOLERANCE_FACTOR,
-            tau2: rate.tau2 * TOLERANCE_FACTOR,
-            ..rate
-        };
-        let config = match params.bucket_config() {
+        let config = match client_params(ov.config().rate).bucket_config() {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(peer = %slot.host, cause = %e, "own overload: client limit not set");

@@ -16,7 +16,7 @@ use doic::{DoicConfig, OcSupportedFeatures, ReportType};
 use super::super::super::Overload;
 use super::super::super::cores::with_core;
 use super::super::super::request::Route;
-use super::{enforce, update};
+use super::{client_params, enforce, update};
 use crate::peer::table::{PeerSlot, PeerTable};
 use crate::routing::Router;
 
@@ -239,4 +239,42 @@ fn limits_are_lifted_when_the_reports_end() {
     assert!(!w.ov.own_enforcing());
     assert_eq!(w.slot.own_limit.allocated(), None);
     assert_eq!(w.admitted(100, DRMP_LOW, None), 100);
+}
+
+#[test]
+fn a_client_read_once_per_cgroup_period_keeps_its_allocation() {
+    use doic::rate::{Priority, RateControl, RateParams};
+    use std::time::Duration;
+    // 5,726/s allocated, the requests read in batches 50 ms apart (a worker
+    // in 1 ms of CPU per 50 ms), each batch stamped with one time and holding
+    // 50 ms of the allocation: five seconds of it.
+    let admitted = |params: RateParams, per_batch: u32| {
+        let config = params.bucket_config().unwrap();
+        let t0 = Instant::now();
+        let r = RateControl::new(t0, t0, 5_726, &config);
+        let mut n = 0u32;
+        for k in 1..=100u32 {
+            let now = t0 + Duration::from_millis(50) * k;
+            n += (0..per_batch)
+                .filter(|_| r.admit(now, Priority::Normal))
+                .count() as u32;
+        }
+        n
+    };
+    let kept = admitted(client_params(RateParams::default()), 286);
+    assert!(
+        kept >= 27_170,
+        "{kept} of 28,600 within the allocation passed"
+    );
+    // With the reacting node's floor alone (10 ms), about a fifth.
+    let floor_only = RateParams {
+        tau1_floor_ms: RateParams::default().tau1_floor_ms,
+        ..client_params(RateParams::default())
+    };
+    let short = admitted(floor_only, 286);
+    assert!(short < 14_300, "{short}");
+    // Still a rate: twice the allocation in the same batches is held to it
+    // (plus one tolerance).
+    let twice = admitted(client_params(RateParams::default()), 572);
+    assert!(twice <= 28_600 + 600, "{twice}");
 }
