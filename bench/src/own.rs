@@ -610,10 +610,35 @@ pub fn offer(
 /// Outstanding requests per client in the calibration run.
 pub const CALIBRATION_WINDOW: usize = 32;
 
-/// The relay's capacity C in its share: a closed-loop run (each client
+/// What a calibration run found (see [`calibrate`]).
+#[derive(Debug)]
+pub struct Calibration {
+    /// 2001 answers per second in the closed loop.
+    pub goodput: f64,
+    /// The agent's own capacity (`doic_own_capacity_rps`) read once a
+    /// second while it held itself overloaded by measurement
+    /// (`doic_own_measured_overload` 1), in order; empty for another relay
+    /// or an agent that never found itself overloaded.
+    pub measured: Vec<f64>,
+    /// The whole outcome of the run.
+    pub outcome: Outcome,
+}
+
+impl Calibration {
+    /// The capacity the agent measured: the median of [`Self::measured`]
+    /// (`None` when empty).
+    #[must_use]
+    pub fn measured_capacity(&self) -> Option<f64> {
+        let mut v = self.measured.clone();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    }
+}
+
+/// The relay's capacity in its share: a closed-loop run (each client
 /// keeps [`CALIBRATION_WINDOW`] requests outstanding) of `seconds` on a
-/// fresh rig; C is its 2001 answers per second. The whole outcome is
-/// returned with it.
+/// fresh rig, its 2001 answers per second and, for the agent, the capacity
+/// it measured for itself meanwhile.
 ///
 /// # Errors
 /// As [`Rig::start`] and [`offer`].
@@ -623,18 +648,38 @@ pub fn calibrate(
     setup: &Setup,
     subject: Subject,
     seconds: f64,
-) -> anyhow::Result<(f64, Outcome)> {
+) -> anyhow::Result<Calibration> {
     let rig = Rig::start(peers, setup, subject)?;
-    let o = offer(
+    let metrics = rig.agent.as_ref().map(|a| a.metrics);
+    let mut measured = Vec::new();
+    let outcome = offer(
         clients_rt,
         setup,
         &rig,
         Pace::Closed(CALIBRATION_WINDOW),
         seconds,
-        || {},
+        || {
+            let Some(m) = metrics else { return };
+            let start = Instant::now();
+            while start.elapsed().as_secs_f64() + 1.0 < seconds {
+                std::thread::sleep(Duration::from_secs(1));
+                let Some(page) = metrics_page(m) else {
+                    continue;
+                };
+                if gauge(&page, "doic_own_measured_overload") == Some(1.0)
+                    && let Some(c) = gauge(&page, "doic_own_capacity_rps")
+                {
+                    measured.push(c);
+                }
+            }
+        },
     )?;
-    let c = o.count(2001) as f64 / o.report.elapsed.as_secs_f64().max(1e-3);
-    Ok((c, o))
+    let goodput = outcome.count(2001) as f64 / outcome.report.elapsed.as_secs_f64().max(1e-3);
+    Ok(Calibration {
+        goodput,
+        measured,
+        outcome,
+    })
 }
 
 #[cfg(test)]

@@ -78,7 +78,9 @@ fn clients_above_the_measured_capacity_are_held_to_it() {
         clients: 8,
         ..setup.clone()
     };
-    let (c, _) = calibrate(&peers, &clients, &eight, Subject::Agent, 4.0).expect("calibration");
+    let c = calibrate(&peers, &clients, &eight, Subject::Agent, 4.0)
+        .expect("calibration")
+        .goodput;
     assert!(c >= 100.0, "capacity {c:.0}/s is too low to measure");
     // Each client at three times the capacity the agent showed in the
     // calibration (the issue's "a DOIC client that ignores reports at 3x
