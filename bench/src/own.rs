@@ -629,9 +629,7 @@ impl Calibration {
     /// (`None` when empty).
     #[must_use]
     pub fn measured_capacity(&self) -> Option<f64> {
-        let mut v = self.measured.clone();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
+        (!self.measured.is_empty()).then(|| crate::relay::median(self.measured.clone()))
     }
 }
 

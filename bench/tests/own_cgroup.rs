@@ -82,11 +82,10 @@ fn clients_above_the_measured_capacity_are_held_to_it() {
         .expect("calibration")
         .goodput;
     assert!(c >= 100.0, "capacity {c:.0}/s is too low to measure");
-    // Each client at three times the capacity the agent showed in the
-    // calibration (the issue's "a DOIC client that ignores reports at 3x
-    // and a non-DOIC client at 3x"): well over what the agent measures
-    // below (at least 2.5 times together, checked) and within what the
-    // share can answer. Six times it each (tried) is more than the share
+    // Each client at three times the calibration's 2001 rate (the issue's
+    // "a DOIC client that ignores reports at 3x and a non-DOIC client at
+    // 3x"): well over what the agent measures below (at least 2.5 times
+    // together, checked) and within what the share can answer. Six times it each (tried) is more than the share
     // answers even 3004 once the agent passes each client its whole
     // allocation: requests go unanswered (docs/own-overload.md).
     let per = (3.0 * c).round() as u64;

@@ -189,11 +189,10 @@ fn main() -> anyhow::Result<()> {
         // The agent's C is the capacity it measures for itself (the issue's
         // "offered 1x to 10x its measured capacity"); the closed loop's
         // 2001 rate swings with how many of its requests the edge or the
-        // agent answers 3004 (4,461-9,660/s in three runs of the chain).
+        // agent answers 3004 (4,461-9,660/s in four runs of the chain).
         // freeDiameter's relay, or an agent that never found itself
         // overloaded: the 2001 rate.
-        let measured = cal.measured_capacity();
-        let c = measured.unwrap_or(cal.goodput);
+        let c = cal.measured_capacity().unwrap_or(cal.goodput);
         let o = &cal.outcome;
         eprintln!(
             "calibration {:<8} C = {c:.0}/s in {} CPU (closed loop, {} clients x {}: 2001 {:.0}/s, the agent's own capacity read {:?}): codes {:?}, CPU {:.1} µs/answer, VmHWM {:.1} MiB",
