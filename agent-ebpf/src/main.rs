@@ -5,7 +5,9 @@
 //! (`stream`).
 //!
 //! One parse path serves three hooks: XDP (ingress, native or generic), TC
-//! ingress and TC egress. It reads Ethernet (with at most one VLAN tag), IPv4
+//! ingress and TC egress; on a loopback interface, where every segment sent
+//! also arrives, one TC ingress program counts both directions
+//! (`doic_tc_loopback`). It reads Ethernet (with at most one VLAN tag), IPv4
 //! (options skipped) or IPv6 (without extension headers: those are counted as
 //! unparsed), then the TCP ports. Packets to or from a port with a role in
 //! `DOIC_PORT_BITS` are counted per peer in the per-CPU map `DOIC_PEERS`;
@@ -267,10 +269,14 @@ pub(crate) fn global_add(index: u32) {
 /// What the program could not count for a peer: an index into
 /// `DOIC_GLOBAL` (`GLOBAL_TABLE_FULL`, or `GLOBAL_INEXACT` + a cause), and
 /// the peer (the key's address and port).
+///
+/// Aligned, the address first: `report` takes it by reference across a
+/// subprogram call, and the verifier refuses misaligned stack stores.
 #[derive(Clone, Copy)]
+#[repr(C, align(8))]
 struct Lost {
-    index: u32,
     addr: [u8; 16],
+    index: u32,
     port: u16,
 }
 
@@ -294,7 +300,11 @@ impl From<Verdict> for Observed {
 /// event (`LOG_INTERVAL_NS`): the counters (`DOIC_GLOBAL`, each peer's
 /// `inexact`) have every occurrence, the log line tells the operator the
 /// kind and one peer it happened to.
-#[inline(always)]
+///
+/// A subprogram of its own (not inlined): the verifier checks the program's
+/// paths into it without the log's code in each, and every hook's program
+/// compiles the same whatever other programs share it.
+#[inline(never)]
 fn report<C: EbpfContext>(ctx: &C, lost: &Lost) {
     let Some(at) = DOIC_LOGGED_AT.get_ptr_mut(lost.index) else {
         return;
@@ -402,11 +412,17 @@ fn load<T: Copy>(p: usize) -> T {
 
 /// The shared parse path. `start..end` is the directly readable frame,
 /// `bytes` the packet length to count. `REWIND`: see `stream::segment`.
+/// `LOOPBACK` (with `dir` ingress): the hook of a loopback interface,
+/// standing in for ingress and egress, since every segment sent on it
+/// arrives on it: what does not arrive at the agent is what the agent sent,
+/// counted for its destination as egress counts it. (A const parameter, not
+/// a third `Dir`: the other hooks' programs compile as they did, and the
+/// verifier's walk of their loop with them.)
 ///
 /// Ordered for the common case of traffic that is not Diameter: nothing is
 /// built or looked up per peer until the TCP ports have matched.
 #[inline(always)]
-fn observe<P: Payload, const REWIND: bool>(
+fn observe<P: Payload, const REWIND: bool, const LOOPBACK: bool>(
     start: usize,
     end: usize,
     bytes: u64,
@@ -497,6 +513,13 @@ fn observe<P: Payload, const REWIND: bool>(
     // counts those itself as it writes them.
     let arrival =
         dir == Dir::Ingress && (to_roles & PORT_LISTEN != 0 || from_roles & PORT_PEER != 0);
+    // Whose counters: the source's for what comes in, the destination's for
+    // what goes out (on loopback, whatever does not arrive at the agent).
+    let inbound = if LOOPBACK {
+        arrival
+    } else {
+        dir == Dir::Ingress
+    };
 
     // A Diameter port: build the key.
     let (src, dst) = if v4 {
@@ -504,18 +527,18 @@ fn observe<P: Payload, const REWIND: bool>(
     } else {
         (address_v6(ip_at + 8), address_v6(ip_at + 24))
     };
-    let addr = if dir == Dir::Ingress { src } else { dst };
+    let addr = if inbound { src } else { dst };
     // SAFETY: same size, any bit pattern is valid.
     let addr = unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(addr) };
     // A segment arriving at the agent is counted per flow (userspace sums
     // the peer's flows): the entry holds the flow's position too.
     let key = PeerKey {
         addr,
-        port: if dir == Dir::Ingress { sport } else { dport },
+        port: if inbound { sport } else { dport },
         local_port: if arrival { dport } else { 0 },
         local: if arrival { fold(dst) } else { 0 },
     };
-    let map = if dir == Dir::Ingress {
+    let map = if inbound {
         &DOIC_PEERS
     } else {
         &DOIC_PEERS_OUT
@@ -542,7 +565,7 @@ fn observe<P: Payload, const REWIND: bool>(
         syn_dropped: false,
     };
     if flags & TCP_SYN != 0 {
-        if syn && dir == Dir::Ingress && to_roles & PORT_LISTEN != 0 && syn_refused(&key.addr) {
+        if syn && inbound && to_roles & PORT_LISTEN != 0 && syn_refused(&key.addr) {
             sample.syn_dropped = true;
             add(&mut e.stats, &sample);
             return Verdict::Drop.into();
@@ -615,7 +638,7 @@ pub fn doic_xdp_bench(ctx: XdpContext) -> u32 {
 fn xdp<const REWIND: bool>(ctx: &XdpContext) -> u32 {
     let (start, end) = (ctx.data(), ctx.data_end());
     let direct = Direct(ctx);
-    let o = observe::<_, REWIND>(start, end, (end - start) as u64, Dir::Ingress, &direct);
+    let o = observe::<_, REWIND, false>(start, end, (end - start) as u64, Dir::Ingress, &direct);
     if let Some(lost) = &o.lost {
         report(ctx, lost);
     }
@@ -629,17 +652,25 @@ fn xdp<const REWIND: bool>(ctx: &XdpContext) -> u32 {
 /// Returns "next" so that other TC programs still run.
 #[classifier]
 pub fn doic_tc_ingress(ctx: TcContext) -> i32 {
-    tc(&ctx, Dir::Ingress)
+    tc::<false>(&ctx, Dir::Ingress)
 }
 
 /// TC egress hook: counts what the host sends to peers.
 #[classifier]
 pub fn doic_tc_egress(ctx: TcContext) -> i32 {
-    tc(&ctx, Dir::Egress)
+    tc::<false>(&ctx, Dir::Egress)
+}
+
+/// TC ingress hook of a loopback interface in place of ingress and egress:
+/// what arrives at the agent is counted as `doic_tc_ingress` counts it,
+/// what the agent sent as `doic_tc_egress` does (`observe`'s `LOOPBACK`).
+#[classifier]
+pub fn doic_tc_loopback(ctx: TcContext) -> i32 {
+    tc::<true>(&ctx, Dir::Ingress)
 }
 
 #[inline(always)]
-fn tc(ctx: &TcContext, dir: Dir) -> i32 {
+fn tc<const LOOPBACK: bool>(ctx: &TcContext, dir: Dir) -> i32 {
     // Only arrivals are walked, and only on ingress.
     let window = match dir {
         Dir::Ingress => DOIC_WINDOW.get_ptr_mut(0),
@@ -650,7 +681,7 @@ fn tc(ctx: &TcContext, dir: Dir) -> i32 {
         // packet's.
         unsafe { core::ptr::write_volatile(&raw mut (*w).len, 0) };
     }
-    let o = observe::<_, false>(
+    let o = observe::<_, false, LOOPBACK>(
         ctx.data(),
         ctx.data_end(),
         u64::from(ctx.len()),

@@ -27,6 +27,7 @@
 //! drop(telemetry);
 //! ```
 
+mod attach;
 pub mod config;
 mod counters;
 pub mod live;
@@ -45,12 +46,16 @@ use std::path::Path;
 use agent_ebpf_common::{
     FLAG_SYN_GUARD, GLOBAL_INEXACT, GLOBAL_PORT_BITS, GLOBAL_TABLE_FULL, GLOBAL_UNPARSED,
     INEXACT_CAUSES, MAP_CONFIG, MAP_GLOBAL, MAP_PEERS, MAP_PEERS_OUT, MAP_SYN_ALLOW, PORT_WORDS,
-    PROG_TC_EGRESS, PROG_TC_INGRESS, PROG_XDP, PeerEntry, PeerKey,
+    PROG_TC_EGRESS, PeerEntry, PeerKey,
 };
 #[cfg(feature = "probe")]
-use agent_ebpf_common::{PROG_XDP_BENCH, PROG_XDP_PASS};
+use agent_ebpf_common::{
+    PROG_TC_INGRESS, PROG_TC_LOOPBACK, PROG_XDP, PROG_XDP_BENCH, PROG_XDP_PASS,
+};
 use aya::maps::{Array, LpmTrie, MapData, MapError, PerCpuArray, PerCpuHashMap, lpm_trie::Key};
-use aya::programs::{ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode};
+use aya::programs::{ProgramError, TcAttachType};
+#[cfg(feature = "probe")]
+use aya::programs::{SchedClassifier, Xdp};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
@@ -162,6 +167,10 @@ pub enum Hook {
     TcIngress,
     /// TC egress (TCX on kernels >= 6.6).
     TcEgress,
+    /// TC ingress of a loopback interface counting both directions, in
+    /// place of TC ingress and TC egress: every segment sent on a loopback
+    /// interface arrives on it, so one program run per segment sees it.
+    TcLoopback,
 }
 
 impl fmt::Display for Hook {
@@ -171,6 +180,7 @@ impl fmt::Display for Hook {
             Hook::XdpGeneric => "xdp-generic",
             Hook::TcIngress => "tc-ingress",
             Hook::TcEgress => "tc-egress",
+            Hook::TcLoopback => "tc-loopback",
         })
     }
 }
@@ -203,7 +213,9 @@ impl fmt::Debug for Telemetry {
 impl Telemetry {
     /// Loads the program, fills its configuration maps and attaches it to
     /// every configured interface: ingress per [`Mode`] (in `auto`, native XDP,
-    /// else TC ingress), plus TC egress when `egress` is on.
+    /// else TC ingress), plus TC egress when `egress` is on. On a loopback
+    /// interface with `egress` on, TC ingress and egress are one program
+    /// ([`Hook::TcLoopback`]).
     /// Attachments are made in the calling thread's network namespace.
     ///
     /// # Errors
@@ -222,13 +234,14 @@ impl Telemetry {
         let log = log::KernelLog::take(&mut ebpf, false);
         let mut attachments = Vec::new();
         for interface in &cfg.interfaces {
-            let hook = attach_ingress(&mut ebpf, interface, cfg.mode)?;
+            let both = cfg.egress && attach::is_loopback(interface);
+            let hook = attach::attach_ingress(&mut ebpf, interface, cfg.mode, both)?;
             attachments.push(Attachment {
                 interface: interface.clone(),
                 hook,
             });
-            if cfg.egress {
-                attach_tc(&mut ebpf, PROG_TC_EGRESS, interface, TcAttachType::Egress)?;
+            if cfg.egress && hook != Hook::TcLoopback {
+                attach::attach_tc(&mut ebpf, PROG_TC_EGRESS, interface, TcAttachType::Egress)?;
                 attachments.push(Attachment {
                     interface: interface.clone(),
                     hook: Hook::TcEgress,
@@ -447,6 +460,8 @@ pub enum ProbeHook {
     TcIngress,
     /// The TC egress classifier.
     TcEgress,
+    /// The TC classifier of a loopback interface (both directions).
+    TcLoopback,
 }
 
 #[cfg(feature = "probe")]
@@ -468,7 +483,7 @@ impl Probe {
                 source,
             })?;
         }
-        for name in [PROG_TC_INGRESS, PROG_TC_EGRESS] {
+        for name in [PROG_TC_INGRESS, PROG_TC_EGRESS, PROG_TC_LOOPBACK] {
             let tc: &mut SchedClassifier = program(&mut ebpf, name)?;
             tc.load()
                 .map_err(|source| LoadError::Program { name, source })?;
@@ -494,6 +509,7 @@ impl Probe {
             ProbeHook::Xdp => PROG_XDP,
             ProbeHook::TcIngress => PROG_TC_INGRESS,
             ProbeHook::TcEgress => PROG_TC_EGRESS,
+            ProbeHook::TcLoopback => PROG_TC_LOOPBACK,
         };
         let prog = self
             .ebpf
@@ -667,96 +683,6 @@ where
         .ok_or(LoadError::MissingProgram { name })?;
     prog.try_into()
         .map_err(|source| LoadError::Program { name, source })
-}
-
-fn attach_ingress(ebpf: &mut Ebpf, interface: &str, mode: Mode) -> Result<Hook, LoadError> {
-    let tries: &[Hook] = match mode {
-        // Generic XDP is never chosen for the user: where the driver has no
-        // XDP (e.g. `lo`) it costs more than TC, which serves that case.
-        Mode::Auto => &[Hook::XdpNative, Hook::TcIngress],
-        Mode::XdpNative => &[Hook::XdpNative],
-        Mode::XdpGeneric => &[Hook::XdpGeneric],
-        Mode::Tc => &[Hook::TcIngress],
-        Mode::Off => return Err(LoadError::Disabled),
-    };
-    let mut last = None;
-    for &hook in tries {
-        let result = match hook {
-            Hook::XdpNative => attach_xdp(ebpf, interface, XdpMode::Driver),
-            Hook::XdpGeneric => attach_xdp(ebpf, interface, XdpMode::Skb),
-            _ => attach_tc(ebpf, PROG_TC_INGRESS, interface, TcAttachType::Ingress),
-        };
-        match result {
-            Ok(()) => return Ok(hook),
-            Err(LoadError::Attach { source, .. }) => {
-                debug!(interface, %hook, cause = %source, "attach failed, trying the next hook");
-                last = Some((hook, source));
-            }
-            Err(other) => return Err(other),
-        }
-    }
-    let (hook, source) = last.expect("at least one hook tried");
-    if mode == Mode::Auto {
-        warn!(interface, "no hook accepted the program");
-    }
-    Err(LoadError::Attach {
-        interface: interface.to_owned(),
-        hook,
-        source,
-    })
-}
-
-fn attach_xdp(ebpf: &mut Ebpf, interface: &str, mode: XdpMode) -> Result<(), LoadError> {
-    let prog: &mut Xdp = program(ebpf, PROG_XDP)?;
-    if prog.fd().is_err() {
-        prog.load().map_err(|source| LoadError::Program {
-            name: PROG_XDP,
-            source,
-        })?;
-    }
-    let hook = if mode == XdpMode::Driver {
-        Hook::XdpNative
-    } else {
-        Hook::XdpGeneric
-    };
-    prog.attach(interface, mode)
-        .map(|_| ())
-        .map_err(|source| LoadError::Attach {
-            interface: interface.to_owned(),
-            hook,
-            source,
-        })
-}
-
-fn attach_tc(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-    interface: &str,
-    attach: TcAttachType,
-) -> Result<(), LoadError> {
-    let prog: &mut SchedClassifier = program(ebpf, name)?;
-    if prog.fd().is_err() {
-        prog.load()
-            .map_err(|source| LoadError::Program { name, source })?;
-    }
-    // Kernels before 6.6 attach through a clsact qdisc (it may exist already);
-    // later ones use TCX links, which leave nothing behind on detach.
-    use aya::util::KernelVersion;
-    if KernelVersion::current().is_ok_and(|v| v < KernelVersion::new(6, 6, 0)) {
-        let _ = aya::programs::tc::qdisc_add_clsact(interface);
-    }
-    let hook = if attach == TcAttachType::Egress {
-        Hook::TcEgress
-    } else {
-        Hook::TcIngress
-    };
-    prog.attach(interface, attach)
-        .map(|_| ())
-        .map_err(|source| LoadError::Attach {
-            interface: interface.to_owned(),
-            hook,
-            source,
-        })
 }
 
 #[cfg(test)]

@@ -419,19 +419,22 @@ fn counts_every_message_of_a_segment() {
     }
 }
 
-#[test]
-#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
-fn only_segments_arriving_at_the_agent_have_their_messages_counted() {
-    // The agent listens on 3868 and connects to a peer listening on 3869.
-    let cfg = Config {
+/// The agent listens on 3868 and connects to a peer listening on 3869.
+fn agent_and_peer_ports() -> Config {
+    Config {
         ports: vec![3868, 3869],
         sides: Some(Sides {
             agent: vec![3868],
             peers: vec![3869],
         }),
         ..Config::default()
-    };
-    let p = probe(&cfg);
+    }
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn only_segments_arriving_at_the_agent_have_their_messages_counted() {
+    let p = probe(&agent_and_peer_ports());
     let (bytes, requests, answers) = batch(12, 3);
     // Arriving: a client's requests to the listen port, a peer's answers
     // from its port; both walked, from the SYN (or SYN-ACK) on.
@@ -729,4 +732,59 @@ fn what_cannot_be_exact_is_counted_inexact_with_its_cause() {
             assert_eq!((c.requests, c.inexact), (ra + rb, 1), "{hook:?} {other}");
         }
     }
+}
+
+#[test]
+#[ignore = "needs root; run by `cargo xtask test --only ebpf`"]
+fn loopback_counts_arrivals_in_and_the_agents_own_segments_out() {
+    // On loopback one program stands for both hooks: arrivals at the agent
+    // counted for their source, the agent's own segments for their destination.
+    let p = probe(&agent_and_peer_ports());
+    let (bytes, requests, answers) = batch(12, 3);
+    let agent = "10.0.0.2";
+    let client = "10.0.0.1:40000";
+    let server = "10.0.0.3:3869";
+    // Arriving: walked, counted for the source.
+    let mut c2a = Stream::new(client, &format!("{agent}:3868"), 7);
+    let mut s2a = Stream::new(server, &format!("{agent}:50000"), 9);
+    // Sent by the agent: packets and bytes, counted for the destination.
+    let mut a2c = Stream::new(&format!("{agent}:3868"), client, 11);
+    let mut a2s = Stream::new(&format!("{agent}:50000"), server, 13);
+    let mut sent = [0u64; 2];
+    for (s, flags) in [(&mut c2a, SYN), (&mut s2a, SYN_ACK)] {
+        assert_eq!(run(&p, ProbeHook::TcLoopback, &s.syn(flags)), TC_ACT_UNSPEC);
+        assert_eq!(
+            run(&p, ProbeHook::TcLoopback, &s.data(&bytes)),
+            TC_ACT_UNSPEC
+        );
+    }
+    for (i, (s, flags)) in [(&mut a2c, SYN_ACK), (&mut a2s, SYN)]
+        .into_iter()
+        .enumerate()
+    {
+        for f in [s.syn(flags), s.data(&bytes)] {
+            sent[i] += f.len() as u64;
+            assert_eq!(run(&p, ProbeHook::TcLoopback, &f), TC_ACT_UNSPEC);
+        }
+    }
+    for addr in [client, server] {
+        let c = counters(&p, addr, Direction::FromPeer);
+        assert_eq!(
+            (c.packets, c.requests, c.answers, c.inexact),
+            (2, requests, answers, 0),
+            "{addr} in"
+        );
+    }
+    assert_eq!(counters(&p, client, Direction::FromPeer).syn, 1);
+    for (addr, bytes, syn) in [(client, sent[0], 0), (server, sent[1], 1)] {
+        let c = counters(&p, addr, Direction::ToPeer);
+        let got = (c.packets, c.bytes, c.requests, c.answers, c.inexact, c.syn);
+        assert_eq!(got, (2, bytes, 0, 0, 0, syn), "{addr} out");
+    }
+    // Nothing is counted for the agent's own endpoints.
+    assert_eq!(p.read().unwrap().len(), 4, "{:#?}", p.read().unwrap());
+    assert_eq!(
+        inexact_causes(&p.global().unwrap()),
+        [0; INEXACT_CAUSES as usize]
+    );
 }

@@ -394,7 +394,8 @@ fn relay_cpu_ns(agent: &Agent) -> f64 {
 }
 
 /// Extra copies of the program on TC ingress and egress of the agent's
-/// interfaces: the same code run again per packet, a costlier program.
+/// interfaces (on `lo`, the one program for both directions, attached
+/// again): the same code run again per packet, a costlier program.
 fn extra_copies(agent: &Agent, n: usize) -> anyhow::Result<Vec<Telemetry>> {
     let mut cfg = agent
         .config()

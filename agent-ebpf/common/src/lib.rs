@@ -16,6 +16,9 @@ pub const PROG_XDP: &str = "doic_xdp";
 pub const PROG_TC_INGRESS: &str = "doic_tc_ingress";
 /// Name of the TC egress classifier in the object file.
 pub const PROG_TC_EGRESS: &str = "doic_tc_egress";
+/// Name of the TC ingress classifier of a loopback interface, which counts
+/// both directions (in place of the ingress and egress classifiers).
+pub const PROG_TC_LOOPBACK: &str = "doic_tc_loopback";
 /// Name of an XDP program that passes every packet and does nothing else:
 /// the anchor the benchmarks subtract.
 pub const PROG_XDP_PASS: &str = "doic_xdp_pass";

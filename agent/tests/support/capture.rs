@@ -27,6 +27,19 @@ impl Capture {
     /// Opens the capture on `dev`; call it from a thread inside the
     /// interface's namespace (the socket stays bound there).
     pub(crate) fn start(dev: &str, port: u16) -> Self {
+        Self::open(dev, port, false)
+    }
+
+    /// [`Capture::start`] counting each frame only as it is received, for
+    /// its source: on a loopback interface, where every frame shows twice
+    /// (sent, then received), this is what one program on its ingress sees
+    /// when every segment on `port` arrives at a listener or from one (a
+    /// port that both ends listen on).
+    pub(crate) fn arrivals(dev: &str, port: u16) -> Self {
+        Self::open(dev, port, true)
+    }
+
+    fn open(dev: &str, port: u16, arrivals: bool) -> Self {
         let proto = (libc::ETH_P_ALL as u16).to_be();
         // SAFETY: plain socket(2) call; the fd is owned below.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };
@@ -73,7 +86,7 @@ impl Capture {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (counts, stop) = (counts.clone(), stop.clone());
-            thread::spawn(move || run(fd, port, &counts, &stop))
+            thread::spawn(move || run(fd, port, arrivals, &counts, &stop))
         };
         Capture {
             counts,
@@ -97,7 +110,7 @@ impl Drop for Capture {
     }
 }
 
-fn run(fd: OwnedFd, port: u16, counts: &Mutex<Counts>, stop: &AtomicBool) {
+fn run(fd: OwnedFd, port: u16, arrivals: bool, counts: &Mutex<Counts>, stop: &AtomicBool) {
     let mut buf = vec![0u8; 65536];
     while !stop.load(Ordering::Relaxed) {
         // SAFETY: zeroed sockaddr_ll is valid for recvfrom to fill.
@@ -120,6 +133,9 @@ fn run(fd: OwnedFd, port: u16, counts: &Mutex<Counts>, stop: &AtomicBool) {
         let frame_len = n as usize;
         let data = &buf[..frame_len.min(buf.len())];
         let outgoing = from.sll_pkttype == libc::PACKET_OUTGOING;
+        if arrivals && outgoing {
+            continue;
+        }
         if let Some((src, dst)) = tcp_endpoints(data) {
             if src.port() != port && dst.port() != port {
                 continue;
