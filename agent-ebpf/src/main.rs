@@ -415,9 +415,7 @@ fn load<T: Copy>(p: usize) -> T {
 /// `LOOPBACK` (with `dir` ingress): the hook of a loopback interface,
 /// standing in for ingress and egress, since every segment sent on it
 /// arrives on it: what does not arrive at the agent is what the agent sent,
-/// counted for its destination as egress counts it. (A const parameter, not
-/// a third `Dir`: the other hooks' programs compile as they did, and the
-/// verifier's walk of their loop with them.)
+/// counted for its destination as egress counts it.
 ///
 /// Ordered for the common case of traffic that is not Diameter: nothing is
 /// built or looked up per peer until the TCP ports have matched.

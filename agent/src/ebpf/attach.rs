@@ -20,13 +20,18 @@ pub(super) fn attach_ingress(
     mode: Mode,
     both: bool,
 ) -> Result<Hook, LoadError> {
+    let tc = if both {
+        Hook::TcLoopback
+    } else {
+        Hook::TcIngress
+    };
     let tries: &[Hook] = match mode {
         // Generic XDP is never chosen for the user: where the driver has no
         // XDP (e.g. `lo`) it costs more than TC, which serves that case.
-        Mode::Auto => &[Hook::XdpNative, Hook::TcIngress],
+        Mode::Auto => &[Hook::XdpNative, tc],
         Mode::XdpNative => &[Hook::XdpNative],
         Mode::XdpGeneric => &[Hook::XdpGeneric],
-        Mode::Tc => &[Hook::TcIngress],
+        Mode::Tc => &[tc],
         Mode::Off => return Err(LoadError::Disabled),
     };
     let mut last = None;
@@ -34,11 +39,10 @@ pub(super) fn attach_ingress(
         let result = match hook {
             Hook::XdpNative => attach_xdp(ebpf, interface, XdpMode::Driver),
             Hook::XdpGeneric => attach_xdp(ebpf, interface, XdpMode::Skb),
-            _ if both => attach_tc(ebpf, PROG_TC_LOOPBACK, interface, TcAttachType::Ingress),
+            Hook::TcLoopback => attach_tc(ebpf, PROG_TC_LOOPBACK, interface, TcAttachType::Ingress),
             _ => attach_tc(ebpf, PROG_TC_INGRESS, interface, TcAttachType::Ingress),
         };
         match result {
-            Ok(()) if both && hook == Hook::TcIngress => return Ok(Hook::TcLoopback),
             Ok(()) => return Ok(hook),
             Err(LoadError::Attach { source, .. }) => {
                 debug!(interface, %hook, cause = %source, "attach failed, trying the next hook");
