@@ -25,7 +25,7 @@
 //! test starts.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use interop::fd::{FdNode, FdRelay, PeerTarget};
+use interop::process::free_port;
 use tools::loadgen::{Client, Identity, Pace, Report, Server, ServerBehaviour, TEST_APP, Traffic};
 
 use crate::relay_ab::{CpuLimit, move_to_cgroup};
@@ -44,14 +45,6 @@ pub const SERVER: (&str, &str) = ("server1.example.net", "example.net");
 #[must_use]
 pub fn client_host(i: usize) -> String {
     format!("client{i}.example.org")
-}
-
-/// A port on 127.0.0.1 nothing listens on (bound, then released).
-///
-/// # Errors
-/// When no port can be bound.
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// The DiameterIdentity of the edge agent in front of the agent

@@ -76,7 +76,7 @@ impl BytePipe {
     /// `socat` accepting on a free loopback port, a child process per
     /// connection (`fork`), Nagle off on both sides as the agent has it.
     fn socat(server: SocketAddr) -> io::Result<BytePipe> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = interop::process::free_port().map_err(io::Error::other)?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let child = Command::new("socat")
             .arg(format!(

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use agent::ebpf::Direction;
 use bytes::BytesMut;
+use interop::process::free_port;
 use support::capture::Capture;
 use support::scratch::Scratch;
 use tools::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, Traffic};
@@ -36,14 +37,6 @@ use tools::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, Traffi
 /// Requests the client sends, one at a time (each answered before the next,
 /// so every request starts a segment and the kernel count is exact).
 const REQUESTS: u64 = 300;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `text` as `TAG.toml` in a directory of its own, removed when the test
 /// drops it.
@@ -295,7 +288,7 @@ const UP: &str = "doic_peer_state{peer=\"s.example.net\"} 2";
 fn on_lo_the_kernel_counts_equal_what_the_client_sent_and_sigterm_detaches() {
     let rt = rt();
     let server = rt.block_on(upstream());
-    let (listen, metrics) = (free_port(), free_port());
+    let (listen, metrics) = (free_port().unwrap(), free_port().unwrap());
     let (_dir, cfg) = write_config(
         "lo",
         &config(
@@ -455,7 +448,7 @@ fn sigterms_while_the_program_loads_stop_the_agent_at_once() {
     // covered.
     let rt = rt();
     let server = rt.block_on(upstream());
-    let (listen, metrics) = (free_port(), free_port());
+    let (listen, metrics) = (free_port().unwrap(), free_port().unwrap());
     let (_dir, cfg) = write_config(
         "stop-loading",
         &config(
@@ -508,7 +501,7 @@ fn sigterms_while_the_program_loads_stop_the_agent_at_once() {
 fn relays_without_the_program(tag: &str, ebpf: &str, wrap: &[&str], why: &str) {
     let rt = rt();
     let server = rt.block_on(upstream());
-    let (listen, metrics) = (free_port(), free_port());
+    let (listen, metrics) = (free_port().unwrap(), free_port().unwrap());
     let (_dir, cfg) = write_config(tag, &config(listen, metrics, server.addr, ebpf));
     let agent = AgentProc::spawn(&cfg, metrics, wrap);
     agent.wait_for(Duration::from_secs(10), "upstream peer open", |p| {

@@ -17,14 +17,9 @@ use tools::loadgen::{Client, Identity, Server, ServerBehaviour, TEST_APP, Traffi
 
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
+use interop::process::free_port;
 use support::process::{AgentProcess, events, rt};
 use support::scratch::Scratch;
-
-/// A free loopback port: bound, then released (nothing listens there).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
 
 /// The agent: `run` with a configuration dialling `upstream`, listening
 /// on `listen`, and `args`; SIGTERM with `stop`, killed on drop.
@@ -87,7 +82,7 @@ async fn burst(agent: SocketAddr, n: u32) -> Vec<(u32, String)> {
 
 #[test]
 fn json_lines_name_the_down_peer_its_cause_the_route_and_each_3002() {
-    let (listen, upstream) = (free_port(), free_port());
+    let (listen, upstream) = (free_port().unwrap(), free_port().unwrap());
     let mut agent = spawn_agent(listen, upstream, &["--log-format", "json"]);
     agent.wait_for("listening", |l| l.contains("\"listening\""));
     // The first failed dial: one WARN naming the peer, its address and the
@@ -186,7 +181,7 @@ fn json_lines_name_the_down_peer_its_cause_the_route_and_each_3002() {
 
 #[test]
 fn text_lines_have_no_colour_codes_on_a_pipe_and_the_level_option_filters() {
-    let (listen, upstream) = (free_port(), free_port());
+    let (listen, upstream) = (free_port().unwrap(), free_port().unwrap());
     let mut agent = spawn_agent(listen, upstream, &[]);
     let dial = agent.wait_for("dial", |l| l.contains("cannot connect to peer"));
     assert!(
@@ -203,7 +198,7 @@ fn text_lines_have_no_colour_codes_on_a_pipe_and_the_level_option_filters() {
     assert!(lines.iter().any(|l| l.contains("INFO doic_agent: stopped")));
 
     // --log-level error: nothing at all for the same story.
-    let mut quiet = spawn_agent(free_port(), upstream, &["--log-level", "error"]);
+    let mut quiet = spawn_agent(free_port().unwrap(), upstream, &["--log-level", "error"]);
     std::thread::sleep(Duration::from_millis(800));
     assert!(quiet.stop().success());
     assert_eq!(quiet.lines(), Vec::<String>::new());
@@ -226,7 +221,7 @@ fn an_upstream_that_does_not_answer_is_named_in_one_warning_per_burst() {
         .await
         .unwrap()
     });
-    let listen = free_port();
+    let listen = free_port().unwrap();
     let mut agent = spawn_agent(listen, server.addr.port(), &["--log-format", "json"]);
     agent.wait_for("listening", |l| l.contains("\"listening\""));
     let agent_addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();

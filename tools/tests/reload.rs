@@ -16,14 +16,9 @@ use tools::loadgen::{Client, Identity, Pace, Report, Server, ServerBehaviour, TE
 
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
+use interop::process::free_port;
 use support::process::{AgentProcess, events, rt};
 use support::scratch::Scratch;
-
-/// A free loopback port: bound, then released (nothing listens there).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
 
 /// The agent's file: listening on `listen` (Diameter, metrics), the
 /// `peers` (host, realm, port) and the `routes` (realm, hosts).
@@ -143,7 +138,7 @@ fn sighup_adds_and_removes_peers_under_load_and_a_broken_file_changes_nothing() 
     let removed = server("b.example.net", "example.net");
     let added = server("n.new.example", "new.example");
     let port = |s: &Server| s.addr.port();
-    let (listen, metrics) = (free_port(), free_port());
+    let (listen, metrics) = (free_port().unwrap(), free_port().unwrap());
     let dir = Scratch::new("reload");
     let file = dir.join("agent.toml");
     let write = |text: &str| replace_whole(&file, text);
@@ -310,7 +305,7 @@ fn sighup_applies_a_doic_change_and_refuses_a_bad_one() {
         .await
         .unwrap()
     });
-    let (listen, metrics) = (free_port(), free_port());
+    let (listen, metrics) = (free_port().unwrap(), free_port().unwrap());
     let dir = Scratch::new("reload-doic");
     let file = dir.join("agent.toml");
     let base = config(

@@ -246,9 +246,7 @@ impl AgentProcess {
         (bin, workers): (&str, usize),
         server: &PeerTarget,
     ) -> anyhow::Result<AgentProcess> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = interop::process::free_port()?;
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         // An identity of its own: a server refuses a second connection
         // from a Diameter identity it already has one with.
