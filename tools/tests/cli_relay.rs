@@ -163,10 +163,7 @@ fn http_get(addr: &str, path: &str) -> String {
 #[test]
 fn run_serves_metrics_and_stops_on_sigterm() {
     let dir = Scratch::new("relay-cli-run");
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = interop::process::free_port().unwrap();
     let cfg = dir.file(
         "run.toml",
         format!(
