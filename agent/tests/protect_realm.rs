@@ -87,15 +87,15 @@ fn loss_features() -> OcSupportedFeatures {
 
 /// Offers `rate` realm-routed requests per second for `secs`; returns the
 /// client's report, the requests each server received per second between
-/// `from` and `secs`, and the answers to 20 requests of the DOIC loss
-/// client sent at each of `probes` seconds into the run.
+/// `from` and `secs`, and the answers to `per_probe` requests of the DOIC
+/// loss client sent at each of `probes` seconds into the run.
 async fn offer(
     s: &Setup,
     c: &mut Client,
     probe: &mut Client,
     (rate, secs): (u64, u64),
     from: u64,
-    probes: &[f64],
+    (probes, per_probe): (&[f64], u32),
 ) -> (Report, Vec<f64>, Vec<Vec<bytes::Bytes>>) {
     let t = Traffic {
         destination_realm: "example.net".into(),
@@ -107,7 +107,7 @@ async fn offer(
         let mut out = Vec::new();
         for (i, at) in (0u32..).zip(probes) {
             tokio::time::sleep_until(start + Duration::from_secs_f64(*at)).await;
-            out.push(exchange(probe, 1 + 100 * i, 20, 5, Some(&loss_f)).await);
+            out.push(exchange(probe, 1 + 100 * i, per_probe, 5, Some(&loss_f)).await);
         }
         out
     };
@@ -135,7 +135,7 @@ async fn diverted_then_held(busy: Busy) {
         &mut probe,
         (u64::from(5 * C1 / 2), 10),
         4,
-        &[5.0],
+        (&[5.0], 20),
     )
     .await;
     let answers = answers.concat();
@@ -184,14 +184,17 @@ async fn diverted_then_held(busy: Busy) {
         "no REALM report while the realm has headroom: {rr:?}"
     );
     // The realm as a whole is short: the agent reports for it (seed 002).
-    let probes = [4.0, 5.5, 7.0, 8.5];
+    // Five requests every quarter second: the DOIC client is held to its
+    // share of each server by a bucket (docs/protect.md), which passes a
+    // few of a burst; bursts of 20 every 1.5 s got 2 to 15 of 80 served.
+    let probes: Vec<f64> = (0..20).map(|i| 4.0 + 0.25 * f64::from(i)).collect();
     let (r, per_s, rounds) = offer(
         &s,
         &mut c,
         &mut probe,
         (u64::from(3 * (C1 + C2)), 10),
         4,
-        &probes,
+        (&probes, 5),
     )
     .await;
     eprintln!(
@@ -238,7 +241,16 @@ async fn diverted_then_held(busy: Busy) {
         .cloned()
         .collect();
     let rr = realm_reports(&served);
-    assert!(served.len() >= 4, "{} answers of the realm", served.len());
+    let codes: Vec<u32> = answers.iter().map(|a| code_of(a)).collect();
+    eprintln!(
+        "the DOIC client at 3 (C1 + C2): {} of 100 served",
+        served.len()
+    );
+    assert!(
+        served.len() >= 10,
+        "{} answers of the realm of 100: {codes:?}",
+        served.len()
+    );
     assert_eq!(
         rr.len(),
         served.len(),
