@@ -80,7 +80,7 @@ const STAGES: &[Stage] = &[
     },
     Stage {
         name: "bench-doic",
-        about: "DOIC through the running agent: rate within 2 % at 10x load, loss within 1 pp over 100k, first request after a report; DOIC active with no overload vs off, two CPU-bound relays side by side: throughput >= 95 % and relay capacity >= 93 % for a client without DOIC, >= 93 % and >= 90 % for a DOIC client; the audit log on vs off >= 97 % (root)",
+        about: "DOIC through the running agent: rate within 2 % at 10x load, loss within 1 pp over 100k, first request after a report; DOIC active with no overload vs off, two CPU-bound relays side by side: throughput >= 95 % and relay capacity >= 94 % for a client without DOIC, >= 95 % and >= 93 % for a DOIC client; the audit log on vs off >= 97 % (root)",
         run: bench_doic,
     },
     Stage {
@@ -578,10 +578,12 @@ const OWN_GATE_GOODPUT: f64 = 0.95;
 /// Whether a miss of [`OWN_GATE_GOODPUT`] (or of the p99, VmHWM and
 /// every-request-answered bounds) fails the stage; the gate is on the
 /// agent behind an edge that abates at the source (`agent-chain`). Not yet:
-/// at 1x the chain delivers what is offered (2001 p99 53 ms), at 10x the
-/// capacity the agent measures in its saturated share follows neither its
-/// backlog nor its relayed rate, and goodput is 0 (docs/own-overload.md,
-/// "Clients that abate, and a start outside the share").
+/// its goodput bound holds (13 rounds at 10x: median 3,935/s against
+/// 3,074/s at 1x, every request answered), its 2001 p99 bound of 500 ms does
+/// not (above it in 7 of 13 rounds): the capacity measured at the onset,
+/// over tenths of a second in a share of 1 ms per 50 ms, weighs bursts as
+/// whole seconds and allots the edge more than the agent relays
+/// (docs/own-overload.md, "The chain at 10x, round by round").
 const OWN_GATE_ENFORCED: bool = false;
 
 /// The CPU share `bench-own` holds the relays to, and the cgroup period
