@@ -264,24 +264,6 @@ pub(crate) fn onset(ov: &Overload, backlog: Duration) -> bool {
             .is_some_and(|c| !c.load.estimator().is_overloaded())
 }
 
-/// Starts the own load's readings again (control thread): the interval
-/// since the last measurement held work that is not load, so its rates,
-/// queue delay and CPU say nothing of the agent's capacity. The next
-/// [`control_tick`] takes its counts as the start of the next interval and
-/// measures nothing.
-pub(crate) fn restart(ov: &Overload) {
-    let own = &ov.own;
-    if let Some(ctl) = own
-        .controller
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_mut()
-    {
-        ctl.last = None;
-    }
-    own.queue_delay_ns.store(0, Ordering::Relaxed);
-}
-
 /// The longest queue delay on a worker since the last call (control
 /// thread, every tick): how late the agent itself read what arrived.
 pub(crate) fn take_tick_delay(ov: &Overload) -> Duration {
