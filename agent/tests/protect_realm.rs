@@ -243,13 +243,15 @@ async fn diverted_then_held(busy: Busy) {
     let rr = realm_reports(&served);
     let codes: Vec<u32> = answers.iter().map(|a| code_of(a)).collect();
     eprintln!(
-        "the DOIC client at 3 (C1 + C2): {} of 100 served",
-        served.len()
+        "the DOIC client at 3 (C1 + C2): {} of {} served",
+        served.len(),
+        answers.len()
     );
     assert!(
         served.len() >= 10,
-        "{} answers of the realm of 100: {codes:?}",
-        served.len()
+        "{} answers of the realm of {}: {codes:?}",
+        served.len(),
+        answers.len()
     );
     assert_eq!(
         rr.len(),
