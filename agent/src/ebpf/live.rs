@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,9 @@ struct Attached {
 pub struct Live {
     attached: AtomicBool,
     state: Mutex<Option<Attached>>,
+    /// Counts the starts of the program and their ends: odd while one is
+    /// in progress ([`Live::loads`]).
+    loads: AtomicU64,
 }
 
 impl Live {
@@ -65,12 +68,23 @@ impl Live {
                 return false;
             }
         };
+        self.loads.fetch_add(1, Ordering::Release);
         let telemetry = Telemetry::start_or_log(&cfg);
         if let Some(t) = &telemetry {
             info!(program_ids = ?t.program_ids(), ports = ?cfg.ports, "kernel telemetry started");
         }
         self.attach(telemetry);
+        self.loads.fetch_add(1, Ordering::Release);
         self.is_attached()
+    }
+
+    /// How many times a load of the program began or ended (odd: one is in
+    /// progress). Loading and verifying it runs in the agent's process and
+    /// CPU share, a second and more in 0.02 of a CPU: the own load's
+    /// measurement leaves an interval with a load in it out
+    /// (`crate::runtime::control`).
+    pub fn loads(&self) -> u64 {
+        self.loads.load(Ordering::Acquire)
     }
 
     /// Takes ownership of a started program (or records that there is
@@ -175,6 +189,26 @@ mod tests {
         assert!(!k.is_attached());
         let closed: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert!(k.handle_tick(Instant::now(), [(closed, false)]).is_none());
+    }
+
+    /// A start counts as a load begun and ended whatever it gives (here
+    /// `mode = "off"`: nothing attached), so the own load's measurement
+    /// leaves its interval out; a section that cannot work loads nothing.
+    #[test]
+    fn a_start_counts_its_load_whatever_its_outcome() {
+        let k = Live::default();
+        let off = super::super::Config {
+            mode: super::super::Mode::Off,
+            ..super::super::Config::default()
+        };
+        assert!(!k.start(Ok(off)));
+        assert_eq!(k.loads(), 2);
+        let broken = super::super::SectionError {
+            key: "ebpf.mode".into(),
+            why: "test".into(),
+        };
+        assert!(!k.start(Err(broken)));
+        assert_eq!(k.loads(), 2);
     }
 
     #[test]

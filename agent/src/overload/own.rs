@@ -264,6 +264,24 @@ pub(crate) fn onset(ov: &Overload, backlog: Duration) -> bool {
             .is_some_and(|c| !c.load.estimator().is_overloaded())
 }
 
+/// Starts the own load's readings again (control thread): the interval
+/// since the last measurement held work that is not load, so its rates,
+/// queue delay and CPU say nothing of the agent's capacity. The next
+/// [`control_tick`] takes its counts as the start of the next interval and
+/// measures nothing.
+pub(crate) fn restart(ov: &Overload) {
+    let own = &ov.own;
+    if let Some(ctl) = own
+        .controller
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_mut()
+    {
+        ctl.last = None;
+    }
+    own.queue_delay_ns.store(0, Ordering::Relaxed);
+}
+
 /// The longest queue delay on a worker since the last call (control
 /// thread, every tick): how late the agent itself read what arrived.
 pub(crate) fn take_tick_delay(ov: &Overload) -> Duration {
@@ -278,7 +296,8 @@ pub(crate) fn take_tick_delay(ov: &Overload) -> Duration {
 /// reached it, read from the sockets now (the drain of an onset); a client
 /// that ignores the report, or receives none, goes on sending its excess,
 /// and answering it stays charged to the relayed requests
-/// ([`doic::own_load::Inputs::answered_reacting`]).
+/// ([`doic::own_load::Inputs::answered_reacting`]) as long as relaying
+/// fewer relieves the agent ([`doic::own_load::Inputs::answered`]).
 fn passing(
     all: &[(PeerId, Arc<PeerSlot>)],
     rates: &[(String, f64)],
@@ -375,14 +394,12 @@ pub(crate) fn control_tick(
     let dt = now.saturating_duration_since(at).as_secs_f64().max(1e-3);
     #[expect(clippy::cast_precision_loss, reason = "a rate")]
     let rate = |n: u64| n as f64 / dt;
-    let relayed = rate(
-        (received.saturating_sub(received_before)).saturating_sub(
-            ctl.throttled
-                .values()
-                .sum::<u64>()
-                .saturating_sub(throttled_before.values().sum()),
-        ),
-    );
+    let throttled_since = ctl
+        .throttled
+        .values()
+        .sum::<u64>()
+        .saturating_sub(throttled_before.values().sum());
+    let relayed = rate((received.saturating_sub(received_before)).saturating_sub(throttled_since));
     let rates: Vec<(String, f64)> = peers.iter().map(|(p, l)| (p.clone(), l.rate)).collect();
     let answered_reacting = rate(passing(&all, &rates, &ctl.throttled, &throttled_before));
     let before = ctl.load.generation();
@@ -406,6 +423,7 @@ pub(crate) fn control_tick(
             pending,
             relayed: Some(relayed),
             answered_reacting,
+            answered: rate(throttled_since),
             left: &left,
         },
     );

@@ -47,7 +47,19 @@
 //!   `(r + answer_cost * a) * target / u`. Charged to the relayed
 //!   requests, a drain that answers thousands of them while it relays a
 //!   few dozen would measure a capacity of a few dozen and hold the
-//!   clients there long after the drain. The rate is
+//!   clients there long after the drain. The answers to clients that
+//!   keep sending (they ignore the report, or receive none) stay charged
+//!   to the relayed requests, which leaves room for answering them, with
+//!   one exception: when the busiest worker is saturated, relays what its
+//!   allocation allows, and answering every arrival it does not relay
+//!   from those clients would alone take the target utilisation, relaying
+//!   fewer cannot bring it to its target. Charged to the relays, those
+//!   answers would shrink the capacity by the target's fifth a second, to
+//!   nothing (answering `O` at `c` of a relay settles where
+//!   `E = (target * C - c * O) / (1 - c)`, none once `c * O` reaches the
+//!   target); the capacity then stays where it is. What an answer costs
+//!   is found from the saturated measurements (`answer_cost` module), at
+//!   first `answer_cost` of a relay. The rate is
 //!   the relayed one, not the offered one: a saturated worker relays what
 //!   it can, whatever arrives, so `r * target / u` stays the capacity when
 //!   `u` is at 1 and the offered load is ten times that. Measurements with
@@ -62,6 +74,10 @@
 //! an upper bound on it ([`super::OwnLoad`]).
 
 use std::time::Duration;
+
+use answer_cost::AnswerCost;
+
+mod answer_cost;
 
 /// The CPU the kernel accounted to the agent over one interval.
 #[derive(Clone, Copy, Debug, Default)]
@@ -131,8 +147,12 @@ pub struct Inputs<'a> {
     /// Requests per second the agent answered itself for exceeding an
     /// allocation to clients that receive its reports and whose arrivals
     /// keep to their allocation (see the module documentation); the excess
-    /// of the others is charged to the relayed requests.
+    /// of the others is charged to the relayed requests, unless relaying
+    /// fewer does not relieve the worker (see the module documentation).
     pub answered_reacting: f64,
+    /// Requests per second the agent answered itself for exceeding an
+    /// allocation, every client's (those of `answered_reacting` included).
+    pub answered: f64,
     /// Peers whose connection closed or failed since the last measurement
     /// (RFC 8582 §8.2 note: the allocation is recomputed at once).
     pub left: &'a [String],
@@ -219,6 +239,13 @@ impl Default for EstimatorParams {
 /// falls behind (the rest is measurement noise between two counters).
 const ARRIVAL_EXCESS: f64 = 0.05;
 
+/// The allocation binds when the agent relays at least this share of it.
+const BINDING: f64 = 0.9;
+
+/// Growth of the pending transactions over a measurement, as a share of
+/// the requests relayed in it, within which they count as steady.
+const STEADY_PENDING: f64 = 0.1;
+
 /// The own-overload decision and capacity estimate.
 #[derive(Clone, Debug)]
 pub struct Estimator {
@@ -229,6 +256,11 @@ pub struct Estimator {
     estimate: Option<f64>,
     /// The utilisation of the last measurement.
     utilisation: f64,
+    /// What a relayed request and an answer cost, from the saturated
+    /// measurements.
+    costs: AnswerCost,
+    /// Pending transactions at the last measurement.
+    pending: u64,
 }
 
 impl Estimator {
@@ -241,6 +273,8 @@ impl Estimator {
             streak: 0,
             estimate: None,
             utilisation: 0.0,
+            costs: AnswerCost::default(),
+            pending: 0,
         }
     }
 
@@ -267,24 +301,66 @@ impl Estimator {
         } else {
             u
         };
-        // While overloaded every measurement counts, one below
-        // `min_utilisation` as if at it: a machine held well below its
-        // target sees its capacity grow back, by at most that factor per
-        // measurement, never by a near-zero busy share.
-        let work = relayed + p.answer_cost * inputs.answered_reacting.max(0.0);
-        if (u >= p.min_utilisation || self.overloaded) && work > 0.0 {
-            let sample = work * p.target_utilisation / u_cost.max(p.min_utilisation);
-            let e = self
-                .estimate
-                .map_or(sample, |e| e + p.smoothing * (sample - e));
-            self.estimate = Some(e);
-        }
         // A busy worker alone is a well-used agent, not an overloaded one (a
         // closed-loop client saturates it with nothing waiting): overload is
         // a busy worker that falls behind, work waiting on it (queue delay)
         // or requests arriving faster than it relays them (the kernel's
         // per-peer counts see arrivals before userspace reads them).
         let behind = total > relayed * (1.0 + ARRIVAL_EXCESS);
+        let saturated = u >= p.high_utilisation && behind;
+        let answered = inputs.answered.max(inputs.answered_reacting).max(0.0);
+        // Relayed requests whose answers the worker had not yet handled cost
+        // it less in this measurement than they will: only a measurement in
+        // which the pending transactions held about steady says what a relay
+        // costs.
+        #[expect(clippy::cast_precision_loss, reason = "a count")]
+        let grown = inputs.pending.saturating_sub(self.pending) as f64;
+        self.pending = inputs.pending;
+        if saturated && grown <= STEADY_PENDING * relayed {
+            self.costs.observe(u, relayed, answered);
+        }
+        // Saturated, relaying what the allocation allows, with answering
+        // every arrival it does not relay from clients that keep sending at
+        // or above the target utilisation: relaying fewer would not bring
+        // the worker to its
+        // target, it would only answer more. An answer costs what the
+        // saturated measurements showed, or until they show it
+        // `answer_cost` of a relay, this measurement's utilisation shared
+        // out at that ratio.
+        let binding = self.estimate.is_some_and(|e| relayed >= BINDING * e);
+        let answer = self.costs.costs().map_or_else(
+            || u * p.answer_cost / (relayed + p.answer_cost * answered),
+            |(_, y)| y,
+        );
+        // Only the answers to clients that keep sending: those to clients
+        // that react count at their own cost already (`answered_reacting`).
+        let keep_sending = if answered > 0.0 {
+            (answered - inputs.answered_reacting.max(0.0)).max(0.0) / answered
+        } else {
+            1.0
+        };
+        let answers_fill = saturated
+            && binding
+            && answer.is_finite()
+            && answer * (total - relayed) * keep_sending >= p.target_utilisation;
+        // While overloaded every measurement counts, one below
+        // `min_utilisation` as if at it: a machine held well below its
+        // target sees its capacity grow back, by at most that factor per
+        // measurement, never by a near-zero busy share.
+        let work = relayed + p.answer_cost * inputs.answered_reacting.max(0.0);
+        if (u >= p.min_utilisation || self.overloaded) && work > 0.0 {
+            let mut sample = work * p.target_utilisation / u_cost.max(p.min_utilisation);
+            if answers_fill {
+                // Charged to the relayed requests, the answers to clients that
+                // keep sending would shrink the capacity a fifth a second, to
+                // nothing: it stays.
+                sample = sample.max(self.estimate.unwrap_or(sample));
+            }
+            let e = self
+                .estimate
+                .map_or(sample, |e| e + p.smoothing * (sample - e));
+            self.estimate = Some(e);
+        }
         let high =
             (u >= p.high_utilisation && behind) || delayed || inputs.pending >= p.high_pending;
         // Over only when the load offered would fit: a machine that is idle
@@ -298,9 +374,11 @@ impl Estimator {
             relayed,
             arriving = total,
             answered_reacting = inputs.answered_reacting,
+            answered = inputs.answered,
             queue_delay_ms = inputs.queue_delay.as_secs_f64() * 1000.0,
             pending = inputs.pending,
             estimate = self.estimate.unwrap_or(0.0),
+            answers_fill,
             high,
             low,
             "own load measured"

@@ -181,3 +181,43 @@ fn the_kernel_rate_of_the_connection_wins_else_the_userspace_counter() {
         }
     );
 }
+
+/// An interval with work in it that is not load (the kernel program's
+/// load and verification in the agent's CPU share) is not measured: after
+/// [`restart`] the next measurement takes its counts as the start, and the
+/// one after it measures the requests from there, not the ones before.
+#[test]
+fn a_restart_leaves_the_interval_before_it_unmeasured() {
+    use std::path::Path;
+
+    use crate::config::{Config, DEMO_CONFIG};
+    use crate::peer::table::PeerTable;
+    use crate::telemetry::Kernel;
+
+    let text = format!("{DEMO_CONFIG}[doic]\n");
+    let config = Config::from_str_named(&text, Path::new("t.toml")).unwrap();
+    let table = PeerTable::from_config(&config);
+    let kernel = Kernel::default();
+    let ov = Overload::new("agent.example.com", config.doic.clone(), 1).unwrap();
+    let (_, slot) = table.all().into_iter().next().unwrap();
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let tick = |s: u64| control_tick(&table, &kernel, &ov, at(s), &[0.5], None);
+    tick(0);
+    // 3,000 requests in the second of the restart: not a rate of 3,000/s.
+    slot.stats.requests_in.fetch_add(3_000, Ordering::Relaxed);
+    restart(&ov);
+    tick(1);
+    assert!(ov.own.view().peers.is_empty(), "nothing measured");
+    slot.stats.requests_in.fetch_add(500, Ordering::Relaxed);
+    tick(2);
+    let view = ov.own.view();
+    assert_eq!(view.total, 500.0, "{view:?}");
+    // Without the restart the same counts read 3,000/s then 500/s.
+    let ov = Overload::new("agent.example.com", config.doic.clone(), 1).unwrap();
+    let tick = |s: u64| control_tick(&table, &kernel, &ov, at(s), &[0.5], None);
+    tick(2);
+    slot.stats.requests_in.fetch_add(3_000, Ordering::Relaxed);
+    tick(3);
+    assert_eq!(ov.own.view().total, 3_000.0);
+}

@@ -1,6 +1,7 @@
 //! The own-overload controller driven by measurement, on a simulated clock
 //! and a simulated machine: each relayed request costs `cost` seconds of a
-//! worker, each request the agent answers itself `cost / 10`; the agent
+//! worker, each request the agent answers itself `cost / 10` (unless a
+//! test says otherwise); the agent
 //! holds each peer to its allocation while it reports (RFC 8582 §6.1, the
 //! enforcement of `agent::overload::own`), so the next measurement sees
 //! what that allocation did to the machine.
@@ -30,6 +31,8 @@ struct Sim {
     toggles: u32,
     /// A queue delay the host adds whatever the load (other tenants).
     host_delay: Duration,
+    /// What an answer costs as a share of a relayed request.
+    answer_share: f64,
 }
 
 impl Sim {
@@ -46,6 +49,7 @@ impl Sim {
             relayed: 0.0,
             toggles: 0,
             host_delay: Duration::ZERO,
+            answer_share: 0.1,
         }
     }
 
@@ -59,26 +63,57 @@ impl Sim {
         f * 2.0 - 1.0
     }
 
-    /// One second with `offered` requests per second from each peer.
+    /// One second with `offered` requests per second from each peer. The
+    /// workers read what arrives, in order, as fast as they can; each
+    /// peer's allocation passes at most its rate of what they read (the
+    /// enforcement's bucket), the rest is answered.
     fn second(&mut self, offered: &[(&str, f64)]) {
         let reporting = self.ctl.is_reporting();
-        let (mut relayed, mut answered) = (0.0, 0.0);
-        for (peer, rate) in offered {
-            let admitted = match self.ctl.allocation(peer) {
-                Some(a) if reporting => rate.min(f64::from(a)),
-                _ => *rate,
-            };
-            relayed += admitted;
-            answered += rate - admitted;
-        }
+        let allocations: Vec<Option<f64>> = offered
+            .iter()
+            .map(|(peer, _)| {
+                self.ctl
+                    .allocation(peer)
+                    .filter(|_| reporting)
+                    .map(f64::from)
+            })
+            .collect();
+        // Relayed and answered when a share `f` of the arrivals is read.
+        let handled = |f: f64| {
+            offered
+                .iter()
+                .zip(&allocations)
+                .fold((0.0, 0.0), |(r, a), ((_, rate), alloc)| {
+                    let read = f * rate;
+                    let pass = alloc.map_or(read, |al| read.min(al));
+                    (r + pass, a + read - pass)
+                })
+        };
+        let factor = 1.0 + self.noise * self.jitter();
         #[expect(clippy::cast_precision_loss, reason = "a count")]
-        let work = (relayed * self.cost + answered * self.cost / 10.0) / WORKERS as f64;
-        let work = work * (1.0 + self.noise * self.jitter());
-        // A saturated worker relays what it can; the rest waits.
-        let share = (1.0 / work).min(1.0);
-        self.utilisation = work.min(1.0);
-        self.relayed = relayed * share;
-        self.delay = if work > 1.0 {
+        let work = |(r, a): (f64, f64)| {
+            factor * (r * self.cost + a * self.cost * self.answer_share) / WORKERS as f64
+        };
+        let all = work(handled(1.0));
+        // A saturated worker reads what it can; the rest waits.
+        let f = if all <= 1.0 {
+            1.0
+        } else {
+            let (mut lo, mut hi) = (0.0, 1.0);
+            for _ in 0..60 {
+                let mid = f64::midpoint(lo, hi);
+                if work(handled(mid)) <= 1.0 {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        let (relayed, answered) = handled(f);
+        self.utilisation = all.min(1.0);
+        self.relayed = relayed;
+        self.delay = if all > 1.0 {
             Duration::from_millis(200)
         } else {
             Duration::from_micros(200)
@@ -98,6 +133,7 @@ impl Sim {
                 relayed: Some(self.relayed),
                 // Its clients receive no reports: their excess stays.
                 answered_reacting: 0.0,
+                answered,
                 left: &[],
                 cpu: None,
             },
@@ -189,6 +225,35 @@ fn the_capacity_follows_a_step_in_the_cost_of_a_request() {
     let again = assert_settled(&sim);
     assert!((again / fast - 1.0).abs() < 0.03, "{fast} -> {again}");
     assert_eq!(sim.toggles, 1, "never ended in between");
+}
+
+#[test]
+fn answers_as_dear_as_relays_to_clients_that_keep_sending_do_not_shrink_the_capacity() {
+    // Held to a small CPU share, each wake-up's cost dominates and an
+    // answer costs what a relay does (docs/own-overload.md). Clients that
+    // ignore the reports, at three times the machine: it is saturated
+    // whatever it relays, and every request it does not relay it answers
+    // at the same cost. Charging those answers to the relayed requests
+    // would shrink the capacity by the target's fifth each second, to
+    // nothing; relaying fewer did not relieve the machine, so it stops.
+    let mut sim = Sim::new(OwnLoadParams::measured(), COST);
+    sim.answer_share = 1.0;
+    sim.run(5, &both(500.0));
+    assert!(!sim.ctl.is_reporting());
+    sim.run(30, &both(3000.0));
+    assert!(sim.ctl.is_reporting());
+    let capacity = f64::from(sim.ctl.capacity().expect("overloaded"));
+    // 2,000/s saturate the machine, relayed or answered.
+    assert!((1000.0..=2000.0).contains(&capacity), "{capacity}");
+    assert!(
+        sim.relayed >= 0.9 * capacity,
+        "{} of {capacity}",
+        sim.relayed
+    );
+    // Load falls back: the machine leaves saturation, the reports end.
+    sim.run(20, &both(300.0));
+    assert!(!sim.ctl.is_reporting());
+    assert_eq!(sim.toggles, 2);
 }
 
 #[test]
@@ -489,6 +554,7 @@ impl QuotaSim {
                 pending: 0,
                 relayed: Some(self.relayed),
                 answered_reacting: 0.0,
+                answered: read * (1.0 - kept),
                 left: &[],
             },
         );
