@@ -322,10 +322,9 @@ impl Estimator {
         // Saturated, relaying what the allocation allows, with answering
         // every arrival it does not relay from clients that keep sending at
         // or above the target utilisation: relaying fewer would not bring
-        // the worker to its
-        // target, it would only answer more. An answer costs what the
-        // saturated measurements showed, or until they show it
-        // `answer_cost` of a relay, this measurement's utilisation shared
+        // the worker to its target, it would only answer more. An answer
+        // costs what the saturated measurements showed, or until they show
+        // it `answer_cost` of a relay, this measurement's utilisation shared
         // out at that ratio.
         let binding = self.estimate.is_some_and(|e| relayed >= BINDING * e);
         let answer = self.costs.costs().map_or_else(
@@ -361,8 +360,7 @@ impl Estimator {
                 .map_or(sample, |e| e + p.smoothing * (sample - e));
             self.estimate = Some(e);
         }
-        let high =
-            (u >= p.high_utilisation && behind) || delayed || inputs.pending >= p.high_pending;
+        let high = saturated || delayed || inputs.pending >= p.high_pending;
         // Over only when the load offered would fit: a machine that is idle
         // because the agent holds its clients back is not out of overload.
         let low = u < p.low_utilisation
